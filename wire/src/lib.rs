@@ -19,13 +19,16 @@
 
 pub mod cluster;
 pub mod command;
+pub mod decode;
 pub mod group;
 pub mod header;
 pub mod integrity;
 pub mod operation;
+pub mod suffix;
 
 pub use cluster::cluster_id;
 pub use command::{Command, Integrity};
+pub use decode::{DecodeError, Disposition, Message, Stage, check_framing, decode_replica};
 pub use group::{GroupError, GroupId, GroupKind, PartitionKey};
 pub use header::Layout;
 pub use operation::Operation;
