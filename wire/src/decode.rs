@@ -333,10 +333,11 @@ impl<'a> Message<'a> {
 
     /// The sender's replica id (byte 61); for prepares, the primary that built them.
     pub fn replica(&self) -> u8 {
-        self.frame_bytes_prefix()[61]
+        self.header_bytes()[61]
     }
 
-    fn frame_bytes_prefix(&self) -> &'a [u8; HEADER_SIZE] {
+    /// The frame's 256 header bytes, as received.
+    pub fn header_bytes(&self) -> &'a [u8; HEADER_SIZE] {
         match *self {
             Message::Request { header, .. } => header.bytes(),
             Message::Prepare { header, .. } | Message::RepairPrepare { header, .. } => {

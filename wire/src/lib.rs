@@ -9,6 +9,7 @@
 //! - [`command`], [`operation`]: the command and operation registries.
 //! - [`integrity`]: frame seal, prepare identity, body digests.
 //! - [`cluster`], [`group`]: cluster id and group keys.
+//! - [`encode`]: the common region and the last stamping step (size, body digest, checksum).
 //! - [`decode`]: the stateless receive checks of wire.md §6 for the replica and client planes.
 //! - [`suffix`]: the DoViewChange / StartView suffix body.
 //! - [`manifest`]: the state-transfer manifest codec.
@@ -20,6 +21,7 @@
 pub mod cluster;
 pub mod command;
 pub mod decode;
+pub mod encode;
 pub mod group;
 pub mod header;
 pub mod integrity;
@@ -29,6 +31,7 @@ pub mod suffix;
 pub use cluster::cluster_id;
 pub use command::{Command, Integrity};
 pub use decode::{DecodeError, Disposition, Message, Stage, check_framing, decode_replica};
+pub use encode::{Sender, finish, finish_header};
 pub use group::{GroupError, GroupId, GroupKind, PartitionKey};
 pub use header::Layout;
 pub use operation::Operation;

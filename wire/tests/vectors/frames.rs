@@ -4,7 +4,6 @@
 use serde_json::Value;
 use wire::decode::{self, Disposition, Stage};
 use wire::header::{FieldKind, layout_fields};
-use wire::integrity::{prepare_identity, seal};
 use wire::{Command, DecodeError, HEADER_SIZE, Integrity, MAX_MESSAGE_SIZE_DEFAULT};
 
 use crate::common::*;
@@ -135,11 +134,13 @@ fn check_frame(frame: &Value) -> Result<(), String> {
         }
     }
 
-    // Encode: write every field but the checksum, then compute the checksum ourselves.
+    // Encode: write every field but the ones the encoder derives (checksum, body digest,
+    // size), then let `finish` derive them from the body by the command's rules.
+    let derived = ["checksum", "checksum_body", "size"];
     let mut encoded = [0u8; HEADER_SIZE];
     for field in layout_fields(layout)
         .expect("known layout")
-        .filter(|f| f.name != "checksum")
+        .filter(|f| !derived.contains(&f.name))
     {
         let value = get(fields, field.name);
         match field.kind {
@@ -152,14 +153,7 @@ fn check_frame(frame: &Value) -> Result<(), String> {
             ),
         }
     }
-    match declared_integrity {
-        Integrity::FrameSeal => seal(&mut encoded),
-        Integrity::PrepareIdentity => {
-            let identity = prepare_identity(&encoded);
-            encoded[..16].copy_from_slice(&identity.to_le_bytes());
-        }
-        Integrity::None | Integrity::HandshakeMac => {}
-    }
+    wire::finish(&mut encoded, &body).map_err(|e| e.to_string())?;
     if encoded != header {
         return Err(format!(
             "encoded header differs at byte {:?}",
