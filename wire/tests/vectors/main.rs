@@ -27,10 +27,17 @@ fn every_file_is_understood() {
         "handshake.json",
     ];
     for name in vectors.file_names() {
-        assert!(known.contains(&name.as_str()), "unknown vector file {name}: the test has fallen behind");
+        assert!(
+            known.contains(&name.as_str()),
+            "unknown vector file {name}: the test has fallen behind"
+        );
     }
     for name in known.iter().filter(|n| n.ends_with(".json")) {
-        assert!(vectors.has(name), "vector file {name} is missing from {}", vectors.dir.display());
+        assert!(
+            vectors.has(name),
+            "vector file {name} is missing from {}",
+            vectors.dir.display()
+        );
     }
 }
 
@@ -68,5 +75,8 @@ fn manifests() {
 fn handshake() {
     let vectors = Vectors::open();
     handshake::check(&vectors.json("handshake.json"));
-    handshake::check_frames(&vectors.json("frames.json"), &vectors.json("handshake.json"));
+    handshake::check_frames(
+        &vectors.json("frames.json"),
+        &vectors.json("handshake.json"),
+    );
 }
