@@ -22,6 +22,7 @@ pub mod command;
 pub mod group;
 pub mod header;
 pub mod integrity;
+pub mod manifest;
 pub mod operation;
 
 pub use cluster::cluster_id;
