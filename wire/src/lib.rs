@@ -19,6 +19,7 @@
 
 pub mod cluster;
 pub mod command;
+pub mod framer;
 pub mod group;
 pub mod header;
 pub mod integrity;
