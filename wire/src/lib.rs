@@ -22,9 +22,11 @@ pub mod cluster;
 pub mod command;
 pub mod decode;
 pub mod encode;
+pub mod framer;
 pub mod group;
 pub mod header;
 pub mod integrity;
+pub mod manifest;
 pub mod operation;
 pub mod suffix;
 
