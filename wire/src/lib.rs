@@ -20,6 +20,7 @@
 pub mod cluster;
 pub mod command;
 pub mod group;
+pub mod handshake;
 pub mod header;
 pub mod integrity;
 pub mod operation;
