@@ -101,7 +101,7 @@ pub fn hex(value: &Value, key: &str) -> Vec<u8> {
 
 pub fn decode_hex(text: &str) -> Vec<u8> {
     let text = text.strip_prefix("0x").unwrap_or(text);
-    assert!(text.len() % 2 == 0, "odd-length hex string");
+    assert!(text.len().is_multiple_of(2), "odd-length hex string");
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap_or_else(|_| panic!("bad hex {text:?}")))
