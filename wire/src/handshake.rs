@@ -712,7 +712,8 @@ impl Dialer {
     }
 
     /// Steps 1-2: the hello. With auth disabled the connection is established at once (the
-    /// step is [`Step::Accept`] and `nonce_d` is unused); otherwise [`Step::Continue`].
+    /// step is [`Step::Accept`] and `nonce_d` is unused); otherwise [`Step::Continue`]. A second
+    /// call closes the connection ([`Reason::Finished`]).
     pub fn start(&mut self, nonce_d: Nonce) -> DialerStep {
         if self.state != DialerState::Idle {
             self.state = DialerState::Done;
@@ -1108,5 +1109,56 @@ mod tests {
                 reason: Reason::DirectionalRule(3)
             }
         ));
+    }
+
+    /// The fuzz-target shape: any split of any bytes into frames, fed to either machine, yields
+    /// steps and never panics; once finished, a machine only says so.
+    mod no_panic {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn frames() -> impl Strategy<Value = Vec<Vec<u8>>> {
+            let valid = hello_frame(CLUSTER, 1, &NONCE_D, 0).to_vec();
+            let mutated =
+                prop::collection::vec((0..HEADER_SIZE, any::<u8>()), 0..4).prop_map(move |flips| {
+                    let mut frame = valid.clone();
+                    flips.into_iter().for_each(|(at, b)| frame[at] = b);
+                    frame
+                });
+            let arbitrary = prop::collection::vec(any::<u8>(), 0..400);
+            prop::collection::vec(prop_oneof![mutated, arbitrary], 0..4)
+        }
+
+        fn assert_terminal_then_finished(steps: &[Step]) {
+            if let Some(at) = steps
+                .iter()
+                .position(|s| !matches!(s, Step::Continue { .. }))
+            {
+                for step in &steps[at + 1..] {
+                    assert_eq!(*step, Step::close(Reason::Finished));
+                }
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn acceptor(frames in frames(), auth in any::<bool>()) {
+                let auth = auth.then(|| Keys::new(OLD, Some(NEW)).unwrap());
+                let config = AcceptorConfig::new(CLUSTER, 3, 4, auth, Binding::Plaintext);
+                let mut acceptor = Acceptor::new(config, NONCE_A);
+                let steps: Vec<Step> = frames.iter().map(|f| acceptor.on_frame(f)).collect();
+                assert_terminal_then_finished(&steps);
+            }
+
+            #[test]
+            fn dialer(frames in frames(), auth in any::<bool>()) {
+                let auth = auth.then(|| Keys::new(OLD, None).unwrap());
+                let config = DialerConfig::new(CLUSTER, 1, 3, auth, Binding::Plaintext, 0);
+                let mut dialer = Dialer::new(config);
+                let mut steps = vec![dialer.start(NONCE_D)];
+                steps.extend(frames.iter().map(|f| dialer.on_frame(f)));
+                assert_terminal_then_finished(&steps);
+            }
+        }
     }
 }
