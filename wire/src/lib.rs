@@ -24,6 +24,7 @@ pub mod decode;
 pub mod encode;
 pub mod framer;
 pub mod group;
+pub mod handshake;
 pub mod header;
 pub mod integrity;
 pub mod manifest;
