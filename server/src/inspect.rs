@@ -86,18 +86,14 @@ fn frames(
             )?;
             return Ok(ExitCode::FAILURE);
         };
-        let (size, command) = match decode::check_framing(header, max_message_size) {
-            Ok(ok) => ok,
+        let size = match wire::framer::frame_size(header, max_message_size) {
+            Ok(size) => size.expect("a whole header is in"),
             Err(error) => {
-                writeln!(
-                    out,
-                    "frame {index}: {error} -> {:?} at {:?}",
-                    error.disposition(),
-                    error.stage()
-                )?;
+                writeln!(out, "frame {index}: {error}: the connection closes here")?;
                 return Ok(ExitCode::FAILURE);
             }
         };
+        let command = Command::from_byte(header[60]).expect("frame_size checked the command");
         let Some(frame) = bytes.get(..size) else {
             writeln!(
                 out,

@@ -8,6 +8,7 @@
 
 use thiserror::Error;
 
+use crate::framer::{FramingError, whole_frame};
 use crate::header::{
     CommitHeader, DoViewChangeHeader, EvictionHeader, ForwardLogoutHeader,
     ForwardLogoutResultHeader, ForwardRegisterHeader, ForwardRegisterResultHeader, Layout,
@@ -55,32 +56,9 @@ pub enum Disposition {
 /// Why a frame was refused. Every variant maps to one [`Stage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum DecodeError {
-    /// `size` below the header size.
-    #[error("frame size {size} is below the 256-byte header")]
-    SizeTooSmall {
-        /// Declared size.
-        size: u32,
-    },
-    /// `size` above `max_message_size`.
-    #[error("frame size {size} exceeds the limit of {max} bytes")]
-    SizeTooLarge {
-        /// Declared size.
-        size: u32,
-        /// The configured limit.
-        max: usize,
-    },
-    /// Command byte above 29.
-    #[error("unknown command byte {0}")]
-    UnknownCommand(u8),
-    /// The buffer does not hold exactly `size` bytes (a caller error, not a peer's: the framer
-    /// hands out whole frames).
-    #[error("buffer of {len} bytes does not hold a frame of {size} bytes")]
-    Incomplete {
-        /// Buffer length.
-        len: usize,
-        /// Declared size, or 256 when the header itself is missing.
-        size: usize,
-    },
+    /// Steps 1-2: the frame reader refuses the frame; the connection closes.
+    #[error("framing: {0}")]
+    Framing(#[from] FramingError),
     /// A command the replica plane has no handler for.
     #[error("no replica-plane handler for {0}")]
     NoHandler(Command),
@@ -175,9 +153,7 @@ impl DecodeError {
     pub const fn stage(&self) -> Stage {
         use DecodeError::*;
         match self {
-            SizeTooSmall { .. } | SizeTooLarge { .. } | UnknownCommand(_) | Incomplete { .. } => {
-                Stage::Framing
-            }
+            Framing(_) => Stage::Framing,
             NoHandler(_) | WrongCommand { .. } => Stage::UnsupportedCommand,
             ClientBound(_) => Stage::ClientBound,
             UnknownOperation(_) | UnknownOutcome(_) | UnknownReason(_) => Stage::BitPattern,
@@ -204,26 +180,6 @@ impl DecodeError {
             _ => Disposition::DropFrame,
         }
     }
-}
-
-/// Checks a header's `size` and command byte (wire.md §6 steps 1-2) and returns both. This is
-/// all a frame reader needs before it reads the body.
-pub fn check_framing(
-    header: &[u8; HEADER_SIZE],
-    max_message_size: usize,
-) -> Result<(usize, Command), DecodeError> {
-    let size = u32::from_le_bytes(header[48..52].try_into().expect("4 bytes"));
-    if (size as usize) < HEADER_SIZE {
-        return Err(DecodeError::SizeTooSmall { size });
-    }
-    if size as usize > max_message_size {
-        return Err(DecodeError::SizeTooLarge {
-            size,
-            max: max_message_size,
-        });
-    }
-    let command = Command::from_byte(header[60]).ok_or(DecodeError::UnknownCommand(header[60]))?;
-    Ok((size as usize, command))
 }
 
 /// A replica-plane frame that passed every stateless check, as typed zero-copy views.
@@ -368,20 +324,7 @@ fn split(
     frame: &[u8],
     max_message_size: usize,
 ) -> Result<(&[u8; HEADER_SIZE], &[u8], Command), DecodeError> {
-    let header: &[u8; HEADER_SIZE] = frame
-        .get(..HEADER_SIZE)
-        .and_then(|h| h.try_into().ok())
-        .ok_or(DecodeError::Incomplete {
-            len: frame.len(),
-            size: HEADER_SIZE,
-        })?;
-    let (size, command) = check_framing(header, max_message_size)?;
-    if frame.len() != size {
-        return Err(DecodeError::Incomplete {
-            len: frame.len(),
-            size,
-        });
-    }
+    let (header, command) = whole_frame(frame, max_message_size)?;
     Ok((header, &frame[HEADER_SIZE..], command))
 }
 

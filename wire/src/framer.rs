@@ -48,6 +48,15 @@ pub enum FramingError {
     /// The command byte is above [`Command::MAX`].
     #[error("unknown command byte {0}")]
     UnknownCommand(u8),
+    /// A slice handed to a whole-frame decoder is not exactly one frame: a caller bug (the
+    /// framer hands out whole frames), reported as a value all the same.
+    #[error("{len} bytes do not hold exactly one frame of {size} bytes")]
+    Incomplete {
+        /// Bytes given.
+        len: usize,
+        /// The frame's `size`, or 256 when not even a header is there.
+        size: usize,
+    },
 }
 
 /// The framing check of one header: `Ok(None)` until 256 bytes are in, then the frame's total
@@ -81,6 +90,28 @@ pub fn frame_size(
         return Err(FramingError::UnknownCommand(command));
     }
     Ok(Some(len))
+}
+
+/// Checks that `frame` is exactly one whole frame within the limits and returns its header and
+/// command: the entry check of every whole-frame decoder (the receive pipeline, the handshake).
+pub fn whole_frame(
+    frame: &[u8],
+    max_message_size: usize,
+) -> Result<(&[u8; HEADER_SIZE], Command), FramingError> {
+    let incomplete = |size| FramingError::Incomplete {
+        len: frame.len(),
+        size,
+    };
+    let header = frame
+        .first_chunk::<HEADER_SIZE>()
+        .ok_or(incomplete(HEADER_SIZE))?;
+    let size = frame_size(header, max_message_size)?.expect("a whole header is in");
+    if size != frame.len() {
+        return Err(incomplete(size));
+    }
+    let command =
+        Command::from_byte(header[COMMAND_OFFSET]).expect("frame_size checked the command");
+    Ok((header, command))
 }
 
 /// A connection's stream framer. Feed it with [`Framer::spare`] + [`Framer::filled`] (read

@@ -10,6 +10,7 @@ use zerocopy::FromZeros;
 use zerocopy::little_endian::{U32, U128};
 
 use crate::command::Command;
+use crate::framer::{FramingError, whole_frame};
 use crate::header::{
     FrameHeader, GenericHeader, HELLO_LANE_OFFSET, Layout, ReplicaChallenge, ReplicaFinish,
     ReplicaHello,
@@ -348,51 +349,10 @@ pub fn finish_frame(cluster: u128, replica: u8, mac_d: &Mac) -> Frame {
     *finish.bytes()
 }
 
-/// Why the frame reader refused a frame (wire.md §3); the connection closes without a reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    /// Fewer bytes than a header.
-    #[error("frame of {len} bytes is shorter than a header")]
-    Short {
-        /// Bytes given.
-        len: usize,
-    },
-    /// `size` outside `256..=max_message_size`.
-    #[error("size field {size} out of range")]
-    Size {
-        /// The `size` field.
-        size: u32,
-    },
-    /// The bytes given are not exactly the frame `size` announces.
-    #[error("size field {size} but {len} bytes given")]
-    Length {
-        /// The `size` field.
-        size: u32,
-        /// Bytes given.
-        len: usize,
-    },
-    /// Command byte above 29.
-    #[error("command byte {0} is not a command")]
-    Command(u8),
-}
-
-/// Applies the frame reader's rules and returns the common region.
-fn read_frame(frame: &[u8], max_message_size: usize) -> Result<&FrameHeader, FrameError> {
-    let len = frame.len();
-    let header = &GenericHeader::view(frame)
-        .ok_or(FrameError::Short { len })?
-        .frame;
-    let size = header.size.get();
-    if !(HEADER_SIZE..=max_message_size).contains(&(size as usize)) {
-        return Err(FrameError::Size { size });
-    }
-    if size as usize != len {
-        return Err(FrameError::Length { size, len });
-    }
-    if Command::from_byte(header.command).is_none() {
-        return Err(FrameError::Command(header.command));
-    }
-    Ok(header)
+/// Applies the frame reader's rules (wire.md §3) and returns the common region.
+fn read_frame(frame: &[u8], max_message_size: usize) -> Result<&FrameHeader, FramingError> {
+    let (header, _) = whole_frame(frame, max_message_size)?;
+    Ok(&GenericHeader::view(header).expect("a whole header").frame)
 }
 
 /// Bytes 128..160 and 160..192 of a frame known to hold a whole header.
@@ -409,7 +369,7 @@ fn nonce_and_mac(frame: &[u8]) -> (Nonce, Mac) {
 pub enum Reason {
     /// The frame reader refused the frame (size or command byte); nothing is sent.
     #[error("unreadable frame: {0}")]
-    BadFrame(#[from] FrameError),
+    BadFrame(#[from] FramingError),
     /// Acceptor: the first frame was not a ReplicaHello (status 1).
     #[error("first frame is command {0}, not ReplicaHello")]
     UnknownCommand(u8),
@@ -758,9 +718,7 @@ impl Dialer {
         if header.command != Command::ReplicaChallenge.byte() {
             return Step::close(Reason::UnexpectedCommand(header.command));
         }
-        let Some(challenge) = ReplicaChallenge::view(frame) else {
-            return Step::close(FrameError::Short { len: frame.len() }.into());
-        };
+        let challenge = ReplicaChallenge::view(frame).expect("read_frame saw a whole header");
         let status = Status::decode(challenge.status);
         if !status.proceeds() {
             return Step::close(Reason::Rejected(status));
@@ -1040,24 +998,36 @@ mod tests {
         let hello = hello_frame(CLUSTER, 1, &NONCE_D, 0);
         assert_eq!(
             acceptor(&hello[..255]),
-            Step::close(FrameError::Short { len: 255 }.into())
+            Step::close(
+                FramingError::Incomplete {
+                    len: 255,
+                    size: 256
+                }
+                .into()
+            )
         );
         let mut bad = hello;
         bad[48..52].copy_from_slice(&255u32.to_le_bytes());
         assert_eq!(
             acceptor(&bad),
-            Step::close(FrameError::Size { size: 255 }.into())
+            Step::close(FramingError::SizeTooSmall { size: 255 }.into())
         );
         bad[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(
             acceptor(&bad),
-            Step::close(FrameError::Size { size: u32::MAX }.into())
+            Step::close(
+                FramingError::SizeTooLarge {
+                    size: u32::MAX,
+                    max: crate::MAX_MESSAGE_SIZE_DEFAULT
+                }
+                .into()
+            )
         );
         bad[48..52].copy_from_slice(&300u32.to_le_bytes());
         assert_eq!(
             acceptor(&bad),
             Step::close(
-                FrameError::Length {
+                FramingError::Incomplete {
                     size: 300,
                     len: 256
                 }
@@ -1066,7 +1036,10 @@ mod tests {
         );
         let mut bad = hello;
         bad[60] = 30;
-        assert_eq!(acceptor(&bad), Step::close(FrameError::Command(30).into()));
+        assert_eq!(
+            acceptor(&bad),
+            Step::close(FramingError::UnknownCommand(30).into())
+        );
         // A longer hello is read whole and its body ignored.
         let mut long = hello.to_vec();
         long.extend_from_slice(&[0xee; 44]);

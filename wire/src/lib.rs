@@ -33,7 +33,7 @@ pub mod suffix;
 
 pub use cluster::cluster_id;
 pub use command::{Command, Integrity};
-pub use decode::{DecodeError, Disposition, Message, Stage, check_framing, decode_replica};
+pub use decode::{DecodeError, Disposition, Message, Stage, decode_replica};
 pub use encode::{Sender, finish, finish_header};
 pub use group::{GroupError, GroupId, GroupKind, PartitionKey};
 pub use header::Layout;

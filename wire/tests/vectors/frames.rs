@@ -214,7 +214,7 @@ const CLIENT_DECODERS: [(&str, ClientDecoder); 3] = [
 /// size before any body arrives), then the whole pipeline.
 fn replica_verdict(bytes: &[u8]) -> Result<Summary, DecodeError> {
     let header = header_of(bytes);
-    decode::check_framing(&header, MAX_MESSAGE_SIZE_DEFAULT)?;
+    wire::framer::frame_size(&header, MAX_MESSAGE_SIZE_DEFAULT)?;
     decode::decode_replica(bytes, MAX_MESSAGE_SIZE_DEFAULT).map(|m| Summary(m.command()))
 }
 
