@@ -62,5 +62,85 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, integrity, decode);
+fn manifest(c: &mut Criterion) {
+    use wire::manifest::{ArtifactKind, COUNT_MAX, ManifestEntry, decode, encode};
+    let entries: Vec<ManifestEntry> = (0..u64::from(COUNT_MAX))
+        .map(|i| ManifestEntry {
+            kind: ArtifactKind::SEGMENT_LOG,
+            frontier: i * 1000,
+            len: 1 << 20,
+            checksum: i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        })
+        .collect();
+    let mut encoded = Vec::new();
+    encode(&entries, &mut encoded).unwrap();
+    let mut group = c.benchmark_group("manifest_65536");
+    group.throughput(Throughput::Bytes(encoded.len() as u64));
+    let mut out = Vec::with_capacity(encoded.len());
+    group.bench_function("encode", |b| {
+        b.iter(|| {
+            out.clear();
+            encode(black_box(&entries), &mut out).unwrap();
+        })
+    });
+    group.bench_function("decode", |b| {
+        b.iter(|| {
+            decode(black_box(&encoded))
+                .unwrap()
+                .iter()
+                .map(|e| e.len)
+                .sum::<u64>()
+        })
+    });
+    group.finish();
+}
+
+/// A 64 MiB block of frames, one third header-only, one third with 1 KiB bodies and one third
+/// with 64 KiB bodies, larger than any cache so that the stream is not served from it.
+fn mixed_block() -> Vec<u8> {
+    const BLOCK: usize = 64 << 20;
+    let bodies = [0usize, 1 << 10, 64 << 10];
+    let mut block = Vec::with_capacity(BLOCK + (64 << 10) + 256);
+    let mut i = 0;
+    while block.len() < BLOCK {
+        let size = 256 + bodies[i % 3];
+        let start = block.len();
+        block.resize(start + size, (i % 251) as u8);
+        block[start + 48..start + 52].copy_from_slice(&(size as u32).to_le_bytes());
+        block[start + 60] = wire::Command::Prepare.byte();
+        i += 1;
+    }
+    block
+}
+
+fn framer(c: &mut Criterion) {
+    use wire::framer::{Framer, READ_CHUNK};
+    const STREAM: usize = 1 << 30;
+    let block = mixed_block();
+    let mut group = c.benchmark_group("framer");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(
+        (STREAM / block.len() * block.len()) as u64,
+    ));
+    group.bench_function("mixed_1GiB_64KiB_reads", |b| {
+        let mut framer = Framer::default();
+        b.iter(|| {
+            let mut frames = 0u64;
+            for _ in 0..STREAM / block.len() {
+                for read in block.chunks(READ_CHUNK) {
+                    // The socket read: the kernel copies into the framer's buffer.
+                    framer.spare()[..read.len()].copy_from_slice(read);
+                    framer.filled(read.len());
+                    while let Some(frame) = framer.next_frame() {
+                        frames += u64::from(frame.unwrap()[60]);
+                    }
+                }
+            }
+            frames
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, integrity, decode, manifest, framer);
 criterion_main!(benches);

@@ -27,6 +27,15 @@ pub enum Inspect {
         #[arg(long, default_value_t = MAX_MESSAGE_SIZE_DEFAULT)]
         max_message_size: usize,
     },
+    /// Decode a state-transfer manifest (a StateTransferTarget body) and list its artifacts.
+    /// Exits 1 if it does not decode.
+    Manifest {
+        /// The manifest as hex.
+        hex: Vec<String>,
+        /// A file holding the raw manifest.
+        #[arg(long, conflicts_with = "hex")]
+        file: Option<PathBuf>,
+    },
 }
 
 pub fn run(what: Inspect, out: &mut impl Write) -> anyhow::Result<ExitCode> {
@@ -35,17 +44,41 @@ pub fn run(what: Inspect, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             hex,
             file,
             max_message_size,
-        } => {
-            let bytes = match file {
-                Some(path) => {
-                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?
-                }
-                None if hex.is_empty() => bail!("give frames as hex arguments or --file"),
-                None => parse_hex(&hex.concat())?,
-            };
-            frames(&bytes, max_message_size, out)
-        }
+        } => frames(&input(&hex, file)?, max_message_size, out),
+        Inspect::Manifest { hex, file } => manifest(&input(&hex, file)?, out),
     }
+}
+
+fn input(hex: &[String], file: Option<PathBuf>) -> anyhow::Result<Vec<u8>> {
+    match file {
+        Some(path) => std::fs::read(&path).with_context(|| format!("reading {}", path.display())),
+        None if hex.is_empty() => bail!("give the bytes as hex arguments or --file"),
+        None => parse_hex(&hex.concat()),
+    }
+}
+
+fn manifest(bytes: &[u8], out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let manifest = match wire::manifest::decode(bytes) {
+        Ok(manifest) => manifest,
+        Err(error) => {
+            writeln!(out, "manifest refused: {error}")?;
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    writeln!(
+        out,
+        "manifest: {} artifacts, entry_len {}",
+        manifest.len(),
+        manifest.entry_len()
+    )?;
+    for (index, entry) in manifest.iter().enumerate() {
+        writeln!(
+            out,
+            "  artifact {index}: {}, frontier {}, len {}, checksum {:#018x}",
+            entry.kind, entry.frontier, entry.len, entry.checksum
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn parse_hex(text: &str) -> anyhow::Result<Vec<u8>> {
@@ -268,6 +301,29 @@ mod tests {
             text.contains("MISMATCH") && text.contains("refused at Seal"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn manifests_list_their_artifacts_or_are_refused() {
+        use wire::manifest::{ArtifactKind, ManifestEntry, encode};
+        let entry = ManifestEntry {
+            kind: ArtifactKind::SEGMENT_LOG,
+            frontier: 7,
+            len: 64,
+            checksum: 5,
+        };
+        let mut bytes = Vec::new();
+        encode(&[entry], &mut bytes).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(manifest(&bytes, &mut out).unwrap(), ExitCode::SUCCESS);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("artifact 0: SEGMENT_LOG, frontier 7, len 64"),
+            "{text}"
+        );
+        bytes[5] ^= 1;
+        let mut out = Vec::new();
+        assert_eq!(manifest(&bytes, &mut out).unwrap(), ExitCode::FAILURE);
     }
 
     #[test]
