@@ -1,5 +1,23 @@
-//! Durable storage: the metadata prepare journal and superblock, partition logs and offsets.
+//! Durable storage for Strand: the metadata prepare journal and superblock, the per-shard
+//! partition WAL with group commit, segments with offset and timestamp indexes, consumer
+//! offsets, and state-transfer artifacts.
 //!
-//! Empty until the journal issue lands: nothing here is implemented yet, and nothing pretends
-//! to be. See `../shared/spec/journal.md` and `../shared/DESIGN.md` section 2.
+//! It never makes protocol decisions: recovery reports what it found (valid, torn, corrupt,
+//! missing slots, what must be repaired from peers) and the consensus core decides. Corrupt
+//! input from disk is a typed error, never a panic; environmental failures (a failed write or
+//! sync) are returned to the caller, which fail-stops.
+//!
+//! Map:
+//! - [`storage`]: the `Storage` trait (sector-aligned positional IO, `async fn`) and helpers.
+//! - [`mem`]: the in-memory backend with deterministic fault injection (the simulator's disk).
+//! - [`file`]: the std-file backend (`O_DIRECT` + `fdatasync`, aligned buffers, no `unsafe`).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod file;
+pub mod mem;
+pub mod storage;
+
+pub use file::{AlignedBuf, FileStorage};
+pub use mem::{CrashMode, FailOp, MemStorage, Prng};
+pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
