@@ -150,7 +150,7 @@ pub(crate) fn check_aligned(
     offset: u64,
     len: usize,
 ) -> Result<(), StorageError> {
-    if offset % SECTOR as u64 != 0 || len % SECTOR != 0 {
+    if !offset.is_multiple_of(SECTOR as u64) || !len.is_multiple_of(SECTOR) {
         return Err(StorageError::Unaligned {
             op,
             name: name.to_owned(),
@@ -197,7 +197,7 @@ pub async fn read_exact_at<S: Storage>(
             break;
         }
         done += n;
-        if done % SECTOR != 0 {
+        if !done.is_multiple_of(SECTOR) {
             break; // end of file inside a sector: nothing follows
         }
     }
