@@ -17,6 +17,7 @@
 pub mod file;
 pub mod mem;
 pub mod storage;
+pub mod superblock;
 
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
