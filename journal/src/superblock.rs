@@ -161,6 +161,10 @@ impl VsrState {
     }
 }
 
+/// One decoded copy: `Ok(None)` empty, `Ok(Some((sequence, state)))` valid, `Err(Some(v))` a
+/// verified record of unknown version `v`, `Err(None)` damaged.
+pub type DecodedCopy = Result<Option<(u64, VsrState)>, Option<u16>>;
+
 /// Encodes copy `copy` of generation `sequence` (one sector).
 pub fn encode_copy(state: &VsrState, sequence: u64, copy: usize) -> Vec<u8> {
     let mut sector = vec![0u8; SECTOR];
@@ -177,7 +181,7 @@ pub fn encode_copy(state: &VsrState, sequence: u64, copy: usize) -> Vec<u8> {
 
 /// Decodes one copy: `Ok(None)` for an empty sector, `Ok(Some)` for a valid one,
 /// `Err(Some(version))` for a verified record of an unknown version, `Err(None)` for damage.
-pub fn decode_copy(sector: &[u8], copy: usize) -> Result<Option<(u64, VsrState)>, Option<u16>> {
+pub fn decode_copy(sector: &[u8], copy: usize) -> DecodedCopy {
     if sector.len() < SECTOR || sector.iter().all(|b| *b == 0) {
         return if sector.iter().all(|b| *b == 0) {
             Ok(None)
@@ -208,9 +212,7 @@ pub fn decode_copy(sector: &[u8], copy: usize) -> Result<Option<(u64, VsrState)>
 
 /// The decision of [`open`] as a pure function of the four copies: the newest state (`None`
 /// when every copy is empty), or why boot must stop.
-pub fn choose(
-    copies: &[Result<Option<(u64, VsrState)>, Option<u16>>; COPIES],
-) -> Result<Option<(u64, VsrState)>, SuperblockError> {
+pub fn choose(copies: &[DecodedCopy; COPIES]) -> Result<Option<(u64, VsrState)>, SuperblockError> {
     let states: [CopyState; COPIES] = std::array::from_fn(|i| match &copies[i] {
         Ok(None) => CopyState::Empty,
         Ok(Some((sequence, _))) => CopyState::Valid(*sequence),
@@ -259,8 +261,7 @@ impl<S: Storage> Superblock<S> {
     ) -> Result<Superblock<S>, SuperblockError> {
         let file = storage.open(&file_name(prefix), OpenMode::Create).await?;
         let mut bytes = vec![0u8; SECTOR * COPIES];
-        let mut copies: [Result<Option<(u64, VsrState)>, Option<u16>>; COPIES] =
-            std::array::from_fn(|_| Ok(None));
+        let mut copies: [DecodedCopy; COPIES] = std::array::from_fn(|_| Ok(None));
         let whole = read_exact_at(&storage, &file, 0, &mut bytes).await;
         for (i, copy) in copies.iter_mut().enumerate() {
             let sector = &bytes[i * SECTOR..(i + 1) * SECTOR];
