@@ -11,14 +11,26 @@
 //! - [`storage`]: the `Storage` trait (sector-aligned positional IO, `async fn`) and helpers.
 //! - [`mem`]: the in-memory backend with deterministic fault injection (the simulator's disk).
 //! - [`file`]: the std-file backend (`O_DIRECT` + `fdatasync`, aligned buffers, no `unsafe`).
+//! - [`prepare`]: verification of stored prepare frames (identity and body digest via `wire`).
+//! - [`superblock`]: four redundant copies of the durable VSR state, pure choice at open.
+//! - [`metadata`]: the metadata prepare journal (fixed slots + header ring) and the pure
+//!   recovery classification of every slot.
+//! - [`recover`]: boot of the metadata plane (superblock, then journal).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod file;
 pub mod mem;
+pub mod metadata;
+pub mod prepare;
+pub mod recover;
 pub mod storage;
 pub mod superblock;
 
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
+pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotState};
+pub use prepare::{FrameFault, Header};
+pub use recover::{RecoverError, Recovered, recover_metadata};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
+pub use superblock::{Identity, Superblock, SuperblockError, VsrState};

@@ -106,7 +106,7 @@ pub enum OpenMode {
 #[allow(async_fn_in_trait)] // thread-per-core: futures never cross threads, no Send bound wanted
 pub trait Storage {
     /// An open file.
-    type File;
+    type File: std::fmt::Debug;
 
     /// Opens (or creates) a file by name. Names contain no `/`.
     async fn open(&self, name: &str, mode: OpenMode) -> Result<Self::File, StorageError>;
