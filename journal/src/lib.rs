@@ -26,6 +26,7 @@ pub mod prepare;
 pub mod recover;
 pub mod storage;
 pub mod superblock;
+pub mod wal;
 
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
