@@ -196,7 +196,10 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], usize)> {
 }
 
 /// Verifies a whole window at the start of `bytes` and returns its records, or `None`.
-fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, Vec<(u64, u64, &[u8])>)> {
+/// `(lsn, group, payload)` of each record of a window.
+type WindowRecords<'a> = Vec<(u64, u64, &'a [u8])>;
+
+fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)> {
     let w = parse_window(bytes)?;
     let body = bytes.get(HEAD..usize::try_from(w.bytes).ok()?)?;
     let mut records = Vec::with_capacity(w.count as usize);
