@@ -19,11 +19,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod file;
 pub mod mem;
 pub mod metadata;
 pub mod prepare;
 pub mod recover;
+pub mod segment;
 pub mod storage;
 pub mod superblock;
 pub mod wal;
