@@ -16,13 +16,21 @@
 //! - [`metadata`]: the metadata prepare journal (fixed slots + header ring) and the pure
 //!   recovery classification of every slot.
 //! - [`recover`]: boot of the metadata plane (superblock, then journal).
+//! - [`wal`]: the per-shard partition WAL with group commit.
+//! - [`batch`]: verification of stamped SendMessages batches.
+//! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
+//! - [`pingpong`]: a small record replaced atomically (two alternating copies).
+//! - [`artifact`]: state-transfer artifacts (ICT2, ICO1, segment logs, snapshot), their stores,
+//!   manifests with checksums, and the partition offer / install.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod artifact;
 pub mod batch;
 pub mod file;
 pub mod mem;
 pub mod metadata;
+pub mod pingpong;
 pub mod prepare;
 pub mod recover;
 pub mod segment;
@@ -30,10 +38,15 @@ pub mod storage;
 pub mod superblock;
 pub mod wal;
 
+pub use artifact::{
+    ArtifactError, ClientEntry, Offer, OffsetStore, OffsetTable, Snapshot, SnapshotStore,
+};
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
 pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotState};
 pub use prepare::{FrameFault, Header};
 pub use recover::{RecoverError, Recovered, recover_metadata};
+pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
 pub use superblock::{Identity, Superblock, SuperblockError, VsrState};
+pub use wal::{PartitionWal, WalConfig, WalError, WalRecord, WalRecovery};

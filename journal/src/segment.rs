@@ -156,9 +156,25 @@ impl<S: Storage> PartitionLog<S> {
         policy: FlushPolicy,
         offset_frontier: u64,
     ) -> Result<(PartitionLog<S>, SegmentRecovery), SegmentError> {
+        Self::open_inner(storage, prefix, policy, offset_frontier, true).await
+    }
+
+    pub(crate) async fn open_inner(
+        storage: S,
+        prefix: &str,
+        policy: FlushPolicy,
+        offset_frontier: u64,
+        sweep: bool,
+    ) -> Result<(PartitionLog<S>, SegmentRecovery), SegmentError> {
         let mut recovery = SegmentRecovery::default();
         let mut bases = Vec::new();
+        let staging = format!("staging-{prefix}");
         for name in storage.list().await? {
+            if name.starts_with(&staging) && sweep {
+                storage.remove(&name).await?;
+                recovery.staging_swept += 1;
+                continue;
+            }
             let Some(rest) = name.strip_prefix(prefix) else {
                 continue;
             };

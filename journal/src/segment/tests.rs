@@ -161,7 +161,7 @@ fn corrupt_segment_bytes_are_errors_never_panics() {
 fn staging_files_are_swept() {
     let disk = MemStorage::new();
     block_on(async {
-        disk.open("p1-00000000000000000000.log.staging", OpenMode::Create)
+        disk.open("staging-p1-00000000000000000000.log", OpenMode::Create)
             .await
             .unwrap();
     });
