@@ -105,9 +105,12 @@ fn wal_config() -> WalConfig {
 
 /// WAL appends of `size`-byte frames: with `group`, up to 64 appends share one commit (bounded
 /// by the 4 MiB window); without, every append is its own commit.
-fn wal_appends(storage: &FileStorage, frame: &[u8], iters: u64, group: bool) -> Duration {
-    let (mut wal, _) =
-        block_on(PartitionWal::open(storage.clone(), wal_config(), |_| {})).expect("open");
+fn wal_appends(
+    wal: &mut PartitionWal<FileStorage>,
+    frame: &[u8],
+    iters: u64,
+    group: bool,
+) -> Duration {
     let start = Instant::now();
     let mut in_window = 0;
     for i in 0..iters {
@@ -147,12 +150,15 @@ fn append(c: &mut Criterion) {
             BenchmarkId::new("raw_odirect_fdatasync_each", &label),
             |b| b.iter_custom(|iters| raw_direct(&dir, size, iters, 1)),
         );
+        let (mut wal, _) =
+            block_on(PartitionWal::open(storage.clone(), wal_config(), |_| {})).expect("open");
         group.bench_function(BenchmarkId::new("wal_fdatasync_each", &label), |b| {
-            b.iter_custom(|iters| wal_appends(&storage, &frame, iters, false))
+            b.iter_custom(|iters| wal_appends(&mut wal, &frame, iters, false))
         });
         group.bench_function(BenchmarkId::new("wal_group_commit_64", &label), |b| {
-            b.iter_custom(|iters| wal_appends(&storage, &frame, iters, true))
+            b.iter_custom(|iters| wal_appends(&mut wal, &frame, iters, true))
         });
+        drop(wal);
         for name in block_on(journal::Storage::list(&storage)).unwrap_or_default() {
             let _ = std::fs::remove_file(dir.join(name));
         }
@@ -166,12 +172,11 @@ fn append(c: &mut Criterion) {
         .map(|op| prepare(GroupId::METADATA.0, op, 0, 4 * KIB - 256))
         .collect();
     group.throughput(Throughput::Bytes(4 * KIB as u64));
+    let meta = FileStorage::new(&dir.join("meta"), true).expect("storage");
+    let (mut journal, _) = block_on(MetadataJournal::open(meta, config, 0, 0)).expect("open");
+    let mut op = journal.op_head();
     group.bench_function(BenchmarkId::new("metadata_journal_append", "4KiB"), |b| {
         b.iter_custom(|iters| {
-            let meta = FileStorage::new(&dir.join("meta"), true).expect("storage");
-            let (mut journal, _) =
-                block_on(MetadataJournal::open(meta, config, 0, 0)).expect("open");
-            let mut op = journal.op_head();
             let start = Instant::now();
             for _ in 0..iters {
                 op += 1;
