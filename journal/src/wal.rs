@@ -247,8 +247,11 @@ impl<S: Storage> PartitionWal<S> {
         for (index, seq) in seqs.iter().enumerate() {
             let file = storage.open(&file_name(*seq), OpenMode::Existing).await?;
             let len = storage.len(&file).await?;
-            let mut bytes = vec![0u8; sector_ceil(len) as usize];
-            match read_exact_at(&storage, &file, 0, &mut bytes).await {
+            // Read straight into an aligned image (no bounce copy under O_DIRECT).
+            let whole = sector_ceil(len).min(config.file_size_max) as usize;
+            let mut image = AlignedBuf::zeroed(config.file_size_max as usize);
+            let bytes = &mut image.as_mut_slice()[..whole];
+            match read_exact_at(&storage, &file, 0, bytes).await {
                 Ok(_) => {}
                 Err(e) if e.is_media() => {
                     // Read sector by sector; unreadable sectors read as damage (0xff).
@@ -263,9 +266,10 @@ impl<S: Storage> PartitionWal<S> {
                 Err(e) => return Err(e.into()),
             }
             let short = len != config.file_size_max;
+            let bytes = image.as_mut_slice();
             if short {
-                bytes.resize(config.file_size_max as usize, 0xff);
-                if index + 1 == seqs.len() && parse_window(&bytes).is_none() {
+                bytes[whole..].fill(0xff);
+                if index + 1 == seqs.len() && parse_window(bytes).is_none() {
                     // The last file, never written: the crash hit its preallocation.
                     bytes.fill(0);
                     storage.set_len(&file, config.file_size_max).await?;
@@ -325,7 +329,7 @@ impl<S: Storage> PartitionWal<S> {
                 lsn_last: file_lsn_last,
             });
             if cut.is_some() {
-                images.push((index, bytes));
+                images.push((index, image));
             } else {
                 images.clear();
             }
@@ -355,7 +359,8 @@ impl<S: Storage> PartitionWal<S> {
                 .iter()
                 .find(|(i, _)| *i == index)
                 .expect("the cut file's image is kept")
-                .1;
+                .1
+                .as_slice();
             let zero = AlignedBuf::zeroed(ZERO_CHUNK);
             let mut chunk = at as usize;
             while chunk < config.file_size_max as usize {
