@@ -21,6 +21,8 @@
 //! - [`batch`]: verification of stamped SendMessages batches.
 //! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
 //! - [`pingpong`]: a small record replaced atomically (two alternating copies).
+//! - [`sim`]: one replica's metadata disk on the in-memory backend, driven synchronously (the
+//!   simulator's adapter from storage effects to completions).
 //! - [`artifact`]: state-transfer artifacts (ICT2, ICO1, segment logs, snapshot), their stores,
 //!   manifests with checksums, and the partition offer / install.
 #![forbid(unsafe_code)]
@@ -37,6 +39,7 @@ pub mod pingpong;
 pub mod prepare;
 pub mod recover;
 pub mod segment;
+pub mod sim;
 pub mod storage;
 pub mod superblock;
 pub mod wal;
@@ -50,6 +53,7 @@ pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotS
 pub use prepare::{FrameFault, Header};
 pub use recover::{RecoverError, Recovered, recover_metadata};
 pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
+pub use sim::{Boot, SimDisk, SimDiskError};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
 pub use superblock::{Identity, Superblock, SuperblockError, VsrState};
 pub use wal::{PartitionWal, WalConfig, WalError, WalRecord, WalRecovery};
