@@ -240,6 +240,21 @@ impl Recovery {
     pub fn is_clean(&self) -> bool {
         self.repair.is_empty()
     }
+
+    /// The last op of the unbroken prefix: ops `checkpoint_op + 1 ..= chain_end()` are intact,
+    /// consecutive and hash-chained (what the consensus core replays, consensus.md §9.1).
+    /// Whatever lies above it is the core's call (repair, or truncate if it was never
+    /// acknowledged); the journal decides nothing.
+    pub fn chain_end(&self) -> u64 {
+        let mut end = self.checkpoint_op;
+        for header in &self.headers {
+            if header.op() != end + 1 || self.chain_breaks.contains(&header.op()) {
+                break;
+            }
+            end += 1;
+        }
+        end
+    }
 }
 
 /// The recovery decision as a pure function of the slots read, the checkpoint op and the
@@ -657,6 +672,16 @@ impl<S: Storage> MetadataJournal<S> {
             }),
             Err(fault) => Err(JournalError::Corrupt { op, fault }),
         }
+    }
+
+    /// Reads and verifies the frames of ops `from..=to`, in op order (the recovered prefix the
+    /// driver hands the core at boot).
+    pub async fn read_range(&self, from: u64, to: u64) -> Result<Vec<Vec<u8>>, JournalError> {
+        let mut frames = Vec::new();
+        for op in from..=to {
+            frames.push(self.read(op).await?);
+        }
+        Ok(frames)
     }
 
     /// Removes every op `>= op` durably (view-change reconciliation). Returns how many slots

@@ -115,6 +115,7 @@ fn the_superblock_head_is_never_given_up() {
     let (_, recovery) = open(&disk, 0, 7);
     assert_eq!(recovery.op_head, 7);
     assert_eq!(recovery.repair, vec![(6, 7)]);
+    assert_eq!(recovery.chain_end(), 5);
     assert_eq!(recovery.slots[6], SlotState::Missing { op: 6 });
 }
 
@@ -124,8 +125,10 @@ fn a_chain_break_is_reported() {
     let (mut journal, _) = open(&disk, 0, 0);
     let parent = append_chain(&mut journal, 1, 3, 0, 0);
     append_chain(&mut journal, 4, 5, parent ^ 1, 0);
-    let (_, recovery) = open(&disk, 0, 0);
+    let (journal, recovery) = open(&disk, 0, 0);
     assert_eq!(recovery.chain_breaks, vec![4]);
+    assert_eq!(recovery.chain_end(), 3);
+    assert_eq!(block_on(journal.read_range(1, 3)).unwrap().len(), 3);
 }
 
 #[test]
