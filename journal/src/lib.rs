@@ -56,4 +56,4 @@ pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
 pub use sim::{Boot, SimDisk, SimDiskError};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
 pub use superblock::{Identity, Superblock, SuperblockError, VsrState};
-pub use wal::{PartitionWal, WalConfig, WalError, WalRecord, WalRecovery};
+pub use wal::{GroupReplay, PartitionWal, WalConfig, WalError, WalRecord, WalRecovery};

@@ -16,7 +16,8 @@
 //! window header (64 B): magic "PWIN" | count u32 | lsn_first u64 | bytes u64 (header and
 //!                       records, without padding) | reserved 32 | XXH3-64 of bytes 0..56
 //! record (64 B + payload padded to 8): magic "PREC" | len u32 | lsn u64 | group u64 |
-//!                       XXH3-64(payload) u64 | reserved 24 | XXH3-64 of bytes 0..56
+//!                       XXH3-64(payload) u64 | kind u8 (0 prepare, 1 truncate) | reserved 23 |
+//!                       XXH3-64 of bytes 0..56
 //! zero padding to the next sector
 //! ```
 //!
@@ -36,6 +37,8 @@ const WINDOW_MAGIC: u32 = u32::from_le_bytes(*b"PWIN");
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PREC");
 const HEAD: usize = 64;
 const ZERO_CHUNK: usize = 1024 * 1024;
+const KIND_PREPARE: u8 = 0;
+const KIND_TRUNCATE: u8 = 1;
 /// The largest payload a record holds (a frame of `max_message_size`).
 pub const RECORD_PAYLOAD_MAX: usize = 64 * 1024 * 1024;
 
@@ -81,8 +84,11 @@ pub struct WalRecord<'a> {
     pub lsn: u64,
     /// The partition group.
     pub group: u64,
-    /// The prepare frame.
+    /// The prepare frame (empty for a truncation).
     pub frame: &'a [u8],
+    /// `Some(op)`: not a prepare but the durable truncation of the group's ops `>= op`
+    /// (view-change reconciliation); replay drops the group's earlier entries from `op` on.
+    pub truncate_from: Option<u64>,
 }
 
 /// Interior damage: acknowledged records that no longer verify.
@@ -174,8 +180,8 @@ fn parse_window(bytes: &[u8]) -> Option<WindowHead> {
     (w.bytes >= HEAD as u64 && w.lsn_first > 0).then_some(w)
 }
 
-/// Parses the record at the start of `bytes`: `(lsn, group, payload, record length)`.
-fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], usize)> {
+/// Parses the record at the start of `bytes`: `(lsn, group, payload, kind, record length)`.
+fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
     let head = bytes.get(..HEAD)?;
     let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
     let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8"));
@@ -187,17 +193,22 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], usize)> {
     if xxh3(payload) != u64_at(24) {
         return None;
     }
+    let kind = head[32];
+    if kind > KIND_TRUNCATE || (kind == KIND_TRUNCATE && len != 8) {
+        return None;
+    }
     Some((
         u64_at(8),
         u64_at(16),
         payload,
+        kind,
         HEAD + len.next_multiple_of(8),
     ))
 }
 
 /// Verifies a whole window at the start of `bytes` and returns its records, or `None`.
-/// `(lsn, group, payload)` of each record of a window.
-type WindowRecords<'a> = Vec<(u64, u64, &'a [u8])>;
+/// `(lsn, group, payload, kind)` of each record of a window.
+type WindowRecords<'a> = Vec<(u64, u64, &'a [u8], u8)>;
 
 fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)> {
     let w = parse_window(bytes)?;
@@ -205,11 +216,11 @@ fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)>
     let mut records = Vec::with_capacity(w.count as usize);
     let mut at = 0;
     for i in 0..w.count as u64 {
-        let (lsn, group, payload, len) = parse_record(body.get(at..)?)?;
+        let (lsn, group, payload, kind, len) = parse_record(body.get(at..)?)?;
         if lsn != w.lsn_first + i {
             return None;
         }
-        records.push((lsn, group, payload));
+        records.push((lsn, group, payload, kind));
         at += len;
     }
     (at == body.len()).then_some((w, records))
@@ -301,8 +312,19 @@ impl<S: Storage> PartitionWal<S> {
                                 lsn_last: w.lsn_first - 1,
                             });
                         }
-                        for (lsn, group, frame) in records {
-                            visit(WalRecord { lsn, group, frame });
+                        for (lsn, group, payload, kind) in records {
+                            let (frame, truncate_from) = if kind == KIND_TRUNCATE {
+                                let op = u64::from_le_bytes(payload.try_into().expect("8"));
+                                (&payload[..0], Some(op))
+                            } else {
+                                (payload, None)
+                            };
+                            visit(WalRecord {
+                                lsn,
+                                group,
+                                frame,
+                                truncate_from,
+                            });
                             recovery.records += 1;
                         }
                         recovery.windows += 1;
@@ -413,6 +435,28 @@ impl<S: Storage> PartitionWal<S> {
     /// Adds a record to the open window (no IO) and returns its lsn; it is durable once
     /// [`PartitionWal::durable_lsn`] reaches it.
     pub fn submit(&mut self, group: u64, frame: &[u8], now_us: u64) -> Result<u64, WalError> {
+        self.submit_kind(group, frame, KIND_PREPARE, now_us)
+    }
+
+    /// Adds the truncation of `group`'s ops `>= from_op` to the open window (the partition
+    /// plane's `Effect::Truncate`); it takes effect for replay once committed, and orders before
+    /// every later record of the group.
+    pub fn submit_truncate(
+        &mut self,
+        group: u64,
+        from_op: u64,
+        now_us: u64,
+    ) -> Result<u64, WalError> {
+        self.submit_kind(group, &from_op.to_le_bytes(), KIND_TRUNCATE, now_us)
+    }
+
+    fn submit_kind(
+        &mut self,
+        group: u64,
+        frame: &[u8],
+        kind: u8,
+        now_us: u64,
+    ) -> Result<u64, WalError> {
         let record_len = HEAD + frame.len().next_multiple_of(8);
         if frame.len() > RECORD_PAYLOAD_MAX
             || (HEAD + record_len) as u64 > self.config.file_size_max
@@ -431,6 +475,7 @@ impl<S: Storage> PartitionWal<S> {
         head[8..16].copy_from_slice(&lsn.to_le_bytes());
         head[16..24].copy_from_slice(&group.to_le_bytes());
         head[24..32].copy_from_slice(&xxh3(frame).to_le_bytes());
+        head[32] = kind;
         let checksum = head_checksum(&head);
         head[56..64].copy_from_slice(&checksum.to_le_bytes());
         self.window.extend_from_slice(&head);
@@ -535,6 +580,33 @@ impl<S: Storage> PartitionWal<S> {
     /// Files in use.
     pub fn file_count(&self) -> usize {
         self.files.len()
+    }
+}
+
+/// Replay of the WAL per partition group: prepares by op, with truncations applied in log
+/// order, so each group gets the journal state its consensus core last made durable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupReplay {
+    /// Group → op → prepare frame.
+    pub groups: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// Records that are not a decodable prepare (ignored, counted).
+    pub undecodable: u64,
+}
+
+impl GroupReplay {
+    /// Applies one record (hand this to [`PartitionWal::open`]'s visitor).
+    pub fn apply(&mut self, record: WalRecord<'_>) {
+        let ops = self.groups.entry(record.group).or_default();
+        if let Some(from) = record.truncate_from {
+            ops.split_off(&from);
+            return;
+        }
+        match crate::prepare::verify_header(record.frame) {
+            Ok(header) if header.size() as usize == record.frame.len() => {
+                ops.insert(header.op(), record.frame.to_vec());
+            }
+            _ => self.undecodable += 1,
+        }
     }
 }
 

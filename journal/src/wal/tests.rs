@@ -205,3 +205,27 @@ fn every_injected_wal_corruption_is_detected() {
         trials - invisible
     );
 }
+
+#[test]
+fn truncations_replay_in_log_order_per_group() {
+    use crate::prepare::tests::prepare_in;
+    let disk = MemStorage::new();
+    let (mut wal, _, _) = open(&disk);
+    for op in 1..=5 {
+        wal.submit(9, &prepare_in(9, op, 0, 10, 0), 0).unwrap();
+        wal.submit(8, &prepare_in(8, op, 0, 10, 0), 0).unwrap();
+    }
+    wal.submit_truncate(9, 3, 0).unwrap();
+    wal.submit(9, &prepare_in(9, 3, 0, 10, 7), 0).unwrap();
+    block_on(wal.commit()).unwrap();
+    let mut replay = GroupReplay::default();
+    block_on(PartitionWal::open(disk.clone(), CONFIG, |r| {
+        replay.apply(r)
+    }))
+    .unwrap();
+    assert_eq!(replay.undecodable, 0);
+    assert_eq!(replay.groups[&8].len(), 5);
+    let ops: Vec<u64> = replay.groups[&9].keys().copied().collect();
+    assert_eq!(ops, vec![1, 2, 3]);
+    assert_eq!(replay.groups[&9][&3], prepare_in(9, 3, 0, 10, 7));
+}
