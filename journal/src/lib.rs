@@ -16,7 +16,8 @@
 //! - [`superblock`]: four redundant copies of the durable VSR state, pure choice at open.
 //! - [`metadata`]: the metadata prepare journal (fixed slots + header ring) and the pure
 //!   recovery classification of every slot.
-//! - [`recover`]: boot of the metadata plane (superblock, then journal).
+//! - [`recover`]: boot of the metadata plane (superblock, then journal), the snapshot pairing
+//!   rule, and the checkpoint sequence (snapshot, superblock, journal floor).
 //! - [`wal`]: the per-shard partition WAL with group commit.
 //! - [`batch`]: verification of stamped SendMessages batches.
 //! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
@@ -51,7 +52,10 @@ pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
 pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotState};
 pub use prepare::{FrameFault, Header};
-pub use recover::{RecoverError, Recovered, recover_metadata};
+pub use recover::{
+    CheckpointError, PairingError, RecoverError, Recovered, check_pairing, checkpoint,
+    recover_metadata,
+};
 pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
 pub use sim::{Boot, SimDisk, SimDiskError};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};

@@ -2,6 +2,7 @@
 //! another cluster's refuses boot, G6), then the journal scan with the superblock's checkpoint as
 //! the floor and its `op_head` as the head the scan may never fall below (G3).
 
+use crate::artifact::{ArtifactError, Snapshot, SnapshotStore};
 use crate::metadata::{JournalConfig, JournalError, MetadataJournal, Recovery};
 use crate::storage::Storage;
 use crate::superblock::{Identity, Superblock, SuperblockError, VsrState};
@@ -49,6 +50,93 @@ pub async fn recover_metadata<S: Storage + Clone>(
     })
 }
 
+/// Why the snapshot and the superblock do not pair (journal.md §3.5 step 3): boot must stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PairingError {
+    /// The superblock names a checkpoint newer than the snapshot on disk (a lost snapshot).
+    #[error("superblock names checkpoint {checkpoint_op}, snapshot is at {snapshot_op:?}")]
+    SnapshotBehind {
+        /// In the superblock.
+        checkpoint_op: u64,
+        /// On disk.
+        snapshot_op: Option<u64>,
+    },
+    /// Same op, different bytes.
+    #[error("checkpoint {op}: the snapshot's checksum differs from the superblock's")]
+    Checksum {
+        /// The op.
+        op: u64,
+    },
+}
+
+/// The pairing rule as a pure function: a superblock behind a complete newer snapshot is
+/// accepted (crash between the snapshot write and the superblock write); a superblock ahead of
+/// the snapshot, or naming other bytes at the same op, is refused.
+pub fn check_pairing(
+    state: Option<&VsrState>,
+    snapshot: Option<&Snapshot>,
+) -> Result<(), PairingError> {
+    let checkpoint_op = state.map_or(0, |s| s.checkpoint_op);
+    match snapshot {
+        None if checkpoint_op == 0 => Ok(()),
+        None => Err(PairingError::SnapshotBehind {
+            checkpoint_op,
+            snapshot_op: None,
+        }),
+        Some(snap) if snap.op < checkpoint_op => Err(PairingError::SnapshotBehind {
+            checkpoint_op,
+            snapshot_op: Some(snap.op),
+        }),
+        Some(snap) if snap.op == checkpoint_op && checkpoint_op > 0 => {
+            let expected = state.map_or(0, |s| s.checkpoint_checksum);
+            if snap.checksum() == expected {
+                Ok(())
+            } else {
+                Err(PairingError::Checksum { op: snap.op })
+            }
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// Why a checkpoint could not be completed (each step is durable before the next; a failed
+/// step stops the sequence and the caller fail-stops or retries later).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// Writing the snapshot failed (F4).
+    #[error("snapshot: {0}")]
+    Snapshot(#[from] ArtifactError),
+    /// Writing the superblock failed (F3).
+    #[error("superblock: {0}")]
+    Superblock(#[from] SuperblockError),
+    /// Raising the journal floor was refused.
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+}
+
+/// A metadata checkpoint in the order G4 demands (`Effect::Checkpoint`, and the install of a
+/// transferred snapshot): the snapshot is written durably, then the superblock names it
+/// (`checkpoint_op`, `checkpoint_checksum`, carried forward from `state`), then the journal's
+/// floor rises so the slots at or below it may be reused. Returns the state written.
+pub async fn checkpoint<S: Storage>(
+    snapshots: &mut SnapshotStore<S>,
+    superblock: &mut Superblock<S>,
+    journal: &mut MetadataJournal<S>,
+    snapshot: &Snapshot,
+    state: VsrState,
+) -> Result<VsrState, CheckpointError> {
+    snapshots.write(snapshot).await?;
+    let state = VsrState {
+        checkpoint_op: snapshot.op,
+        checkpoint_checksum: snapshot.checksum(),
+        op_head: state.op_head.max(journal.op_head()).max(snapshot.op),
+        ..state
+    };
+    superblock.write(&state).await?;
+    journal.set_checkpoint(snapshot.op)?;
+    Ok(state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +175,60 @@ mod tests {
             assert_eq!(r.state, Some(state));
             assert_eq!(r.recovery.op_head, 1);
             assert!(r.recovery.is_clean());
+        });
+    }
+
+    #[test]
+    fn checkpoints_pair_and_a_lost_snapshot_refuses() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let mut r = recover_metadata(disk.clone(), ID, CONFIG).await.unwrap();
+            let (mut snapshots, none) = SnapshotStore::open(disk.clone()).await.unwrap();
+            assert!(check_pairing(r.state.as_ref(), none.as_ref()).is_ok());
+            let mut parent = 0;
+            for op in 1..=10 {
+                let frame = prepare(op, parent, 10, 0);
+                r.journal.append(&frame).await.unwrap();
+                parent = crate::prepare::verify_frame(&frame, true)
+                    .unwrap()
+                    .identity();
+            }
+            let base = VsrState {
+                cluster: 42,
+                replica_count: 3,
+                ..VsrState::default()
+            };
+            for op in [4, 8] {
+                let snapshot = Snapshot {
+                    op,
+                    payload: vec![op as u8; 100],
+                };
+                checkpoint(
+                    &mut snapshots,
+                    &mut r.superblock,
+                    &mut r.journal,
+                    &snapshot,
+                    base,
+                )
+                .await
+                .unwrap();
+            }
+            let r = recover_metadata(disk.clone(), ID, CONFIG).await.unwrap();
+            let (_, snap) = SnapshotStore::open(disk.clone()).await.unwrap();
+            assert!(check_pairing(r.state.as_ref(), snap.as_ref()).is_ok());
+            assert_eq!(r.recovery.checkpoint_op, 8);
+            assert_eq!(r.recovery.chain_end(), 10);
+            // The newest snapshot copy (generation 2, file snapshot.0) rots: the older one
+            // (op 4) is behind the superblock's checkpoint 8: refuse.
+            disk.flip_bit("snapshot.0", 40, 2).unwrap();
+            let (_, snap) = SnapshotStore::open(disk.clone()).await.unwrap();
+            assert_eq!(
+                check_pairing(r.state.as_ref(), snap.as_ref()),
+                Err(PairingError::SnapshotBehind {
+                    checkpoint_op: 8,
+                    snapshot_op: Some(4)
+                })
+            );
         });
     }
 
