@@ -21,6 +21,7 @@
 //! - [`wal`]: the per-shard partition WAL with group commit.
 //! - [`batch`]: verification of stamped SendMessages batches.
 //! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
+//! - [`partition`]: boot of one partition group (superblock, segments, offsets, next offset).
 //! - [`pingpong`]: a small record replaced atomically (two alternating copies).
 //! - [`sim`]: one replica's metadata disk on the in-memory backend, driven synchronously (the
 //!   simulator's adapter from storage effects to completions).
@@ -36,6 +37,7 @@ pub mod dma;
 pub mod file;
 pub mod mem;
 pub mod metadata;
+pub mod partition;
 pub mod pingpong;
 pub mod prepare;
 pub mod recover;
@@ -51,6 +53,7 @@ pub use artifact::{
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
 pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotState};
+pub use partition::{PartitionBoot, PartitionError, recover_partition};
 pub use prepare::{FrameFault, Header};
 pub use recover::{
     CheckpointError, PairingError, RecoverError, Recovered, check_pairing, checkpoint,
