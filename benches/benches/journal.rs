@@ -261,5 +261,82 @@ fn recovery(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The same WAL appends on the glommio DMA backend (feature `glommio`), each sample inside its
+/// own executor (`io_memory` 2 MiB, unbound), next to the std backend's figures above.
+#[cfg(feature = "glommio")]
+fn append_dma(c: &mut Criterion) {
+    use glommio::{LocalExecutorBuilder, Placement};
+    use journal::dma::DmaStorage;
+    let dir = bench_dir("append-dma");
+    let dir_root = dir.clone();
+    let mut group = c.benchmark_group("append_dma");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(4));
+    for size in [4 * KIB, MIB] {
+        let label = if size >= MIB { "1MiB" } else { "4KiB" };
+        group.throughput(Throughput::Bytes(size as u64));
+        for grouped in [false, true] {
+            let name = if grouped {
+                "wal_group_commit_64"
+            } else {
+                "wal_fdatasync_each"
+            };
+            // One executor and one open WAL per series; criterion's thread asks it to run
+            // `iters` appends and gets the elapsed time back.
+            let (ask, asked) = std::sync::mpsc::channel::<u64>();
+            let (tell, told) = std::sync::mpsc::channel::<Duration>();
+            let dir = dir.clone();
+            let executor = LocalExecutorBuilder::new(Placement::Unbound)
+                .io_memory(2 * MIB)
+                .spawn(move || async move {
+                    let storage = DmaStorage::new(&dir).expect("storage");
+                    let frame = prepare(5, 1, 0, size - 256);
+                    let (mut wal, _) = PartitionWal::open(storage, wal_config(), |_| {})
+                        .await
+                        .expect("open");
+                    while let Ok(iters) = asked.recv() {
+                        let start = Instant::now();
+                        let mut in_window = 0;
+                        for i in 0..iters {
+                            wal.submit(5, &frame, 0).expect("submit");
+                            in_window += 1;
+                            let due = !grouped
+                                || in_window == APPENDERS
+                                || wal.is_window_full()
+                                || i + 1 == iters;
+                            if due {
+                                wal.commit().await.expect("commit");
+                                in_window = 0;
+                            }
+                            if wal.file_count() > 2 {
+                                let lsn = wal.durable_lsn();
+                                wal.reclaim(lsn).await.expect("reclaim");
+                            }
+                        }
+                        tell.send(start.elapsed()).expect("reply");
+                    }
+                })
+                .expect("executor");
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter_custom(|iters| {
+                    ask.send(iters).expect("ask");
+                    told.recv().expect("answer")
+                })
+            });
+            drop(ask);
+            executor.join().expect("join");
+            for entry in std::fs::read_dir(&dir_root).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "glommio")]
+criterion_group!(benches, append, append_dma, recovery);
+#[cfg(not(feature = "glommio"))]
 criterion_group!(benches, append, recovery);
 criterion_main!(benches);
