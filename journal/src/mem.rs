@@ -1,0 +1,460 @@
+//! The in-memory backend with fault injection, deterministic given a seed. The simulator runs
+//! the journal on it.
+//!
+//! Each file keeps its durable image and the list of writes and length changes since the last
+//! sync. [`MemStorage::crash`] rebuilds every file from its durable image plus whatever part of
+//! the unsynced operations the [`CrashMode`] lets through; faults on durable bytes (bit flips,
+//! zeroed sectors, lost sectors, truncation) are injected by name and offset. Clones share the
+//! same disk, so a test can keep a handle for faults while the journal owns another.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+use crate::storage::{OpenMode, SECTOR, Storage, StorageError, check_aligned, check_name};
+
+/// A small deterministic PRNG (SplitMix64) for fault choices and tests.
+#[derive(Debug, Clone)]
+pub struct Prng(u64);
+
+impl Prng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Prng {
+        Prng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "Prng::below(0)");
+        self.next_u64() % n
+    }
+
+    /// True with probability `1/n`.
+    pub fn one_in(&mut self, n: u64) -> bool {
+        self.below(n) == 0
+    }
+}
+
+/// What a crash does to operations that were not yet synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Every unsynced write and length change is lost.
+    LoseUnsynced,
+    /// A random prefix of the unsynced operations survives, and the first lost write may be torn
+    /// at a sector boundary (a prefix of its sectors lands).
+    TornPrefix,
+    /// Each unsynced sector write survives or not independently (a disk that reorders), length
+    /// changes in order.
+    Reorder,
+}
+
+#[derive(Debug, Clone)]
+enum Pending {
+    Write { offset: u64, data: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Debug, Clone, Default)]
+struct MemFile {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    pending: Vec<Pending>,
+    lost: BTreeSet<u64>,
+}
+
+/// Which call [`MemStorage::fail_next`] makes fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOp {
+    /// The next `write_at`.
+    Write,
+    /// The next `sync`.
+    Sync,
+}
+
+#[derive(Debug, Default)]
+struct MemState {
+    files: BTreeMap<String, MemFile>,
+    fail: Vec<FailOp>,
+    writes: u64,
+    syncs: u64,
+}
+
+/// The in-memory disk. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct MemStorage {
+    state: Rc<RefCell<MemState>>,
+}
+
+/// An open file of a [`MemStorage`]: its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemFileHandle(String);
+
+fn apply_write(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let end = offset as usize + data.len();
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    bytes[offset as usize..end].copy_from_slice(data);
+}
+
+impl MemStorage {
+    /// An empty disk.
+    pub fn new() -> MemStorage {
+        MemStorage::default()
+    }
+
+    fn not_found(name: &str) -> StorageError {
+        StorageError::NotFound(name.to_owned())
+    }
+
+    /// Simulates a power loss: each file keeps its durable image plus what `mode` lets through
+    /// of its unsynced operations, chosen by `prng`.
+    pub fn crash(&self, mode: CrashMode, prng: &mut Prng) {
+        let mut state = self.state.borrow_mut();
+        for file in state.files.values_mut() {
+            let mut image = std::mem::take(&mut file.durable);
+            let pending = std::mem::take(&mut file.pending);
+            match mode {
+                CrashMode::LoseUnsynced => {}
+                CrashMode::TornPrefix => {
+                    let keep = prng.below(pending.len() as u64 + 1) as usize;
+                    for op in &pending[..keep] {
+                        match op {
+                            Pending::Write { offset, data } => {
+                                apply_write(&mut image, *offset, data)
+                            }
+                            Pending::SetLen(len) => image.resize(*len as usize, 0),
+                        }
+                    }
+                    if let Some(Pending::Write { offset, data }) = pending.get(keep) {
+                        let sectors = data.len() / SECTOR;
+                        let torn = prng.below(sectors as u64 + 1) as usize * SECTOR;
+                        apply_write(&mut image, *offset, &data[..torn]);
+                    }
+                }
+                CrashMode::Reorder => {
+                    for op in &pending {
+                        match op {
+                            Pending::Write { offset, data } => {
+                                for (i, sector) in data.chunks(SECTOR).enumerate() {
+                                    if prng.one_in(2) {
+                                        let at = offset + (i * SECTOR) as u64;
+                                        apply_write(&mut image, at, sector);
+                                    }
+                                }
+                            }
+                            Pending::SetLen(len) => image.resize(*len as usize, 0),
+                        }
+                    }
+                }
+            }
+            file.current = image.clone();
+            file.durable = image;
+        }
+    }
+
+    /// Makes the next call of `op` fail with [`StorageError::Injected`] (queued in order).
+    pub fn fail_next(&self, op: FailOp) {
+        self.state.borrow_mut().fail.push(op);
+    }
+
+    fn take_failure(&self, op: FailOp) -> bool {
+        let mut state = self.state.borrow_mut();
+        if let Some(i) = state.fail.iter().position(|f| *f == op) {
+            state.fail.remove(i);
+            return true;
+        }
+        false
+    }
+
+    fn with_file<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut MemFile) -> T,
+    ) -> Result<T, StorageError> {
+        let mut state = self.state.borrow_mut();
+        let file = state
+            .files
+            .get_mut(name)
+            .ok_or_else(|| Self::not_found(name))?;
+        Ok(f(file))
+    }
+
+    /// Flips one bit of the file, durably (bit rot). Offsets past the end are ignored.
+    pub fn flip_bit(&self, name: &str, byte: u64, bit: u8) -> Result<(), StorageError> {
+        self.with_file(name, |file| {
+            for image in [&mut file.durable, &mut file.current] {
+                if let Some(b) = image.get_mut(byte as usize) {
+                    *b ^= 1 << (bit % 8);
+                }
+            }
+        })
+    }
+
+    /// Zeroes one sector durably (a misdirected or lost write that reads back as zeros).
+    pub fn zero_sector(&self, name: &str, sector: u64) -> Result<(), StorageError> {
+        self.with_file(name, |file| {
+            for image in [&mut file.durable, &mut file.current] {
+                let start = (sector as usize * SECTOR).min(image.len());
+                let end = (start + SECTOR).min(image.len());
+                image[start..end].fill(0);
+            }
+        })
+    }
+
+    /// Makes one sector unreadable: reads covering it fail until it is written again.
+    pub fn lose_sector(&self, name: &str, sector: u64) -> Result<(), StorageError> {
+        self.with_file(name, |file| {
+            file.lost.insert(sector);
+        })
+    }
+
+    /// Truncates the file durably (a lost tail).
+    pub fn truncate_file(&self, name: &str, len: u64) -> Result<(), StorageError> {
+        self.with_file(name, |file| {
+            let len = len as usize;
+            file.durable.truncate(len);
+            file.current.truncate(len);
+        })
+    }
+
+    /// The durable bytes of a file (for tests and the simulator's checkers).
+    pub fn durable_image(&self, name: &str) -> Option<Vec<u8>> {
+        self.state
+            .borrow()
+            .files
+            .get(name)
+            .map(|f| f.durable.clone())
+    }
+
+    /// `(writes, syncs)` issued so far.
+    pub fn counts(&self) -> (u64, u64) {
+        let state = self.state.borrow();
+        (state.writes, state.syncs)
+    }
+}
+
+impl Storage for MemStorage {
+    type File = MemFileHandle;
+
+    async fn open(&self, name: &str, mode: OpenMode) -> Result<MemFileHandle, StorageError> {
+        check_name(name)?;
+        let mut state = self.state.borrow_mut();
+        if !state.files.contains_key(name) {
+            if mode == OpenMode::Existing {
+                return Err(Self::not_found(name));
+            }
+            state.files.insert(name.to_owned(), MemFile::default());
+        }
+        Ok(MemFileHandle(name.to_owned()))
+    }
+
+    async fn read_at(
+        &self,
+        file: &MemFileHandle,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, StorageError> {
+        check_aligned("read", &file.0, offset, buf.len())?;
+        self.with_file(&file.0, |f| {
+            let first = offset / SECTOR as u64;
+            let last = (offset + buf.len() as u64).div_ceil(SECTOR as u64);
+            if let Some(&sector) = f.lost.range(first..last).next() {
+                let end = f.current.len() as u64;
+                if sector * (SECTOR as u64) < end {
+                    return Err(StorageError::SectorLost {
+                        name: file.0.clone(),
+                        sector,
+                    });
+                }
+            }
+            let start = (offset as usize).min(f.current.len());
+            let end = (start + buf.len()).min(f.current.len());
+            buf[..end - start].copy_from_slice(&f.current[start..end]);
+            Ok(end - start)
+        })?
+    }
+
+    async fn write_at(
+        &self,
+        file: &MemFileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        check_aligned("write", &file.0, offset, data.len())?;
+        if self.take_failure(FailOp::Write) {
+            return Err(StorageError::Injected {
+                op: "write",
+                name: file.0.clone(),
+            });
+        }
+        self.state.borrow_mut().writes += 1;
+        self.with_file(&file.0, |f| {
+            apply_write(&mut f.current, offset, data);
+            let first = offset / SECTOR as u64;
+            let last = first + (data.len() / SECTOR) as u64;
+            let healed: Vec<u64> = f.lost.range(first..last).copied().collect();
+            for sector in healed {
+                f.lost.remove(&sector);
+            }
+            f.pending.push(Pending::Write {
+                offset,
+                data: data.to_vec(),
+            });
+        })
+    }
+
+    async fn sync(&self, file: &MemFileHandle) -> Result<(), StorageError> {
+        if self.take_failure(FailOp::Sync) {
+            return Err(StorageError::Injected {
+                op: "sync",
+                name: file.0.clone(),
+            });
+        }
+        self.state.borrow_mut().syncs += 1;
+        self.with_file(&file.0, |f| {
+            f.durable = f.current.clone();
+            f.pending.clear();
+        })
+    }
+
+    async fn len(&self, file: &MemFileHandle) -> Result<u64, StorageError> {
+        self.with_file(&file.0, |f| f.current.len() as u64)
+    }
+
+    async fn set_len(&self, file: &MemFileHandle, len: u64) -> Result<(), StorageError> {
+        self.with_file(&file.0, |f| {
+            f.current.resize(len as usize, 0);
+            f.pending.push(Pending::SetLen(len));
+        })
+    }
+
+    async fn remove(&self, name: &str) -> Result<(), StorageError> {
+        let mut state = self.state.borrow_mut();
+        state
+            .files
+            .remove(name)
+            .map(|_| ())
+            .ok_or_else(|| Self::not_found(name))
+    }
+
+    async fn list(&self) -> Result<Vec<String>, StorageError> {
+        Ok(self.state.borrow().files.keys().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::block_on;
+
+    fn sector(byte: u8, n: usize) -> Vec<u8> {
+        vec![byte; SECTOR * n]
+    }
+
+    #[test]
+    fn unsynced_writes_are_lost_at_a_crash_and_synced_ones_stay() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            disk.write_at(&f, 0, &sector(1, 1)).await.unwrap();
+            disk.sync(&f).await.unwrap();
+            disk.write_at(&f, SECTOR as u64, &sector(2, 1))
+                .await
+                .unwrap();
+            disk.crash(CrashMode::LoseUnsynced, &mut Prng::new(1));
+            let mut buf = sector(0, 2);
+            assert_eq!(disk.read_at(&f, 0, &mut buf).await.unwrap(), SECTOR);
+            assert_eq!(&buf[..SECTOR], &sector(1, 1)[..]);
+        });
+    }
+
+    #[test]
+    fn torn_writes_land_as_a_sector_prefix() {
+        for seed in 0..64 {
+            let disk = MemStorage::new();
+            block_on(async {
+                let f = disk.open("a", OpenMode::Create).await.unwrap();
+                disk.write_at(&f, 0, &sector(7, 4)).await.unwrap();
+                disk.crash(CrashMode::TornPrefix, &mut Prng::new(seed));
+                let image = disk.durable_image("a").unwrap();
+                assert_eq!(image.len() % SECTOR, 0);
+                assert!(image.iter().all(|b| *b == 7));
+            });
+        }
+    }
+
+    #[test]
+    fn unaligned_access_is_refused() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            assert!(matches!(
+                disk.write_at(&f, 1, &sector(0, 1)).await,
+                Err(StorageError::Unaligned { .. })
+            ));
+            let mut small = [0u8; 100];
+            assert!(disk.read_at(&f, 0, &mut small).await.is_err());
+        });
+    }
+
+    #[test]
+    fn lost_sectors_fail_reads_until_rewritten() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            disk.write_at(&f, 0, &sector(1, 2)).await.unwrap();
+            disk.sync(&f).await.unwrap();
+            disk.lose_sector("a", 1).unwrap();
+            let mut buf = sector(0, 2);
+            let err = disk.read_at(&f, 0, &mut buf).await.unwrap_err();
+            assert!(err.is_media());
+            disk.write_at(&f, SECTOR as u64, &sector(3, 1))
+                .await
+                .unwrap();
+            assert!(disk.read_at(&f, 0, &mut buf).await.is_ok());
+        });
+    }
+
+    #[test]
+    fn injected_failures_are_errors() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            disk.fail_next(FailOp::Sync);
+            disk.write_at(&f, 0, &sector(1, 1)).await.unwrap();
+            assert!(matches!(
+                disk.sync(&f).await,
+                Err(StorageError::Injected { .. })
+            ));
+            assert!(disk.sync(&f).await.is_ok());
+        });
+    }
+
+    #[test]
+    fn crashes_are_deterministic_given_a_seed() {
+        let run = |seed| {
+            let disk = MemStorage::new();
+            block_on(async {
+                let f = disk.open("a", OpenMode::Create).await.unwrap();
+                for i in 0..8u8 {
+                    disk.write_at(&f, i as u64 * 8192, &sector(i + 1, 2))
+                        .await
+                        .unwrap();
+                }
+            });
+            disk.crash(CrashMode::Reorder, &mut Prng::new(seed));
+            disk.durable_image("a").unwrap()
+        };
+        assert_eq!(run(9), run(9));
+    }
+}

@@ -1,0 +1,156 @@
+//! Boot of one partition group (journal.md §4.1 and §6): its superblock, its journaled prepares
+//! (handed in from the shard WAL's [`crate::wal::GroupReplay`]), its segments, its consumer
+//! offsets, and the next offset to mint (G8):
+//! `max(end of recovered segments, offset_frontier, max over replayed SendMessages of
+//! base_offset + message_count)`.
+
+use std::collections::BTreeMap;
+
+use wire::{HEADER_SIZE, Operation};
+
+use crate::artifact::{ArtifactError, OffsetStore, OffsetTable};
+use crate::batch;
+use crate::segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
+use crate::storage::Storage;
+use crate::superblock::{Identity, Superblock, SuperblockError, VsrState};
+
+/// Why the group cannot boot (an unreadable superblock tombstones this partition; the rest of
+/// the node boots).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartitionError {
+    /// The group superblock.
+    #[error("superblock: {0}")]
+    Superblock(#[from] SuperblockError),
+    /// The segments.
+    #[error("segments: {0}")]
+    Segment(#[from] SegmentError),
+    /// The offsets file.
+    #[error("offsets: {0}")]
+    Offsets(#[from] ArtifactError),
+}
+
+/// What a partition group recovered.
+#[derive(Debug)]
+pub struct PartitionBoot<S: Storage> {
+    /// The group superblock (for the next `(view, log_view)` write).
+    pub superblock: Superblock<S>,
+    /// Its state, `None` for a group that never wrote one.
+    pub state: Option<VsrState>,
+    /// The segments, open for appends.
+    pub log: PartitionLog<S>,
+    /// What the segment scan found.
+    pub segments: SegmentRecovery,
+    /// The consumer-offset store, open for writes.
+    pub offset_store: OffsetStore<S>,
+    /// The offsets, clamped to the recovered data.
+    pub offsets: OffsetTable,
+    /// Whether an offsets copy was damaged (the older table was used).
+    pub offsets_damaged: bool,
+    /// The next offset to mint (G8).
+    pub next_offset: u64,
+}
+
+/// The end offset of the SendMessages batch a prepare carries, if it carries one.
+pub fn send_messages_end(frame: &[u8]) -> Option<u64> {
+    if frame.get(208) != Some(&Operation::SendMessages.byte()) {
+        return None;
+    }
+    batch::peek(frame.get(HEADER_SIZE..)?).map(|info| info.end_offset())
+}
+
+/// Boots the partition group stored under `prefix`; `prepares` are its replayed WAL entries.
+pub async fn recover_partition<S: Storage + Clone>(
+    storage: S,
+    prefix: &str,
+    identity: Identity,
+    policy: FlushPolicy,
+    prepares: &BTreeMap<u64, Vec<u8>>,
+) -> Result<PartitionBoot<S>, PartitionError> {
+    let superblock = Superblock::open(storage.clone(), prefix, identity).await?;
+    let state = superblock.state().copied();
+    let frontier = state.map_or(0, |s| s.offset_frontier);
+    let (log, segments) = PartitionLog::open(storage.clone(), prefix, policy, frontier).await?;
+    let replayed = prepares
+        .values()
+        .filter_map(|f| send_messages_end(f))
+        .max()
+        .unwrap_or(0);
+    let next_offset = log.next_offset().max(frontier).max(replayed);
+    let (offset_store, mut offsets, offsets_damaged) = OffsetStore::open(storage, prefix).await?;
+    let last = next_offset.saturating_sub(1);
+    for offset in offsets
+        .consumers
+        .values_mut()
+        .chain(offsets.groups.values_mut())
+    {
+        *offset = (*offset).min(last);
+    }
+    Ok(PartitionBoot {
+        superblock,
+        state,
+        log,
+        segments,
+        offset_store,
+        offsets,
+        offsets_damaged,
+        next_offset,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::build;
+    use crate::mem::MemStorage;
+    use crate::storage::block_on;
+
+    #[test]
+    fn the_next_offset_never_falls_below_wal_segments_or_frontier() {
+        let disk = MemStorage::new();
+        let id = Identity {
+            cluster: 1,
+            replica_id: 0,
+            replica_count: 3,
+        };
+        block_on(async {
+            let policy = FlushPolicy::default();
+            let mut boot = recover_partition(disk.clone(), "g7-", id, policy, &BTreeMap::new())
+                .await
+                .unwrap();
+            assert_eq!(boot.next_offset, 0);
+            boot.log
+                .commit_batch(build(7, 0, 1, &[b"a", b"b"]))
+                .unwrap();
+            boot.log.sync().await.unwrap();
+            let mut table = OffsetTable::default();
+            table.consumers.insert(1, 99);
+            boot.offset_store.write(&table, true).await.unwrap();
+            // A replayed SendMessages prepare whose batch ends at offset 5.
+            let mut frame = vec![0u8; HEADER_SIZE];
+            frame[208] = Operation::SendMessages.byte();
+            frame.extend_from_slice(&build(7, 2, 2, &[b"c", b"d", b"e"]));
+            let prepares: BTreeMap<u64, Vec<u8>> = [(1, frame)].into_iter().collect();
+            let boot = recover_partition(disk.clone(), "g7-", id, policy, &prepares)
+                .await
+                .unwrap();
+            assert_eq!(boot.log.next_offset(), 2);
+            assert_eq!(boot.next_offset, 5);
+            assert_eq!(
+                boot.offsets.consumers[&1], 4,
+                "clamped to the recovered data"
+            );
+            let mut sb = boot.superblock;
+            let state = VsrState {
+                cluster: 1,
+                replica_count: 3,
+                offset_frontier: 50,
+                ..VsrState::default()
+            };
+            sb.write(&state).await.unwrap();
+            let boot = recover_partition(disk.clone(), "g7-", id, policy, &prepares)
+                .await
+                .unwrap();
+            assert_eq!(boot.next_offset, 50);
+        });
+    }
+}

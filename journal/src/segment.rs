@@ -1,0 +1,565 @@
+//! Partition segments: committed batches materialized per the topic's flush policy
+//! (journal.md §4, §5), with a sparse offset + timestamp index, and reads by offset and by
+//! timestamp for polls.
+//!
+//! Files per partition (names carry the partition's prefix, e.g. `p42-`):
+//! - `{prefix}{base:020}.log`: stamped batches back to back (the PrepareHeader stripped),
+//!   zero-padded to a sector at the end of each flush (the next flush rewrites that last
+//!   sector: the log is sector-aligned for `O_DIRECT`).
+//! - `{prefix}{base:020}.index`: one 24-byte entry per flush: `offset u64, timestamp u64,
+//!   position u64` (LE) of the flush's first batch; zero-padded to a sector.
+//!
+//! Durability: a flush writes the committed prefix; with `enforce_fsync` it also
+//! `fdatasync`s both files before returning. Without it the segment may lose recent flushes at
+//! a crash; since Strand's partition prepares are durable in the shard WAL (G7 strengthened),
+//! the WAL must not be reclaimed above [`PartitionLog::synced_offset`].
+//! Recovery re-verifies the batches after the last index entry, cuts a torn tail, drops index
+//! entries past the log end, and sweeps `.staging` files of an interrupted state transfer.
+
+use std::collections::VecDeque;
+
+use crate::batch::{self, BatchFault, BatchInfo};
+use crate::file::AlignedBuf;
+use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
+
+const INDEX_ENTRY: usize = 24;
+
+/// The topic's message durability policy (journal.md §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlushPolicy {
+    /// `fdatasync` segment and index writes (and offset files).
+    pub enforce_fsync: bool,
+    /// Flush when this many messages are held.
+    pub messages_required_to_save: u64,
+    /// Flush when this many bytes are held.
+    pub size_of_messages_required_to_save: u64,
+    /// Segment rotation size (soft: a segment seals after the flush that reaches it).
+    pub segment_size: u64,
+}
+
+impl Default for FlushPolicy {
+    fn default() -> Self {
+        FlushPolicy {
+            enforce_fsync: false,
+            messages_required_to_save: 1024,
+            size_of_messages_required_to_save: 1024 * 1024,
+            segment_size: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a segment call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SegmentError {
+    /// The storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A batch given to commit is not intact.
+    #[error("batch refused: {0}")]
+    Batch(#[from] BatchFault),
+    /// A committed batch whose base offset is not the next offset (G8).
+    #[error("batch base offset {base_offset}, expected {expected}")]
+    Offset {
+        /// In the batch.
+        base_offset: u64,
+        /// Next offset of the partition.
+        expected: u64,
+    },
+    /// A stored batch no longer verifies.
+    #[error("segment {base} position {position}: {fault}")]
+    Corrupt {
+        /// Segment base offset.
+        base: u64,
+        /// Byte position.
+        position: u64,
+        /// What failed.
+        fault: BatchFault,
+    },
+}
+
+/// One index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Offset of the first message of the flush's first batch.
+    pub offset: u64,
+    /// Its base timestamp.
+    pub timestamp: u64,
+    /// Byte position in the `.log`.
+    pub position: u64,
+}
+
+#[derive(Debug)]
+struct Segment<F> {
+    base: u64,
+    end_offset: u64,
+    len: u64,
+    index: Vec<IndexEntry>,
+    log: F,
+    idx: F,
+}
+
+/// What opening a partition's segments found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SegmentRecovery {
+    /// Segments loaded.
+    pub segments: usize,
+    /// Next offset after the recovered data.
+    pub next_offset: u64,
+    /// Bytes cut from the last segment's tail (a torn or unsynced flush).
+    pub tail_cut: u64,
+    /// Index entries dropped because they pointed past the log end.
+    pub index_dropped: usize,
+    /// Staging files swept.
+    pub staging_swept: usize,
+    /// Damage inside a segment before its last index entry (data the WAL or peers must refill).
+    pub damage: Vec<(u64, u64)>,
+}
+
+/// The segments of one partition.
+#[derive(Debug)]
+pub struct PartitionLog<S: Storage> {
+    storage: S,
+    prefix: String,
+    policy: FlushPolicy,
+    segments: Vec<Segment<S::File>>,
+    pending: VecDeque<(BatchInfo, Vec<u8>)>,
+    pending_messages: u64,
+    pending_bytes: u64,
+    next_offset: u64,
+    synced_offset: u64,
+}
+
+/// Name of a segment's log file.
+pub fn log_name(prefix: &str, base: u64) -> String {
+    format!("{prefix}{base:020}.log")
+}
+
+/// Name of a segment's index file.
+pub fn index_name(prefix: &str, base: u64) -> String {
+    format!("{prefix}{base:020}.index")
+}
+
+async fn read_all<S: Storage>(storage: &S, file: &S::File) -> Result<Vec<u8>, StorageError> {
+    let len = storage.len(file).await?;
+    let mut bytes = vec![0u8; sector_ceil(len) as usize];
+    let n = read_exact_at(storage, file, 0, &mut bytes).await?;
+    bytes.truncate(n);
+    Ok(bytes)
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Opens a partition's segments, recovering each (see the module docs). `offset_frontier`
+    /// from the group superblock lifts the next offset (G8).
+    pub async fn open(
+        storage: S,
+        prefix: &str,
+        policy: FlushPolicy,
+        offset_frontier: u64,
+    ) -> Result<(PartitionLog<S>, SegmentRecovery), SegmentError> {
+        Self::open_inner(storage, prefix, policy, offset_frontier, true).await
+    }
+
+    pub(crate) async fn open_inner(
+        storage: S,
+        prefix: &str,
+        policy: FlushPolicy,
+        offset_frontier: u64,
+        sweep: bool,
+    ) -> Result<(PartitionLog<S>, SegmentRecovery), SegmentError> {
+        let mut recovery = SegmentRecovery::default();
+        let mut bases = Vec::new();
+        let staging = format!("staging-{prefix}");
+        for name in storage.list().await? {
+            if name.starts_with(&staging) && sweep {
+                storage.remove(&name).await?;
+                recovery.staging_swept += 1;
+                continue;
+            }
+            let Some(rest) = name.strip_prefix(prefix) else {
+                continue;
+            };
+            if rest.ends_with(".staging") {
+                storage.remove(&name).await?;
+                recovery.staging_swept += 1;
+            } else if let Some(base) = rest.strip_suffix(".log").and_then(|b| b.parse().ok()) {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = Vec::new();
+        for base in bases {
+            let log = storage
+                .open(&log_name(prefix, base), OpenMode::Existing)
+                .await?;
+            let idx = storage
+                .open(&index_name(prefix, base), OpenMode::Create)
+                .await?;
+            let log_bytes = read_all(&storage, &log).await?;
+            let idx_bytes = read_all(&storage, &idx).await?;
+            let mut index: Vec<IndexEntry> = idx_bytes
+                .chunks_exact(INDEX_ENTRY)
+                .map(|e| IndexEntry {
+                    offset: u64::from_le_bytes(e[0..8].try_into().expect("8")),
+                    timestamp: u64::from_le_bytes(e[8..16].try_into().expect("8")),
+                    position: u64::from_le_bytes(e[16..24].try_into().expect("8")),
+                })
+                .collect();
+            // Keep the entries that point at an intact batch with the offset they claim.
+            let before = index.len();
+            let mut valid = 0;
+            for (i, e) in index.iter().enumerate() {
+                let ok = log_bytes
+                    .get(e.position as usize..)
+                    .and_then(|b| batch::verify(b).ok())
+                    .is_some_and(|b| b.base_offset == e.offset && b.base_timestamp == e.timestamp)
+                    && (i == 0 || e.position > index[i - 1].position);
+                if !ok {
+                    break;
+                }
+                valid = i + 1;
+            }
+            index.truncate(valid);
+            recovery.index_dropped += before - valid;
+            // Scan forward from the last indexed batch to the end of intact data.
+            let mut at = index.last().map_or(0, |e| e.position as usize);
+            let mut end_offset = index.last().map_or(base, |e| e.offset);
+            while let Ok(info) = batch::verify(&log_bytes[at.min(log_bytes.len())..]) {
+                at += info.len as usize;
+                end_offset = info.end_offset();
+            }
+            let tail = &log_bytes[at.min(log_bytes.len())..];
+            if tail.iter().any(|b| *b != 0) {
+                recovery.tail_cut += tail.len() as u64;
+            }
+            segments.push(Segment {
+                base,
+                end_offset,
+                len: at as u64,
+                index,
+                log,
+                idx,
+            });
+        }
+        // A segment starts where the previous one ends. An empty later segment after a lost
+        // unsynced tail is dropped (its flushes never landed); data after a hole is damage.
+        let mut i = 1;
+        while i < segments.len() {
+            let end = segments[i - 1].end_offset;
+            if segments[i].base != end {
+                if segments[i].len == 0 && i + 1 == segments.len() {
+                    let seg = segments.remove(i);
+                    storage.remove(&log_name(prefix, seg.base)).await?;
+                    storage.remove(&index_name(prefix, seg.base)).await?;
+                    continue;
+                }
+                recovery.damage.push((end, segments[i].base));
+            }
+            i += 1;
+        }
+        recovery.segments = segments.len();
+        let data_end = segments.last().map_or(0, |s| s.end_offset);
+        let next_offset = data_end.max(offset_frontier);
+        recovery.next_offset = next_offset;
+        let mut log = PartitionLog {
+            storage,
+            prefix: prefix.to_owned(),
+            policy,
+            segments,
+            pending: VecDeque::new(),
+            pending_messages: 0,
+            pending_bytes: 0,
+            next_offset,
+            synced_offset: data_end,
+        };
+        if let Some(last) = log.segments.last() {
+            // Zero the cut tail so the next flush starts clean.
+            let (len, base) = (last.len, last.base);
+            if recovery.tail_cut > 0 || data_end < next_offset {
+                log.rewrite_tail(len).await?;
+            }
+            if data_end < next_offset {
+                // The frontier is ahead of the data: start a new segment there.
+                let _ = base;
+                log.start_segment(next_offset).await?;
+            }
+        }
+        Ok((log, recovery))
+    }
+
+    async fn rewrite_tail(&mut self, len: u64) -> Result<(), SegmentError> {
+        let last = self.segments.last().expect("a segment");
+        let at = len / SECTOR as u64 * SECTOR as u64;
+        let mut buf = AlignedBuf::zeroed(SECTOR);
+        let mut old = vec![0u8; SECTOR];
+        read_exact_at(&self.storage, &last.log, at, &mut old).await?;
+        let keep = (len - at) as usize;
+        buf.as_mut_slice()[..keep].copy_from_slice(&old[..keep]);
+        self.storage.write_at(&last.log, at, buf.as_slice()).await?;
+        self.storage.set_len(&last.log, sector_ceil(len)).await?;
+        self.storage.sync(&last.log).await?;
+        Ok(())
+    }
+
+    async fn start_segment(&mut self, base: u64) -> Result<(), SegmentError> {
+        let log = self
+            .storage
+            .open(&log_name(&self.prefix, base), OpenMode::Create)
+            .await?;
+        let idx = self
+            .storage
+            .open(&index_name(&self.prefix, base), OpenMode::Create)
+            .await?;
+        self.segments.push(Segment {
+            base,
+            end_offset: base,
+            len: 0,
+            index: Vec::new(),
+            log,
+            idx,
+        });
+        Ok(())
+    }
+
+    /// The next offset to mint (G8).
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// The offset up to which segments are written and synced.
+    pub fn synced_offset(&self) -> u64 {
+        self.synced_offset
+    }
+
+    /// Base offsets of the segments.
+    pub fn segment_bases(&self) -> Vec<u64> {
+        self.segments.iter().map(|s| s.base).collect()
+    }
+
+    /// Hands a committed batch to the log (kept in memory until a flush). Its base offset must
+    /// be the next offset.
+    pub fn commit_batch(&mut self, bytes: Vec<u8>) -> Result<(), SegmentError> {
+        let info = batch::verify(&bytes)?;
+        if info.base_offset != self.next_offset {
+            return Err(SegmentError::Offset {
+                base_offset: info.base_offset,
+                expected: self.next_offset,
+            });
+        }
+        self.next_offset = info.end_offset();
+        self.pending_messages += info.message_count as u64;
+        self.pending_bytes += info.len;
+        self.pending.push_back((info, bytes));
+        Ok(())
+    }
+
+    /// The flush policy's verdict: the held messages or bytes (committed here plus the
+    /// caller's uncommitted tail) reach a threshold, or the active segment is full.
+    pub fn should_flush(&self, uncommitted_messages: u64, uncommitted_bytes: u64) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let active = self.segments.last().map_or(0, |s| s.len);
+        self.pending_messages + uncommitted_messages >= self.policy.messages_required_to_save
+            || self.pending_bytes + uncommitted_bytes
+                >= self.policy.size_of_messages_required_to_save
+            || active + self.pending_bytes >= self.policy.segment_size
+    }
+
+    /// Writes every held committed batch to the active segment with one index entry, syncing
+    /// both files when the policy enforces fsync, and rotates a full segment. On error the
+    /// batches stay held for a retry (the caller fail-stops in practice).
+    pub async fn flush(&mut self) -> Result<(), SegmentError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        if self.segments.is_empty() {
+            let base = self.pending.front().expect("non-empty").0.base_offset;
+            self.start_segment(base).await?;
+        }
+        let seg = self.segments.last().expect("a segment");
+        let first = self.pending.front().expect("non-empty").0;
+        let at = seg.len / SECTOR as u64 * SECTOR as u64;
+        let keep = (seg.len - at) as usize;
+        let total = keep + self.pending_bytes as usize;
+        let mut buf = AlignedBuf::zeroed(sector_ceil(total as u64) as usize);
+        if keep > 0 {
+            let mut old = vec![0u8; SECTOR];
+            read_exact_at(&self.storage, &seg.log, at, &mut old).await?;
+            buf.as_mut_slice()[..keep].copy_from_slice(&old[..keep]);
+        }
+        let mut cursor = keep;
+        for (info, bytes) in &self.pending {
+            buf.as_mut_slice()[cursor..cursor + info.len as usize].copy_from_slice(bytes);
+            cursor += info.len as usize;
+        }
+        self.storage.write_at(&seg.log, at, buf.as_slice()).await?;
+        let entry = IndexEntry {
+            offset: first.base_offset,
+            timestamp: first.base_timestamp,
+            position: seg.len,
+        };
+        let count = seg.index.len() + 1;
+        let idx_at = seg.index.len() * INDEX_ENTRY / SECTOR * SECTOR;
+        let mut idx_buf =
+            AlignedBuf::zeroed(sector_ceil((count * INDEX_ENTRY - idx_at) as u64) as usize);
+        for (i, e) in seg
+            .index
+            .iter()
+            .chain([&entry])
+            .enumerate()
+            .skip(idx_at / INDEX_ENTRY)
+        {
+            let o = i * INDEX_ENTRY - idx_at;
+            let out = &mut idx_buf.as_mut_slice()[o..o + INDEX_ENTRY];
+            out[0..8].copy_from_slice(&e.offset.to_le_bytes());
+            out[8..16].copy_from_slice(&e.timestamp.to_le_bytes());
+            out[16..24].copy_from_slice(&e.position.to_le_bytes());
+        }
+        self.storage
+            .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
+            .await?;
+        if self.policy.enforce_fsync {
+            self.storage.sync(&seg.log).await?;
+            self.storage.sync(&seg.idx).await?;
+        }
+        let last = self.pending.back().expect("non-empty").0;
+        let seg = self.segments.last_mut().expect("a segment");
+        seg.len += self.pending_bytes;
+        seg.end_offset = last.end_offset();
+        seg.index.push(entry);
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.pending_messages = 0;
+        if self.policy.enforce_fsync {
+            self.synced_offset = seg.end_offset;
+        }
+        if seg.len >= self.policy.segment_size {
+            // A sealed segment is synced before the next one exists, so a crash never leaves
+            // data after a hole (once per segment, whatever the policy).
+            let next = seg.end_offset;
+            if !self.policy.enforce_fsync {
+                let seg = self.segments.last().expect("a segment");
+                self.storage.sync(&seg.log).await?;
+                self.storage.sync(&seg.idx).await?;
+                self.synced_offset = next;
+            }
+            self.start_segment(next).await?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the active segment's files (a forced flush point: shutdown, a state-transfer
+    /// offer, WAL reclamation) and returns the synced offset.
+    pub async fn sync(&mut self) -> Result<u64, SegmentError> {
+        self.flush().await?;
+        for seg in self.segments.iter().rev().take(2) {
+            self.storage.sync(&seg.log).await?;
+            self.storage.sync(&seg.idx).await?;
+        }
+        self.synced_offset = self.segments.last().map_or(0, |s| s.end_offset);
+        Ok(self.synced_offset)
+    }
+
+    /// Up to `bytes_max` bytes of whole batches starting with the batch that holds `offset`
+    /// (at least one batch if any holds it). Every batch is verified before it is returned.
+    pub async fn read_from_offset(
+        &self,
+        offset: u64,
+        bytes_max: u64,
+    ) -> Result<Vec<u8>, SegmentError> {
+        self.read_where(|info| info.end_offset() > offset, bytes_max)
+            .await
+    }
+
+    /// Up to `bytes_max` bytes of whole batches from the first batch with
+    /// `base_timestamp >= timestamp`.
+    pub async fn read_from_timestamp(
+        &self,
+        timestamp: u64,
+        bytes_max: u64,
+    ) -> Result<Vec<u8>, SegmentError> {
+        self.read_where(|info| info.base_timestamp >= timestamp, bytes_max)
+            .await
+    }
+
+    async fn read_where(
+        &self,
+        wanted: impl Fn(&BatchInfo) -> bool,
+        bytes_max: u64,
+    ) -> Result<Vec<u8>, SegmentError> {
+        let mut out = Vec::new();
+        for seg in &self.segments {
+            if seg.len == 0 || (!out.is_empty() && out.len() as u64 >= bytes_max) {
+                continue;
+            }
+            let last = BatchInfo {
+                base_offset: seg.end_offset.saturating_sub(1),
+                base_timestamp: u64::MAX,
+                message_count: 1,
+                len: 0,
+            };
+            if out.is_empty() && !wanted(&last) {
+                continue;
+            }
+            // The last index entry whose batch is not yet wanted bounds the scan's start.
+            let start = if out.is_empty() {
+                let probe = |e: &IndexEntry| {
+                    !wanted(&BatchInfo {
+                        base_offset: e.offset,
+                        base_timestamp: e.timestamp,
+                        message_count: 1,
+                        len: 0,
+                    })
+                };
+                let i = seg.index.partition_point(probe);
+                seg.index[..i].last().map_or(0, |e| e.position)
+            } else {
+                0
+            };
+            let from = start / SECTOR as u64 * SECTOR as u64;
+            let mut bytes = vec![0u8; sector_ceil(seg.len - from) as usize];
+            read_exact_at(&self.storage, &seg.log, from, &mut bytes).await?;
+            let mut at = (start - from) as usize;
+            let end = (seg.len - from) as usize;
+            while at < end {
+                let info =
+                    batch::verify(&bytes[at..end]).map_err(|fault| SegmentError::Corrupt {
+                        base: seg.base,
+                        position: from + at as u64,
+                        fault,
+                    })?;
+                if !out.is_empty() || wanted(&info) {
+                    if !out.is_empty() && out.len() as u64 + info.len > bytes_max {
+                        return Ok(out);
+                    }
+                    out.extend_from_slice(&bytes[at..at + info.len as usize]);
+                }
+                at += info.len as usize;
+            }
+        }
+        for (info, bytes) in &self.pending {
+            if !out.is_empty() && out.len() as u64 + info.len > bytes_max {
+                break;
+            }
+            if !out.is_empty() || wanted(info) {
+                out.extend_from_slice(bytes);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The raw `.log` bytes of the segment at `base` (a SEGMENT_LOG artifact): flushed data
+    /// only, without the sector padding.
+    pub async fn segment_bytes(&self, base: u64) -> Result<Option<Vec<u8>>, SegmentError> {
+        let Some(seg) = self.segments.iter().find(|s| s.base == base) else {
+            return Ok(None);
+        };
+        let mut bytes = vec![0u8; sector_ceil(seg.len) as usize];
+        read_exact_at(&self.storage, &seg.log, 0, &mut bytes).await?;
+        bytes.truncate(seg.len as usize);
+        Ok(Some(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests;

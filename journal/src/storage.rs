@@ -1,0 +1,205 @@
+//! The one storage interface the journal is written against, and the helpers every layout uses.
+//!
+//! A [`Storage`] is a flat directory of named files. Every read and write is positional, starts
+//! on a [`SECTOR`] boundary and covers whole sectors, so the same layouts run on `O_DIRECT`
+//! files and on the in-memory fault backend (which refuses unaligned access, so the simulator
+//! catches a layout bug the production backend would turn into `EINVAL`).
+//!
+//! What is durable when: a write is durable once a later [`Storage::sync`] of the same file has
+//! completed; [`Storage::set_len`] likewise. Creating and removing files is durable at once in
+//! both backends (the file backend syncs the directory).
+//!
+//! The methods are `async fn` with no `Send` bound: one shard owns its storage (thread per
+//! core). The in-memory and std-file backends complete on the first poll, so [`block_on`] runs
+//! them anywhere; a glommio backend would really suspend.
+
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
+/// The unit of alignment and of atomicity: every access is a multiple of it, and the fault model
+/// tears writes only at its boundaries.
+pub const SECTOR: usize = 4096;
+
+/// Why a storage call failed. Environmental failures are reported, never retried: the server
+/// fail-stops on them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// The OS refused an operation.
+    #[error("{op} {name}: {kind:?} (os error {errno:?})")]
+    Io {
+        /// Which call failed (`open`, `write`, `sync`, ...).
+        op: &'static str,
+        /// The file.
+        name: String,
+        /// The error kind.
+        kind: std::io::ErrorKind,
+        /// The raw OS error, when there is one.
+        errno: Option<i32>,
+    },
+    /// A read or write that does not start and end on a sector boundary.
+    #[error("unaligned {op} on {name}: offset {offset}, len {len}")]
+    Unaligned {
+        /// `read` or `write`.
+        op: &'static str,
+        /// The file.
+        name: String,
+        /// Byte offset.
+        offset: u64,
+        /// Byte length.
+        len: usize,
+    },
+    /// The file does not exist (open without create, remove).
+    #[error("no such file: {0}")]
+    NotFound(String),
+    /// A name with a path separator or otherwise unusable.
+    #[error("bad file name: {0}")]
+    BadName(String),
+    /// The fault backend failed a read of a lost sector.
+    #[error("sector {sector} of {name} is unreadable")]
+    SectorLost {
+        /// The file.
+        name: String,
+        /// Sector index.
+        sector: u64,
+    },
+    /// The fault backend was told to fail this call.
+    #[error("injected failure of {op} on {name}")]
+    Injected {
+        /// Which call.
+        op: &'static str,
+        /// The file.
+        name: String,
+    },
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, name: &str, error: &std::io::Error) -> StorageError {
+        StorageError::Io {
+            op,
+            name: name.to_owned(),
+            kind: error.kind(),
+            errno: error.raw_os_error(),
+        }
+    }
+
+    /// Whether the error is a media fault of the data read (a lost sector, `EIO` on read): the
+    /// recovery scan classifies such a region as corrupt instead of failing the boot.
+    pub fn is_media(&self) -> bool {
+        match self {
+            StorageError::SectorLost { .. } => true,
+            StorageError::Io { errno, .. } => *errno == Some(libc::EIO),
+            _ => false,
+        }
+    }
+}
+
+/// How [`Storage::open`] treats a missing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create an empty file if it is missing.
+    Create,
+    /// Fail with [`StorageError::NotFound`] if it is missing.
+    Existing,
+}
+
+/// A flat directory of files with sector-aligned positional IO.
+#[allow(async_fn_in_trait)] // thread-per-core: futures never cross threads, no Send bound wanted
+pub trait Storage {
+    /// An open file.
+    type File: std::fmt::Debug;
+
+    /// Opens (or creates) a file by name. Names contain no `/`.
+    async fn open(&self, name: &str, mode: OpenMode) -> Result<Self::File, StorageError>;
+    /// Reads into `buf` from `offset`; returns the bytes read, short only at the end of the
+    /// file. `offset` and `buf.len()` must be sector multiples.
+    async fn read_at(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, StorageError>;
+    /// Writes `data` at `offset` (both sector multiples). Not durable until [`Storage::sync`].
+    async fn write_at(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError>;
+    /// `fdatasync`: every completed write and length change of the file is durable on return.
+    async fn sync(&self, file: &Self::File) -> Result<(), StorageError>;
+    /// The file's length in bytes.
+    async fn len(&self, file: &Self::File) -> Result<u64, StorageError>;
+    /// Truncates or extends the file (zero-filled). Durable after [`Storage::sync`].
+    async fn set_len(&self, file: &Self::File, len: u64) -> Result<(), StorageError>;
+    /// Removes a file, durably.
+    async fn remove(&self, name: &str) -> Result<(), StorageError>;
+    /// Names of every file, sorted.
+    async fn list(&self) -> Result<Vec<String>, StorageError>;
+}
+
+pub(crate) fn check_name(name: &str) -> Result<(), StorageError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
+        return Err(StorageError::BadName(name.to_owned()));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_aligned(
+    op: &'static str,
+    name: &str,
+    offset: u64,
+    len: usize,
+) -> Result<(), StorageError> {
+    if !offset.is_multiple_of(SECTOR as u64) || !len.is_multiple_of(SECTOR) {
+        return Err(StorageError::Unaligned {
+            op,
+            name: name.to_owned(),
+            offset,
+            len,
+        });
+    }
+    Ok(())
+}
+
+/// Rounds up to a whole number of sectors.
+pub const fn sector_ceil(len: u64) -> u64 {
+    len.div_ceil(SECTOR as u64) * SECTOR as u64
+}
+
+/// Runs a future that never waits on an external event to completion on the current thread:
+/// the in-memory and std-file backends complete on their first poll. Panics if the future stays
+/// pending for a million polls (it would be waiting for a reactor that is not there).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = Context::from_waker(Waker::noop());
+    for _ in 0..1_000_000 {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+    }
+    panic!("block_on: future pending without a reactor");
+}
+
+/// Reads exactly `buf.len()` bytes or reports how many were there: a helper over
+/// [`Storage::read_at`] for layouts that read whole regions.
+pub async fn read_exact_at<S: Storage>(
+    storage: &S,
+    file: &S::File,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize, StorageError> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n = storage
+            .read_at(file, offset + done as u64, &mut buf[done..])
+            .await?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+        if !done.is_multiple_of(SECTOR) {
+            break; // end of file inside a sector: nothing follows
+        }
+    }
+    Ok(done)
+}
