@@ -1,0 +1,410 @@
+//! Invariant checkers (simulation.md §2). The simulator feeds them what it observes: effects as
+//! the replicas emit them, durable state from the storage model, and each replica's public state
+//! after every step. Checkers never draw randomness and never change the run; they only record
+//! violations, each naming its invariant.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The invariants the checkers enforce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invariant {
+    /// §2.1: no two replicas commit different prepares at the same op of a group.
+    Agreement,
+    /// §2.2: an op whose reply reached a client stays committed with the same identity.
+    ReplyStaysCommitted,
+    /// §2.3 / journal.md G1: a PrepareOk leaves only for a prepare durable on the sender's disk.
+    AckDurable,
+    /// §2.4: view, log_view, commit_min and commit_max never go back within a life; the durable
+    /// view never goes back across restarts.
+    Monotonic,
+    /// §2.5: at most one Normal primary per view of a group.
+    SinglePrimary,
+    /// §2.6: every view-scoped frame has `view <= durable view` of its sender.
+    DurableBeforeSend,
+    /// §2.7: replies for `(client, request)` are identical (view bytes masked).
+    ReplyDeterminism,
+    /// §5.10: every committed prepare's parent is the identity of the committed op below it.
+    HashChain,
+    /// The core's own state is inconsistent (`commit_min > commit_max`, `log_view > view`).
+    LocalState,
+    /// §2.11: after healing, outstanding requests complete and replicas converge within a bound.
+    Liveness,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Invariant::Agreement => "agreement",
+            Invariant::ReplyStaysCommitted => "reply-stays-committed",
+            Invariant::AckDurable => "ack-durable",
+            Invariant::Monotonic => "monotonic",
+            Invariant::SinglePrimary => "single-primary",
+            Invariant::DurableBeforeSend => "durable-before-send",
+            Invariant::ReplyDeterminism => "reply-determinism",
+            Invariant::HashChain => "hash-chain",
+            Invariant::LocalState => "local-state",
+            Invariant::Liveness => "liveness",
+        };
+        f.write_str(name)
+    }
+}
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Tick of detection.
+    pub tick: u64,
+    /// Which invariant.
+    pub invariant: Invariant,
+    /// What was seen.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tick {}: {}: {}", self.tick, self.invariant, self.detail)
+    }
+}
+
+/// A replica's public state as the checker sees it after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// `view`.
+    pub view: u32,
+    /// `log_view`.
+    pub log_view: u32,
+    /// `commit_min`.
+    pub commit_min: u64,
+    /// `commit_max`.
+    pub commit_max: u64,
+    /// Normal and the non-ceded primary of `view`.
+    pub normal_primary: bool,
+}
+
+/// A committed prepare as the checker records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommittedOp {
+    /// Prepare identity.
+    pub identity: u128,
+    /// Prepare `parent`.
+    pub parent: u128,
+    /// First replica seen applying it.
+    pub replica: u8,
+}
+
+/// The checkers' state.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// `(group, op) -> prepare` for every op any replica applied.
+    pub committed: BTreeMap<(u64, u64), CommittedOp>,
+    replied: BTreeMap<(u64, u64), u128>,
+    replies: BTreeMap<(u64, u128, u64), Vec<u8>>,
+    last: BTreeMap<(u8, u64), Observed>,
+    durable_view: BTreeMap<(u8, u64), (u32, u32)>,
+    primaries: BTreeMap<(u64, u32), u8>,
+    /// Every violation found, in detection order.
+    pub violations: Vec<Violation>,
+}
+
+impl Checker {
+    fn violate(&mut self, tick: u64, invariant: Invariant, detail: String) {
+        self.violations.push(Violation {
+            tick,
+            invariant,
+            detail,
+        });
+    }
+
+    /// A replica applied (committed locally) the prepare at `op` of `group`.
+    pub fn on_apply(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        op: u64,
+        identity: u128,
+        parent: u128,
+    ) {
+        match self.committed.get(&(group, op)) {
+            Some(first) if first.identity != identity => {
+                let detail = format!(
+                    "group {group:#x} op {op}: r{replica} applied {identity:#034x}, r{} applied {:#034x}",
+                    first.replica, first.identity
+                );
+                self.violate(tick, Invariant::Agreement, detail);
+            }
+            Some(_) => {}
+            None => {
+                self.committed.insert(
+                    (group, op),
+                    CommittedOp {
+                        identity,
+                        parent,
+                        replica,
+                    },
+                );
+            }
+        }
+        if let Some(&reply) = self.replied.get(&(group, op)) {
+            if reply != identity {
+                let detail = format!(
+                    "group {group:#x} op {op}: a client got a reply for {reply:#034x}, r{replica} applied {identity:#034x}"
+                );
+                self.violate(tick, Invariant::ReplyStaysCommitted, detail);
+            }
+        }
+        let below = if op > 1 {
+            self.committed.get(&(group, op - 1)).map(|c| c.identity)
+        } else {
+            Some(0)
+        };
+        if let Some(below) = below {
+            if below != parent {
+                let detail = format!(
+                    "group {group:#x} op {op}: r{replica} applied a prepare whose parent {parent:#034x} is not op {}'s identity {below:#034x}",
+                    op - 1
+                );
+                self.violate(tick, Invariant::HashChain, detail);
+            }
+        }
+        if let Some(above) = self.committed.get(&(group, op + 1)).copied() {
+            if above.parent != identity {
+                let detail = format!(
+                    "group {group:#x} op {op}: committed op {} names parent {:#034x}, r{replica} applied {identity:#034x}",
+                    op + 1,
+                    above.parent
+                );
+                self.violate(tick, Invariant::HashChain, detail);
+            }
+        }
+    }
+
+    /// A client accepted a reply for `(client, request)` at `op` of `group`, produced by the
+    /// prepare `identity`; `masked` is the reply frame with its view bytes (52..56) and seal
+    /// (0..16) zeroed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_reply(
+        &mut self,
+        tick: u64,
+        group: u64,
+        client: u128,
+        request: u64,
+        op: u64,
+        identity: u128,
+        masked: Vec<u8>,
+    ) {
+        match self.committed.get(&(group, op)) {
+            Some(c) if c.identity != identity => {
+                let detail = format!(
+                    "group {group:#x} op {op}: reply to client {client:#x} request {request} is for {identity:#034x}, committed is {:#034x}",
+                    c.identity
+                );
+                self.violate(tick, Invariant::ReplyStaysCommitted, detail);
+            }
+            _ => {}
+        }
+        self.replied.entry((group, op)).or_insert(identity);
+        match self.replies.get(&(group, client, request)) {
+            Some(previous) if *previous != masked => {
+                let detail = format!(
+                    "group {group:#x}: two different replies for client {client:#x} request {request}"
+                );
+                self.violate(tick, Invariant::ReplyDeterminism, detail);
+            }
+            Some(_) => {}
+            None => {
+                self.replies.insert((group, client, request), masked);
+            }
+        }
+    }
+
+    /// A replica sent a PrepareOk for `(op, identity)`; `durable` is the identity its disk holds
+    /// durably at that op, if any.
+    pub fn on_prepare_ok(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        op: u64,
+        identity: u128,
+        durable: Option<u128>,
+    ) {
+        if durable != Some(identity) {
+            let detail = format!(
+                "group {group:#x}: r{replica} acked op {op} {identity:#034x} but its disk holds {durable:?}"
+            );
+            self.violate(tick, Invariant::AckDurable, detail);
+        }
+    }
+
+    /// A replica sent a view-scoped frame stamped `view` while its superblock durably holds
+    /// `durable_view`.
+    pub fn on_view_scoped_send(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        command: &str,
+        view: u32,
+        durable_view: u32,
+    ) {
+        if view > durable_view {
+            let detail = format!(
+                "group {group:#x}: r{replica} sent {command} of view {view}, durable view is {durable_view}"
+            );
+            self.violate(tick, Invariant::DurableBeforeSend, detail);
+        }
+    }
+
+    /// The durable `(view, log_view)` of a replica's group (after a superblock write completed
+    /// or at recovery). It must never go back.
+    pub fn on_durable_view(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        view: u32,
+        log_view: u32,
+    ) {
+        let previous = self.durable_view.insert((replica, group), (view, log_view));
+        if let Some((pv, plv)) = previous {
+            if view < pv || log_view < plv {
+                let detail = format!(
+                    "group {group:#x}: r{replica} durable (view, log_view) went from ({pv}, {plv}) to ({view}, {log_view})"
+                );
+                self.violate(tick, Invariant::Monotonic, detail);
+            }
+        }
+    }
+
+    /// A replica restarted: its in-memory state starts a new life.
+    pub fn on_restart(&mut self, replica: u8) {
+        self.last.retain(|(r, _), _| *r != replica);
+    }
+
+    /// A replica's public state after a step.
+    pub fn observe(&mut self, tick: u64, replica: u8, group: u64, now: Observed) {
+        if now.commit_min > now.commit_max {
+            let detail = format!(
+                "group {group:#x}: r{replica} commit_min {} > commit_max {}",
+                now.commit_min, now.commit_max
+            );
+            self.violate(tick, Invariant::LocalState, detail);
+        }
+        if now.log_view > now.view {
+            let detail = format!(
+                "group {group:#x}: r{replica} log_view {} > view {}",
+                now.log_view, now.view
+            );
+            self.violate(tick, Invariant::LocalState, detail);
+        }
+        if let Some(before) = self.last.get(&(replica, group)).copied() {
+            let fields = [
+                ("view", u64::from(before.view), u64::from(now.view)),
+                (
+                    "log_view",
+                    u64::from(before.log_view),
+                    u64::from(now.log_view),
+                ),
+                ("commit_min", before.commit_min, now.commit_min),
+                ("commit_max", before.commit_max, now.commit_max),
+            ];
+            for (name, was, is) in fields {
+                if is < was {
+                    let detail =
+                        format!("group {group:#x}: r{replica} {name} went from {was} to {is}");
+                    self.violate(tick, Invariant::Monotonic, detail);
+                }
+            }
+        }
+        self.last.insert((replica, group), now);
+        if now.normal_primary {
+            match self.primaries.get(&(group, now.view)).copied() {
+                Some(other) if other != replica => {
+                    let detail = format!(
+                        "group {group:#x} view {}: r{replica} and r{other} both acted as Normal primary",
+                        now.view
+                    );
+                    self.violate(tick, Invariant::SinglePrimary, detail);
+                }
+                Some(_) => {}
+                None => {
+                    self.primaries.insert((group, now.view), replica);
+                }
+            }
+        }
+    }
+
+    /// A liveness failure found by the simulator (stall or divergence after healing).
+    pub fn on_liveness(&mut self, tick: u64, detail: String) {
+        self.violate(tick, Invariant::Liveness, detail);
+    }
+
+    /// Highest op applied anywhere in `group`.
+    pub fn committed_head(&self, group: u64) -> u64 {
+        self.committed
+            .range((group, 0)..=(group, u64::MAX))
+            .next_back()
+            .map_or(0, |(k, _)| k.1)
+    }
+
+    /// Number of distinct committed ops over every group.
+    pub fn committed_ops(&self) -> u64 {
+        self.committed.len() as u64
+    }
+
+    /// Safety violations (everything but liveness).
+    pub fn safety_violations(&self) -> impl Iterator<Item = &Violation> {
+        self.violations
+            .iter()
+            .filter(|v| v.invariant != Invariant::Liveness)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_and_chain() {
+        let mut c = Checker::default();
+        c.on_apply(1, 0, 7, 1, 0xA, 0);
+        c.on_apply(1, 1, 7, 1, 0xA, 0);
+        assert!(c.violations.is_empty());
+        c.on_apply(2, 2, 7, 1, 0xB, 0);
+        assert_eq!(c.violations[0].invariant, Invariant::Agreement);
+        c.on_apply(3, 0, 7, 2, 0xC, 0xDEAD);
+        assert_eq!(c.violations[1].invariant, Invariant::HashChain);
+    }
+
+    #[test]
+    fn monotonic_within_a_life_only() {
+        let mut c = Checker::default();
+        let o = |commit| Observed {
+            commit_min: commit,
+            commit_max: commit,
+            ..Observed::default()
+        };
+        c.observe(1, 0, 7, o(5));
+        c.observe(2, 0, 7, o(4));
+        assert_eq!(c.violations.len(), 2); // commit_min and commit_max
+        c.on_restart(0);
+        c.observe(3, 0, 7, o(2));
+        assert_eq!(c.violations.len(), 2);
+    }
+
+    #[test]
+    fn single_primary() {
+        let mut c = Checker::default();
+        let p = Observed {
+            view: 3,
+            log_view: 3,
+            normal_primary: true,
+            ..Observed::default()
+        };
+        c.observe(1, 0, 7, p);
+        c.observe(1, 1, 7, p);
+        assert_eq!(c.violations[0].invariant, Invariant::SinglePrimary);
+    }
+}
