@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use wire::header::PrepareHeader;
+
 /// The invariants the checkers enforce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Invariant {
@@ -91,6 +93,12 @@ pub struct CommittedOp {
     pub parent: u128,
     /// First replica seen applying it.
     pub replica: u8,
+    /// The request's client.
+    pub client: u128,
+    /// The request number.
+    pub request: u64,
+    /// The operation byte.
+    pub operation: u8,
 }
 
 /// The checkers' state.
@@ -116,16 +124,25 @@ impl Checker {
         });
     }
 
-    /// A replica applied (committed locally) the prepare at `op` of `group`.
+    /// A replica committed (applied) the prepare `header` at `op` of `group`.
     pub fn on_apply(
         &mut self,
         tick: u64,
         replica: u8,
         group: u64,
         op: u64,
-        identity: u128,
-        parent: u128,
+        header: &PrepareHeader,
     ) {
+        let identity = header.frame.checksum.get();
+        let parent = header.parent.get();
+        let record = CommittedOp {
+            identity,
+            parent,
+            replica,
+            client: header.client.get(),
+            request: header.request.get(),
+            operation: header.operation,
+        };
         match self.committed.get(&(group, op)) {
             Some(first) if first.identity != identity => {
                 let detail = format!(
@@ -136,14 +153,7 @@ impl Checker {
             }
             Some(_) => {}
             None => {
-                self.committed.insert(
-                    (group, op),
-                    CommittedOp {
-                        identity,
-                        parent,
-                        replica,
-                    },
-                );
+                self.committed.insert((group, op), record);
             }
         }
         if let Some(&reply) = self.replied.get(&(group, op)) {
@@ -180,9 +190,9 @@ impl Checker {
         }
     }
 
-    /// A client accepted a reply for `(client, request)` at `op` of `group`, produced by the
-    /// prepare `identity`; `masked` is the reply frame with its view bytes (52..56) and seal
-    /// (0..16) zeroed.
+    /// A client accepted a committed reply for `(client, request)` saying `op` of `group`;
+    /// `masked` is the reply frame with its view bytes (52..56) and seal (0..16) zeroed. The
+    /// prepare committed at `op` must be exactly that request.
     #[allow(clippy::too_many_arguments)]
     pub fn on_reply(
         &mut self,
@@ -191,20 +201,27 @@ impl Checker {
         client: u128,
         request: u64,
         op: u64,
-        identity: u128,
+        operation: u8,
         masked: Vec<u8>,
     ) {
-        match self.committed.get(&(group, op)) {
-            Some(c) if c.identity != identity => {
+        match self.committed.get(&(group, op)).copied() {
+            None => {
                 let detail = format!(
-                    "group {group:#x} op {op}: reply to client {client:#x} request {request} is for {identity:#034x}, committed is {:#034x}",
-                    c.identity
+                    "group {group:#x}: client {client:#x} request {request} got a reply for op {op}, which no replica committed"
                 );
                 self.violate(tick, Invariant::ReplyStaysCommitted, detail);
             }
-            _ => {}
+            Some(c) if c.client != client || c.request != request || c.operation != operation => {
+                let detail = format!(
+                    "group {group:#x} op {op}: reply to client {client:#x} request {request} (operation {operation}), but op {op} committed client {:#x} request {} (operation {})",
+                    c.client, c.request, c.operation
+                );
+                self.violate(tick, Invariant::ReplyStaysCommitted, detail);
+            }
+            Some(c) => {
+                self.replied.entry((group, op)).or_insert(c.identity);
+            }
         }
-        self.replied.entry((group, op)).or_insert(identity);
         match self.replies.get(&(group, client, request)) {
             Some(previous) if *previous != masked => {
                 let detail = format!(
@@ -217,6 +234,36 @@ impl Checker {
                 self.replies.insert((group, client, request), masked);
             }
         }
+    }
+
+    /// Ops of `group` whose reply reached a client, with the identity committed there.
+    pub fn replied_ops(&self, group: u64) -> impl Iterator<Item = (u64, u128)> + '_ {
+        self.replied
+            .range((group, 0)..=(group, u64::MAX))
+            .map(|(&(_, op), &id)| (op, id))
+    }
+
+    /// A replica became Normal primary of `view` without holding the replied op `op` above its
+    /// commit point (it holds `held` there instead): a later primary lost a committed op.
+    pub fn on_primary_lacks(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        view: u32,
+        op: u64,
+        held: Option<u128>,
+    ) {
+        let expected = self.replied.get(&(group, op)).copied().unwrap_or(0);
+        let detail = format!(
+            "group {group:#x}: r{replica} became primary of view {view} holding {held:x?} at replied op {op} (committed {expected:#034x})"
+        );
+        self.violate(tick, Invariant::ReplyStaysCommitted, detail);
+    }
+
+    /// Converged replicas hold different replicated state.
+    pub fn on_state_divergence(&mut self, tick: u64, detail: String) {
+        self.violate(tick, Invariant::Agreement, detail);
     }
 
     /// A replica sent a PrepareOk for `(op, identity)`; `durable` is the identity its disk holds
@@ -368,13 +415,20 @@ mod tests {
 
     #[test]
     fn agreement_and_chain() {
+        use wire::header::Layout;
+        let h = |identity: u128, parent: u128| {
+            let mut h = PrepareHeader::zeroed();
+            h.frame.checksum.set(identity);
+            h.parent.set(parent);
+            h
+        };
         let mut c = Checker::default();
-        c.on_apply(1, 0, 7, 1, 0xA, 0);
-        c.on_apply(1, 1, 7, 1, 0xA, 0);
+        c.on_apply(1, 0, 7, 1, &h(0xA, 0));
+        c.on_apply(1, 1, 7, 1, &h(0xA, 0));
         assert!(c.violations.is_empty());
-        c.on_apply(2, 2, 7, 1, 0xB, 0);
+        c.on_apply(2, 2, 7, 1, &h(0xB, 0));
         assert_eq!(c.violations[0].invariant, Invariant::Agreement);
-        c.on_apply(3, 0, 7, 2, 0xC, 0xDEAD);
+        c.on_apply(3, 0, 7, 2, &h(0xC, 0xDEAD));
         assert_eq!(c.violations[1].invariant, Invariant::HashChain);
     }
 

@@ -13,10 +13,15 @@
 //! - [`storage`]: per-replica journal and superblock with delayed completions, crash semantics,
 //!   torn and corrupted entries.
 //! - [`check`]: the invariant checkers.
+//! - [`swarm`]: the per-seed cluster shape and fault mix.
+//! - [`sim`]: the simulator driving real replicas.
 #![forbid(unsafe_code)]
 
 pub mod check;
 pub mod clock;
 pub mod net;
 pub mod prng;
+pub mod runner;
+pub mod sim;
 pub mod storage;
+pub mod swarm;

@@ -45,6 +45,8 @@ pub struct Pending<S> {
     pub write: Write<S>,
     /// Tick at which its completion is delivered.
     pub complete_at: u64,
+    /// A later truncate removed it: it completes but writes nothing.
+    pub void: bool,
 }
 
 /// Counters of the storage model.
@@ -122,6 +124,7 @@ impl<S: Clone> Disk<S> {
             group,
             write,
             complete_at,
+            void: false,
         });
         id
     }
@@ -140,7 +143,9 @@ impl<S: Clone> Disk<S> {
         }
         self.pending = keep;
         for p in &done {
-            Self::apply(self.groups.entry(p.group).or_default(), &p.write);
+            if !p.void {
+                Self::apply(self.groups.entry(p.group).or_default(), &p.write);
+            }
             self.stats.completed += 1;
         }
         done
@@ -191,7 +196,7 @@ impl<S: Clone> Disk<S> {
             let land = prng.range_inclusive(0, journal.len() as u64) as usize;
             let disk = self.groups.entry(group).or_default();
             for (i, p) in journal.iter().enumerate() {
-                if i >= land {
+                if i >= land || p.void {
                     self.stats.lost_in_crash += 1;
                     continue;
                 }
@@ -218,6 +223,27 @@ impl<S: Clone> Disk<S> {
                     self.stats.lost_in_crash += 1;
                 }
             }
+        }
+    }
+
+    /// Truncates `group`'s journal from `from_op` at once, and voids issued appends at or above
+    /// it (they still complete, but write nothing): the journal executes a truncate in emission
+    /// order, after the appends issued before it.
+    pub fn truncate_now(&mut self, group: u64, from_op: u64) {
+        if let Some(disk) = self.groups.get_mut(&group) {
+            disk.journal.split_off(&from_op);
+        }
+        for p in self.pending.iter_mut() {
+            if p.group == group && matches!(p.write, Write::Append { op, .. } if op >= from_op) {
+                p.void = true;
+            }
+        }
+    }
+
+    /// Drops `group`'s journal entries at or below `op` (a checkpoint superseded them).
+    pub fn truncate_below(&mut self, group: u64, op: u64) {
+        if let Some(disk) = self.groups.get_mut(&group) {
+            disk.journal = disk.journal.split_off(&(op + 1));
         }
     }
 

@@ -84,7 +84,12 @@ pub struct Swarm {
 
 impl Swarm {
     /// Draws a swarm configuration for `seed`; fixed values override the drawn ones.
-    pub fn from_seed(seed: u64, replicas: Option<u8>, groups: Option<u8>, ticks: Option<u64>) -> Swarm {
+    pub fn from_seed(
+        seed: u64,
+        replicas: Option<u8>,
+        groups: Option<u8>,
+        ticks: Option<u64>,
+    ) -> Swarm {
         let mut p = Prng::new(seed, Stream::Swarm);
         let profile = *p.pick(&[
             Profile::Calm,
@@ -106,9 +111,21 @@ impl Swarm {
         let net = NetConfig {
             delay_mean_ticks: p.range_inclusive(0, 3),
             delay_max_ticks: 40,
-            loss_ppm: if lossy { p.range_inclusive(10_000, 200_000) as u32 } else { 0 },
-            duplicate_ppm: if lossy { p.range_inclusive(0, 50_000) as u32 } else { 0 },
-            reorder_ppm: if lossy { p.range_inclusive(0, 100_000) as u32 } else { 0 },
+            loss_ppm: if lossy {
+                p.range_inclusive(10_000, 200_000) as u32
+            } else {
+                0
+            },
+            duplicate_ppm: if lossy {
+                p.range_inclusive(0, 50_000) as u32
+            } else {
+                0
+            },
+            reorder_ppm: if lossy {
+                p.range_inclusive(0, 100_000) as u32
+            } else {
+                0
+            },
             // Some seeds run tiny per-peer queues so overruns happen (repair chunks are sized
             // below the queue, as the core's config validation requires).
             peer_queue_capacity: *p.pick(&[16, 64, 256, 256]),
@@ -117,11 +134,19 @@ impl Swarm {
         let partitions = matches!(profile, Profile::Partitions | Profile::Mixed);
         let crashes = matches!(profile, Profile::Crashes | Profile::Mixed);
         let f = (replicas.saturating_sub(1)) / 2;
-        let faulty_count = if crashes && replicas >= 3 { p.range_inclusive(0, u64::from(f)) as u8 } else { 0 };
+        let faulty_count = if crashes && replicas >= 3 {
+            p.range_inclusive(0, u64::from(f)) as u8
+        } else {
+            0
+        };
         let mut ids: Vec<u8> = (0..replicas).collect();
         p.shuffle(&mut ids);
         let faulty_replicas = ids[..usize::from(faulty_count)].to_vec();
-        let slow_disk = if p.chance_ppm(200_000) { Some(p.below(u64::from(replicas)) as u8) } else { None };
+        let slow_disk = if p.chance_ppm(200_000) {
+            Some(p.below(u64::from(replicas)) as u8)
+        } else {
+            None
+        };
         Swarm {
             profile,
             replicas,
@@ -129,10 +154,22 @@ impl Swarm {
             fault_ticks,
             liveness_ticks: 6_000,
             net,
-            partition_ppm: if partitions { p.range_inclusive(500, 5_000) as u32 } else { 0 },
-            crash_ppm: if crashes { p.range_inclusive(300, 3_000) as u32 } else { 0 },
+            partition_ppm: if partitions {
+                p.range_inclusive(500, 5_000) as u32
+            } else {
+                0
+            },
+            crash_ppm: if crashes {
+                p.range_inclusive(300, 3_000) as u32
+            } else {
+                0
+            },
             down_ticks: (10, p.range_inclusive(50, 1_500)),
-            down_max: if crashes { p.range_inclusive(1, u64::from(replicas)) as u8 } else { 0 },
+            down_max: if crashes {
+                p.range_inclusive(1, u64::from(replicas)) as u8
+            } else {
+                0
+            },
             torn_writes: crashes,
             corrupt_ppm: 0,
             faulty_replicas,
@@ -140,7 +177,11 @@ impl Swarm {
             slow_disk,
             clock_offset_us: p.range_inclusive(0, 2_000_000),
             clock_drift_ppm: p.range_inclusive(0, 500),
-            clock_step_ppm: if matches!(profile, Profile::Mixed) { 200 } else { 0 },
+            clock_step_ppm: if matches!(profile, Profile::Mixed) {
+                200
+            } else {
+                0
+            },
             clients: p.range_inclusive(1, 4) as u32,
             submit_ppm: p.range_inclusive(20_000, 200_000) as u32,
             client_retry_ticks: p.range_inclusive(100, 400),
@@ -181,8 +222,16 @@ mod tests {
 
     #[test]
     fn seeds_cover_every_profile_and_size() {
-        let swarms: Vec<Swarm> = (0..200).map(|s| Swarm::from_seed(s, None, None, None)).collect();
-        for profile in [Profile::Calm, Profile::Lossy, Profile::Partitions, Profile::Crashes, Profile::Mixed] {
+        let swarms: Vec<Swarm> = (0..200)
+            .map(|s| Swarm::from_seed(s, None, None, None))
+            .collect();
+        for profile in [
+            Profile::Calm,
+            Profile::Lossy,
+            Profile::Partitions,
+            Profile::Crashes,
+            Profile::Mixed,
+        ] {
             assert!(swarms.iter().any(|s| s.profile == profile), "{profile:?}");
         }
         for n in 1..=6 {
@@ -191,6 +240,9 @@ mod tests {
         for s in &swarms {
             assert!(s.faulty_replicas.len() * 2 < usize::from(s.replicas).max(1));
         }
-        assert_eq!(Swarm::from_seed(42, None, None, None), Swarm::from_seed(42, None, None, None));
+        assert_eq!(
+            Swarm::from_seed(42, None, None, None),
+            Swarm::from_seed(42, None, None, None)
+        );
     }
 }

@@ -1,0 +1,1315 @@
+//! The simulator: real `consensus::Replica`s (one per group per node) over the simulated network
+//! ([`crate::net`]), disks ([`crate::storage`]) and clocks ([`crate::clock`]), with clients that
+//! submit and retry requests, a fault schedule drawn from the seed ([`crate::swarm`]), and the
+//! checkers ([`crate::check`]) fed after every step.
+//!
+//! One tick, in order: faults (crash, restart, partitions, clock steps), connection changes,
+//! network delivery, storage completions, `Input::Tick` to every replica (hosts in an order drawn
+//! from the schedule stream), clients, end-of-tick checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use consensus::{
+    ClientRequest, Completion, Config, DigestStateMachine, Effect, Frame, GroupId, Input, Now,
+    Outbox, RawConfig, Recovered, Replica, ReplicaId, Status, VsrState,
+};
+use wire::header::{Layout, RequestHeader};
+use wire::{Command, Message, Operation};
+
+use crate::check::{Checker, Observed, Violation};
+use crate::clock::DriftClock;
+use crate::net::{NetConfig, Network, Node};
+use crate::prng::{Prng, Stream};
+use crate::storage::{Disk, Write};
+use crate::swarm::{Profile, Swarm};
+
+/// Cluster name of every simulated cluster.
+pub const CLUSTER_NAME: &str = "strand-sim";
+
+/// Options of one run besides the swarm.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Print a line per notable event to stderr.
+    pub trace: bool,
+    /// Stop at the first violation (the default for seed runs).
+    pub stop_at_violation: bool,
+    /// Deliberately broken core rules (checker self-tests).
+    #[cfg(feature = "bug-knobs")]
+    pub bug_knobs: consensus::BugKnobs,
+}
+
+/// What one seed did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Fault profile name.
+    pub profile: &'static str,
+    /// Cluster size.
+    pub replicas: u8,
+    /// Groups (metadata included).
+    pub groups: u8,
+    /// Ticks simulated.
+    pub ticks: u64,
+    /// Safety violations and stalls, in detection order.
+    pub violations: Vec<Violation>,
+    /// Liveness failures (a subset of `violations`).
+    pub stalls: u64,
+    /// Distinct committed ops over all groups.
+    pub committed_ops: u64,
+    /// Times a group reached a new view with a Normal primary.
+    pub view_changes: u64,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// Repair requests sent (RequestPrepares).
+    pub repairs: u64,
+    /// State transfers installed (Checkpoint effects).
+    pub state_transfers: u64,
+    /// State transfer requests sent.
+    pub state_transfer_requests: u64,
+    /// Frames the network dropped (loss, overrun, partition, down).
+    pub frames_dropped: u64,
+    /// Of which dropped by a full per-peer queue.
+    pub frames_overrun: u64,
+    /// Client requests that completed (committed reply received).
+    pub requests_completed: u64,
+    /// Inputs the cores ignored.
+    pub inputs_ignored: u64,
+    /// `Effect::Fatal` seen (the node is then crashed).
+    pub fatals: u64,
+    /// Ticks from healing to convergence (0 if the run did not converge or never faulted).
+    pub heal_ticks: u64,
+}
+
+/// A durable snapshot of a group (written by `Effect::Checkpoint`).
+#[derive(Debug, Clone)]
+struct Snapshot {
+    op: u64,
+    checksum: u128,
+    timestamp: u64,
+    client_table: Vec<u8>,
+    state: DigestStateMachine,
+}
+
+#[derive(Debug, Clone)]
+struct PendingRead {
+    complete_at: u64,
+    group: u64,
+    op: u64,
+    checksum: u128,
+}
+
+#[derive(Debug, Clone)]
+struct PendingCheckpoint {
+    complete_at: u64,
+    group: u64,
+    snapshot: Snapshot,
+}
+
+struct Live {
+    replica: Replica<DigestStateMachine>,
+    /// Highest op whose commit the checker has seen from this replica (this life).
+    checked_commit: u64,
+    was_normal_primary: bool,
+}
+
+struct Host {
+    id: u8,
+    up: bool,
+    restart_at: u64,
+    clock: DriftClock,
+    disk: Disk<VsrState>,
+    snapshots: BTreeMap<u64, Snapshot>,
+    reads: Vec<PendingRead>,
+    checkpoints: Vec<PendingCheckpoint>,
+    live: BTreeMap<u64, Live>,
+    /// Peers this host's bus currently reports connected (as told to the replicas).
+    connected: BTreeSet<u8>,
+    slow: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Outstanding {
+    group: u64,
+    request: u64,
+    operation: Operation,
+    body: Vec<u8>,
+    submitted: u64,
+    last_sent: u64,
+    attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    index: u32,
+    id: u128,
+    session: u64,
+    next_request: u64,
+    target: u8,
+    outstanding: Option<Outstanding>,
+    /// Completed a request submitted after healing.
+    done_after_heal: bool,
+}
+
+/// One simulation run.
+pub struct Sim {
+    /// The seed.
+    pub seed: u64,
+    /// Shape and fault mix.
+    pub swarm: Swarm,
+    options: Options,
+    /// Current tick.
+    pub tick: u64,
+    cluster: u128,
+    groups: Vec<u64>,
+    hosts: Vec<Host>,
+    clients: Vec<Client>,
+    client_index: BTreeMap<u128, u32>,
+    /// The network.
+    pub net: Network,
+    /// The checkers.
+    pub checker: Checker,
+    outbox: Outbox,
+    prng_storage: Prng,
+    prng_crashes: Prng,
+    prng_partitions: Prng,
+    prng_clients: Prng,
+    prng_schedule: Prng,
+    prng_clocks: Prng,
+    prng_identity: Prng,
+    healed_at: Option<u64>,
+    /// Whether the fault schedule runs (scenario tests drive faults by hand).
+    pub auto_faults: bool,
+    /// Whether clients submit on their own (scenario tests submit by hand).
+    pub auto_submit: bool,
+    max_normal_view: BTreeMap<u64, u32>,
+    /// Counters.
+    pub report: Report,
+}
+
+fn identity_of(frame: &[u8]) -> u128 {
+    u128::from_le_bytes(frame[0..16].try_into().expect("16 bytes"))
+}
+
+impl Sim {
+    /// Builds the cluster for `seed` with the given swarm; every replica starts fresh.
+    pub fn new(seed: u64, swarm: Swarm, options: Options) -> Sim {
+        let cluster = wire::cluster_id(CLUSTER_NAME);
+        let mut groups = vec![GroupId::METADATA.0];
+        for p in 0..u32::from(swarm.partition_groups) {
+            let key = wire::PartitionKey {
+                stream: 1,
+                topic: 1,
+                partition: p + 1,
+            };
+            groups.push(GroupId::partition(key).expect("small ids").0);
+        }
+        let mut prng_clocks = Prng::new(seed, Stream::Clocks);
+        let hosts = (0..swarm.replicas)
+            .map(|id| Host {
+                id,
+                up: false,
+                restart_at: 0,
+                clock: DriftClock::random(
+                    &mut prng_clocks,
+                    swarm.clock_offset_us,
+                    swarm.clock_drift_ppm,
+                ),
+                disk: Disk::default(),
+                snapshots: BTreeMap::new(),
+                reads: Vec::new(),
+                checkpoints: Vec::new(),
+                live: BTreeMap::new(),
+                connected: (0..swarm.replicas).filter(|&p| p != id).collect(),
+                slow: swarm.slow_disk == Some(id),
+            })
+            .collect();
+        let mut prng_identity = Prng::new(seed, Stream::Identity);
+        let clients = (0..swarm.clients)
+            .map(|index| Client {
+                index,
+                id: prng_identity.next_u128_nonzero(),
+                session: 0,
+                next_request: 1,
+                target: 0,
+                outstanding: None,
+                done_after_heal: false,
+            })
+            .collect::<Vec<_>>();
+        let client_index = clients.iter().map(|c| (c.id, c.index)).collect();
+        let net = Network::new(swarm.net.clone(), Prng::new(seed, Stream::Network));
+        let mut sim = Sim {
+            seed,
+            options,
+            tick: 0,
+            cluster,
+            groups,
+            hosts,
+            clients,
+            client_index,
+            net,
+            checker: Checker::default(),
+            outbox: Outbox::new(),
+            prng_storage: Prng::new(seed, Stream::Storage),
+            prng_crashes: Prng::new(seed, Stream::Crashes),
+            prng_partitions: Prng::new(seed, Stream::Partitions),
+            prng_clients: Prng::new(seed, Stream::Clients),
+            prng_schedule: Prng::new(seed, Stream::Schedule),
+            prng_clocks,
+            prng_identity,
+            healed_at: None,
+            auto_faults: true,
+            auto_submit: true,
+            max_normal_view: BTreeMap::new(),
+            report: Report {
+                seed,
+                profile: swarm.profile.name(),
+                replicas: swarm.replicas,
+                groups: 1 + swarm.partition_groups,
+                ..Report::default()
+            },
+            swarm,
+        };
+        for r in 0..sim.swarm.replicas {
+            sim.start_host(r);
+        }
+        sim
+    }
+
+    fn trace(&self, what: std::fmt::Arguments<'_>) {
+        if self.options.trace {
+            eprintln!("[{} t{}] {what}", self.seed, self.tick);
+        }
+    }
+
+    /// Group ids hosted by every node (metadata first).
+    pub fn groups(&self) -> &[u64] {
+        &self.groups
+    }
+
+    fn config(&self, replica: u8, group: u64) -> Config {
+        let mut raw = RawConfig::new(
+            self.cluster,
+            ReplicaId(replica),
+            self.swarm.replicas,
+            GroupId(group),
+        );
+        let capacity = self.swarm.net.peer_queue_capacity as u32;
+        raw.peer_queue_capacity = capacity;
+        raw.repair_chunk_max = raw.repair_chunk_max.min(capacity.saturating_sub(1)).max(1);
+        #[cfg(feature = "bug-knobs")]
+        {
+            raw.bug_knobs = self.options.bug_knobs;
+        }
+        raw.validate().expect("simulator configuration is valid")
+    }
+
+    // ---- hosts: start, crash, restart ------------------------------------------------------
+
+    fn start_host(&mut self, r: u8) {
+        let groups = self.groups.clone();
+        self.hosts[usize::from(r)].up = true;
+        self.net.set_down(Node::Replica(r), false);
+        self.checker.on_restart(r);
+        for group in groups {
+            let recovered = self.recover(r, group);
+            let snapshot_op = recovered.snapshot_op;
+            let state = self.hosts[usize::from(r)]
+                .snapshots
+                .get(&group)
+                .map(|s| s.state.clone())
+                .unwrap_or_default();
+            if let Some(sb) = recovered.superblock {
+                self.checker
+                    .on_durable_view(self.tick, r, group, sb.view, sb.log_view);
+            }
+            let config = self.config(r, group);
+            let mut outbox = std::mem::take(&mut self.outbox);
+            let replica = Replica::new(config, recovered, state, &mut outbox);
+            self.outbox = outbox;
+            self.hosts[usize::from(r)].live.insert(
+                group,
+                Live {
+                    replica,
+                    checked_commit: snapshot_op,
+                    was_normal_primary: false,
+                },
+            );
+            self.after_step(r, group);
+        }
+        // The bus dials every reachable peer; tell the replicas who is not connected.
+        self.hosts[usize::from(r)].connected =
+            (0..self.swarm.replicas).filter(|&p| p != r).collect();
+        self.sync_connections();
+    }
+
+    /// What the disk holds for `group`, as the journal's recovery would hand it back: the
+    /// superblock, the snapshot, and the unbroken, verified chain of entries above it. Entries
+    /// after the first gap, torn or corrupt entry, or chain break are truncated.
+    fn recover(&mut self, r: u8, group: u64) -> Recovered {
+        let incarnation = self.prng_identity.next_u128_nonzero();
+        let host = &mut self.hosts[usize::from(r)];
+        let snapshot = host.snapshots.get(&group).cloned();
+        let mut recovered = Recovered::fresh(incarnation);
+        if let Some(s) = &snapshot {
+            recovered.snapshot_op = s.op;
+            recovered.snapshot_checksum = s.checksum;
+            recovered.snapshot_timestamp = s.timestamp;
+            recovered.client_table = s.client_table.clone();
+        }
+        let Some(disk) = host.disk.group(group).cloned() else {
+            return recovered;
+        };
+        recovered.superblock = disk.superblock;
+        let mut expect_op = recovered.snapshot_op + 1;
+        let mut parent = recovered.snapshot_checksum;
+        let mut cut = None;
+        for (&op, bytes) in disk.journal.range(expect_op..) {
+            let valid = op == expect_op
+                && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
+                    if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
+            if !valid {
+                cut = Some(op);
+                break;
+            }
+            parent = identity_of(bytes);
+            recovered.frames.push(Frame::new(bytes.clone()));
+            expect_op += 1;
+        }
+        if let Some(op) = cut {
+            host.disk.truncate_now(group, op);
+        }
+        recovered
+    }
+
+    fn crash(&mut self, r: u8, why: &str) {
+        let host = &mut self.hosts[usize::from(r)];
+        if !host.up {
+            return;
+        }
+        host.up = false;
+        host.live.clear();
+        host.reads.clear();
+        let landed: Vec<PendingCheckpoint> = std::mem::take(&mut host.checkpoints);
+        for c in landed {
+            if self.prng_crashes.chance_ppm(500_000) {
+                Self::install_checkpoint(host, &c);
+            }
+        }
+        host.disk
+            .crash(&mut self.prng_crashes, self.swarm.torn_writes);
+        self.net.set_down(Node::Replica(r), true);
+        self.report.crashes += 1;
+        self.trace(format_args!("crash r{r} ({why})"));
+        self.sync_connections();
+    }
+
+    fn install_checkpoint(host: &mut Host, c: &PendingCheckpoint) {
+        host.disk.truncate_below(c.group, c.snapshot.op);
+        host.snapshots.insert(c.group, c.snapshot.clone());
+    }
+
+    /// Crashes replica `r` now (scenario DSL).
+    pub fn crash_replica(&mut self, r: u8) {
+        self.crash(r, "scenario");
+    }
+
+    /// Restarts replica `r` now if it is down (scenario DSL).
+    pub fn restart_replica(&mut self, r: u8) {
+        if !self.hosts[usize::from(r)].up {
+            self.trace(format_args!("restart r{r}"));
+            self.start_host(r);
+        }
+    }
+
+    /// Whether replica `r` is up.
+    pub fn is_up(&self, r: u8) -> bool {
+        self.hosts[usize::from(r)].up
+    }
+
+    /// The replica `r` runs for `group`, if it is up.
+    pub fn replica(&self, r: u8, group: u64) -> Option<&Replica<DigestStateMachine>> {
+        self.hosts[usize::from(r)]
+            .live
+            .get(&group)
+            .map(|l| &l.replica)
+    }
+
+    /// Tells every live replica about connection changes since the last call (the bus reports
+    /// a peer connected when both are up and the link is not blocked in this direction).
+    fn sync_connections(&mut self) {
+        let n = self.swarm.replicas;
+        for r in 0..n {
+            if !self.hosts[usize::from(r)].up {
+                continue;
+            }
+            for p in 0..n {
+                if p == r {
+                    continue;
+                }
+                let now = self.net.is_connected(Node::Replica(r), Node::Replica(p));
+                let was = self.hosts[usize::from(r)].connected.contains(&p);
+                if now == was {
+                    continue;
+                }
+                if now {
+                    self.hosts[usize::from(r)].connected.insert(p);
+                } else {
+                    self.hosts[usize::from(r)].connected.remove(&p);
+                }
+                for group in self.groups.clone() {
+                    self.step(
+                        r,
+                        group,
+                        Input::PeerConnection {
+                            peer: ReplicaId(p),
+                            connected: now,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    // ---- stepping and effects ----------------------------------------------------------------
+
+    fn now(&self, r: u8) -> Now {
+        Now {
+            tick: self.tick,
+            realtime_us: self.hosts[usize::from(r)].clock.realtime_us(self.tick),
+        }
+    }
+
+    fn step(&mut self, r: u8, group: u64, input: Input<'_>) {
+        let now = self.now(r);
+        let mut outbox = std::mem::take(&mut self.outbox);
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            self.outbox = outbox;
+            return;
+        };
+        if live.replica.step(now, input, &mut outbox).is_err() {
+            self.report.inputs_ignored += 1;
+        }
+        self.outbox = outbox;
+        self.after_step(r, group);
+    }
+
+    fn after_step(&mut self, r: u8, group: u64) {
+        let effects: Vec<Effect> = self.outbox.drain().collect();
+        for effect in effects {
+            if !self.hosts[usize::from(r)].up {
+                break; // a Fatal crashed the node: the rest of the outbox never runs
+            }
+            self.execute(r, group, effect);
+        }
+        if self.hosts[usize::from(r)].up {
+            self.observe(r, group);
+        }
+    }
+
+    fn disk_latency(&mut self, r: u8) -> u64 {
+        let (mean, max) = self.swarm.disk_latency;
+        let base = self.prng_storage.delay(mean, max);
+        if self.hosts[usize::from(r)].slow {
+            base * 10 + 20
+        } else {
+            base
+        }
+    }
+
+    fn execute(&mut self, r: u8, group: u64, effect: Effect) {
+        let tick = self.tick;
+        match effect {
+            Effect::Send { to, frame } => {
+                self.check_send(r, group, &frame);
+                self.net.send(
+                    Node::Replica(r),
+                    Node::Replica(to.0),
+                    frame.bytes().to_vec(),
+                );
+            }
+            Effect::Append { op, frame } => {
+                let latency = self.disk_latency(r);
+                let write = Write::Append {
+                    op,
+                    frame: frame.bytes().to_vec(),
+                };
+                self.hosts[usize::from(r)]
+                    .disk
+                    .issue(tick + 1, group, write, latency);
+            }
+            Effect::Truncate { from_op } => {
+                // Executed in emission order, before any later append: the journal truncates
+                // synchronously (pending appends at or above it are voided).
+                self.hosts[usize::from(r)].disk.truncate_now(group, from_op);
+            }
+            Effect::PersistVsrState(state) => {
+                let latency = self.disk_latency(r);
+                self.hosts[usize::from(r)].disk.issue(
+                    tick + 1,
+                    group,
+                    Write::Superblock(state),
+                    latency,
+                );
+            }
+            Effect::Read { op, checksum } => {
+                let complete_at = tick + 1 + self.disk_latency(r);
+                self.hosts[usize::from(r)].reads.push(PendingRead {
+                    complete_at,
+                    group,
+                    op,
+                    checksum,
+                });
+            }
+            Effect::Reply { client, frame } => {
+                if let Some(&index) = self.client_index.get(&client.0) {
+                    self.net.send(
+                        Node::Replica(r),
+                        Node::Client(index),
+                        frame.bytes().to_vec(),
+                    );
+                }
+            }
+            Effect::Checkpoint { op } => {
+                self.report.state_transfers += 1;
+                let complete_at = tick + 1 + self.disk_latency(r);
+                let live = &self.hosts[usize::from(r)].live[&group];
+                let header = live.replica.header(op).copied();
+                let checksum = header
+                    .map(|h| h.frame.checksum.get())
+                    .or_else(|| self.checker.committed.get(&(group, op)).map(|c| c.identity))
+                    .unwrap_or(0);
+                let snapshot = Snapshot {
+                    op,
+                    checksum,
+                    timestamp: header.map_or(0, |h| h.timestamp.get()),
+                    client_table: live.replica.client_table_encoded(),
+                    state: live.replica.state_machine().clone(),
+                };
+                self.hosts[usize::from(r)]
+                    .checkpoints
+                    .push(PendingCheckpoint {
+                        complete_at,
+                        group,
+                        snapshot,
+                    });
+            }
+            Effect::Fatal(reason) => {
+                self.report.fatals += 1;
+                self.trace(format_args!("fatal r{r} group {group:#x}: {reason}"));
+                self.crash(r, "fatal");
+                let (low, high) = self.swarm.down_ticks;
+                self.hosts[usize::from(r)].restart_at =
+                    tick + self.prng_crashes.range_inclusive(low, high);
+            }
+        }
+    }
+
+    /// Checks on every frame a replica sends: durable-before-send for view-scoped frames and
+    /// ack durability for PrepareOk; counts repair and transfer requests.
+    fn check_send(&mut self, r: u8, group: u64, frame: &Frame) {
+        let Some(command) = frame.command() else {
+            return;
+        };
+        let Some(header) = frame.header_bytes() else {
+            return;
+        };
+        let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
+        match command {
+            Command::RequestPrepares => self.report.repairs += 1,
+            Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
+            _ => {}
+        }
+        let requester_side = matches!(
+            command,
+            Command::RequestStartView
+                | Command::RequestPrepares
+                | Command::RequestStateTransfer
+                | Command::RequestStateChunk
+        );
+        let disk = self.hosts[usize::from(r)].disk.group(group);
+        if !requester_side {
+            let durable_view = disk.and_then(|d| d.superblock).map_or(0, |s| s.view);
+            self.checker.on_view_scoped_send(
+                self.tick,
+                r,
+                group,
+                &command.to_string(),
+                view,
+                durable_view,
+            );
+        }
+        if command == Command::PrepareOk {
+            if let Ok(Message::PrepareOk(ok)) =
+                wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+            {
+                let op = ok.op.get();
+                let durable = disk
+                    .and_then(|d| d.journal.get(&op))
+                    .map(|bytes| identity_of(bytes));
+                self.checker.on_prepare_ok(
+                    self.tick,
+                    r,
+                    group,
+                    op,
+                    ok.prepare_checksum.get(),
+                    durable,
+                );
+            }
+        }
+    }
+
+    /// Feeds the checkers the replica's state after a step, and every op it newly committed.
+    fn observe(&mut self, r: u8, group: u64) {
+        let tick = self.tick;
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            return;
+        };
+        let replica = &live.replica;
+        let observed = Observed {
+            view: replica.view(),
+            log_view: replica.log_view(),
+            commit_min: replica.commit_min(),
+            commit_max: replica.commit_max(),
+            normal_primary: replica.is_primary() && replica.status() == Status::Normal,
+        };
+        let mut applied = Vec::new();
+        let from = live.checked_commit + 1;
+        for op in from..=replica.commit_min() {
+            if let Some(h) = replica.header(op) {
+                applied.push((op, *h));
+            }
+        }
+        live.checked_commit = live.checked_commit.max(replica.commit_min());
+        let became_primary = observed.normal_primary && !live.was_normal_primary;
+        live.was_normal_primary = observed.normal_primary;
+        let lacks: Vec<(u64, Option<u128>)> = if became_primary {
+            self.checker
+                .replied_ops(group)
+                .filter(|&(op, _)| op > replica.commit_min())
+                .filter_map(|(op, identity)| {
+                    let held = replica.header(op).map(|h| h.frame.checksum.get());
+                    (held != Some(identity)).then_some((op, held))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (op, h) in applied {
+            self.checker.on_apply(tick, r, group, op, &h);
+        }
+        for (op, held) in lacks {
+            self.checker
+                .on_primary_lacks(tick, r, group, observed.view, op, held);
+        }
+        self.checker.observe(tick, r, group, observed);
+        if observed.normal_primary {
+            let max = self.max_normal_view.entry(group).or_insert(0);
+            if observed.view > *max {
+                *max = observed.view;
+                self.report.view_changes += 1;
+                self.trace(format_args!(
+                    "group {group:#x}: r{r} primary of view {}",
+                    observed.view
+                ));
+            }
+        }
+    }
+
+    // ---- the tick --------------------------------------------------------------------------
+
+    /// Runs one tick.
+    pub fn run_tick(&mut self) {
+        self.tick += 1;
+        if self.auto_faults {
+            self.faults();
+        }
+        self.restart_due();
+        self.sync_connections();
+
+        self.net.transmit(self.tick);
+        for packet in self.net.deliver(self.tick) {
+            match (packet.from, packet.to) {
+                (Node::Replica(from), Node::Replica(to)) => {
+                    self.deliver_frame(from, to, &packet.frame)
+                }
+                (Node::Client(c), Node::Replica(to)) => self.deliver_request(c, to, &packet.frame),
+                (Node::Replica(_), Node::Client(c)) => self.deliver_reply(c, &packet.frame),
+                (Node::Client(_), Node::Client(_)) => {}
+            }
+        }
+
+        let mut order: Vec<u8> = (0..self.swarm.replicas).collect();
+        self.prng_schedule.shuffle(&mut order);
+        for &r in &order {
+            self.complete_storage(r);
+        }
+        for &r in &order {
+            for group in self.groups.clone() {
+                self.step(r, group, Input::Tick);
+            }
+        }
+        self.clients_act();
+    }
+
+    fn deliver_frame(&mut self, from: u8, to: u8, frame: &[u8]) {
+        let Ok(message) = wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT) else {
+            self.report.inputs_ignored += 1;
+            return;
+        };
+        let group = message.group().0;
+        self.step(
+            to,
+            group,
+            Input::Message {
+                from: ReplicaId(from),
+                message,
+            },
+        );
+    }
+
+    fn deliver_request(&mut self, _client: u32, to: u8, wrapped: &[u8]) {
+        let group = u64::from_le_bytes(wrapped[..8].try_into().expect("8 bytes"));
+        let frame = &wrapped[8..];
+        let Ok((header, body)) =
+            wire::decode::decode_request(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        else {
+            return;
+        };
+        let request = ClientRequest {
+            header: *header,
+            body: body.to_vec(),
+        };
+        self.step(to, group, Input::Request(request));
+    }
+
+    fn complete_storage(&mut self, r: u8) {
+        if !self.hosts[usize::from(r)].up {
+            return;
+        }
+        let tick = self.tick;
+        let done = self.hosts[usize::from(r)].disk.complete_due(tick);
+        for p in done {
+            let completion = match p.write {
+                Write::Append { op, frame } => Completion::Appended {
+                    op,
+                    checksum: identity_of(&frame),
+                },
+                Write::Superblock(s) => {
+                    self.checker
+                        .on_durable_view(tick, r, p.group, s.view, s.log_view);
+                    Completion::VsrStatePersisted {
+                        view: s.view,
+                        log_view: s.log_view,
+                    }
+                }
+                Write::Truncate { .. } => continue,
+            };
+            self.step(r, p.group, Input::Done(completion));
+            if !self.hosts[usize::from(r)].up {
+                return;
+            }
+        }
+        let host = &mut self.hosts[usize::from(r)];
+        let (due, keep): (Vec<PendingCheckpoint>, Vec<PendingCheckpoint>) =
+            std::mem::take(&mut host.checkpoints)
+                .into_iter()
+                .partition(|c| c.complete_at <= tick);
+        host.checkpoints = keep;
+        for c in due {
+            Self::install_checkpoint(&mut self.hosts[usize::from(r)], &c);
+            self.step(
+                r,
+                c.group,
+                Input::Done(Completion::Checkpointed { op: c.snapshot.op }),
+            );
+        }
+        let host = &mut self.hosts[usize::from(r)];
+        let (due, keep): (Vec<PendingRead>, Vec<PendingRead>) = std::mem::take(&mut host.reads)
+            .into_iter()
+            .partition(|c| c.complete_at <= tick);
+        host.reads = keep;
+        for read in due {
+            let frame = self.hosts[usize::from(r)]
+                .disk
+                .group(read.group)
+                .and_then(|d| d.journal.get(&read.op))
+                .filter(|bytes| {
+                    bytes.len() >= wire::HEADER_SIZE
+                        && identity_of(bytes) == read.checksum
+                        && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
+                })
+                .map(|bytes| Frame::new(bytes.clone()));
+            self.step(
+                r,
+                read.group,
+                Input::Done(Completion::Read { op: read.op, frame }),
+            );
+        }
+    }
+
+    fn restart_due(&mut self) {
+        for r in 0..self.swarm.replicas {
+            let host = &self.hosts[usize::from(r)];
+            if !host.up && host.restart_at != 0 && host.restart_at <= self.tick {
+                self.trace(format_args!("restart r{r}"));
+                self.hosts[usize::from(r)].restart_at = 0;
+                self.start_host(r);
+            }
+        }
+    }
+
+    // ---- faults ------------------------------------------------------------------------------
+
+    fn in_fault_phase(&self) -> bool {
+        self.healed_at.is_none()
+    }
+
+    fn faults(&mut self) {
+        if !self.in_fault_phase() {
+            return;
+        }
+        if self.tick >= self.swarm.fault_ticks {
+            self.heal();
+            return;
+        }
+        let n = self.swarm.replicas;
+        if self.prng_crashes.chance_ppm(self.swarm.crash_ppm) {
+            let r = self.prng_crashes.below(u64::from(n)) as u8;
+            let down = self.hosts.iter().filter(|h| !h.up).count() as u8;
+            if self.hosts[usize::from(r)].up && down < self.swarm.down_max {
+                self.crash(r, "schedule");
+                let (low, high) = self.swarm.down_ticks;
+                self.hosts[usize::from(r)].restart_at =
+                    self.tick + self.prng_crashes.range_inclusive(low, high);
+            }
+        }
+        if self.swarm.corrupt_ppm > 0
+            && !self.swarm.faulty_replicas.is_empty()
+            && self.prng_crashes.chance_ppm(self.swarm.corrupt_ppm)
+        {
+            let r = *self.prng_crashes.pick(&self.swarm.faulty_replicas);
+            let group = *self.prng_crashes.pick(&self.groups);
+            if let Some(op) = self.hosts[usize::from(r)]
+                .disk
+                .corrupt_entry(&mut self.prng_crashes, group)
+            {
+                self.trace(format_args!("corrupt r{r} group {group:#x} op {op}"));
+            }
+        }
+        if self.prng_partitions.chance_ppm(self.swarm.partition_ppm) {
+            self.change_partitions();
+        }
+        if self.prng_clocks.chance_ppm(self.swarm.clock_step_ppm) {
+            let r = self.prng_clocks.below(u64::from(n)) as usize;
+            let delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            self.hosts[r].clock.step(delta);
+        }
+    }
+
+    fn change_partitions(&mut self) {
+        let n = self.swarm.replicas;
+        if n < 2 {
+            return;
+        }
+        let p = &mut self.prng_partitions;
+        let choice = p.below(100);
+        self.net.heal();
+        let nodes: Vec<Node> = (0..n).map(Node::Replica).collect();
+        if choice < 30 {
+            self.trace(format_args!("heal partitions"));
+        } else if choice < 65 {
+            let mut ids = nodes.clone();
+            p.shuffle(&mut ids);
+            let cut = p.range_inclusive(1, u64::from(n) - 1) as usize;
+            let (side, rest) = ids.split_at(cut);
+            self.net.partition(side, rest);
+            let (side, rest) = (side.to_vec(), rest.to_vec());
+            self.trace(format_args!("partition {side:?} | {rest:?}"));
+        } else if choice < 85 {
+            let links = p.range_inclusive(1, u64::from(n));
+            for _ in 0..links {
+                let a = p.below(u64::from(n)) as u8;
+                let b = p.below(u64::from(n)) as u8;
+                if a != b {
+                    self.net.block(Node::Replica(a), Node::Replica(b));
+                }
+            }
+            self.trace(format_args!("one-way blocks"));
+        } else {
+            let a = p.below(u64::from(n)) as u8;
+            let b = p.below(u64::from(n)) as u8;
+            let extra = p.range_inclusive(10, 200);
+            if a != b {
+                self.net.clog(Node::Replica(a), Node::Replica(b), extra);
+            }
+            self.trace(format_args!("clog r{a}->r{b} +{extra}"));
+        }
+    }
+
+    /// Ends the fault phase: heals the network, calms the links, restarts every replica.
+    pub fn heal(&mut self) {
+        self.healed_at = Some(self.tick);
+        self.net.heal();
+        self.net.config = NetConfig {
+            loss_ppm: 0,
+            duplicate_ppm: 0,
+            reorder_ppm: 0,
+            ..self.swarm.net.clone()
+        };
+        for r in 0..self.swarm.replicas {
+            if !self.hosts[usize::from(r)].up {
+                self.hosts[usize::from(r)].restart_at = self.tick;
+            }
+        }
+        self.trace(format_args!("heal"));
+    }
+
+    // ---- clients -----------------------------------------------------------------------------
+
+    fn clients_act(&mut self) {
+        let n = self.swarm.replicas;
+        for i in 0..self.clients.len() {
+            let retry = self.swarm.client_retry_ticks;
+            let tick = self.tick;
+            let resend = match &self.clients[i].outstanding {
+                Some(o) => tick >= o.last_sent + retry,
+                None => false,
+            };
+            if resend {
+                let c = &mut self.clients[i];
+                c.target = (c.target + 1) % n;
+                self.send_outstanding(i);
+                continue;
+            }
+            if self.clients[i].outstanding.is_some() || !self.auto_submit {
+                continue;
+            }
+            let wants = match self.healed_at {
+                None => self.prng_clients.chance_ppm(self.swarm.submit_ppm),
+                Some(_) => !self.clients[i].done_after_heal,
+            };
+            if wants {
+                self.submit_next(i);
+            }
+        }
+    }
+
+    /// Submits the client's next request (Register first, then metadata operations).
+    fn submit_next(&mut self, i: usize) {
+        let c = &self.clients[i];
+        let (operation, request, body) = if c.session == 0 {
+            (Operation::Register, 0, register_body())
+        } else {
+            let payload = self.prng_clients.next_u64();
+            let mut body = b"stream-".to_vec();
+            body.extend_from_slice(&payload.to_le_bytes());
+            (Operation::CreateStream, c.next_request, body)
+        };
+        let c = &mut self.clients[i];
+        if request > 0 {
+            c.next_request += 1;
+        }
+        c.outstanding = Some(Outstanding {
+            group: GroupId::METADATA.0,
+            request,
+            operation,
+            body,
+            submitted: self.tick,
+            last_sent: self.tick,
+            attempts: 0,
+        });
+        self.send_outstanding(i);
+    }
+
+    /// Submits one metadata request from client `i` now (scenario DSL).
+    pub fn submit(&mut self, i: usize) {
+        if self.clients[i].outstanding.is_none() {
+            self.submit_next(i);
+        }
+    }
+
+    fn send_outstanding(&mut self, i: usize) {
+        let tick = self.tick;
+        let c = &mut self.clients[i];
+        let Some(o) = c.outstanding.as_mut() else {
+            return;
+        };
+        o.last_sent = tick;
+        o.attempts += 1;
+        let mut header = RequestHeader::zeroed();
+        header.frame = wire::header::FrameHeader::new(
+            Command::Request,
+            wire::Sender {
+                cluster: self.cluster,
+                replica: 0,
+                view: 0,
+            },
+        );
+        header.client.set(c.id);
+        header
+            .request_checksum
+            .set(u128::from(wire::integrity::xxh3(&o.body)));
+        header.request.set(o.request);
+        header.operation = o.operation as u8;
+        header.session.set(c.session);
+        wire::finish_header(&mut header, &o.body).expect("request fits");
+        let mut wrapped = o.group.to_le_bytes().to_vec();
+        wire::encode::write_frame(&header, &o.body, &mut wrapped);
+        let (index, target) = (c.index, c.target);
+        self.net
+            .send(Node::Client(index), Node::Replica(target), wrapped);
+    }
+
+    fn deliver_reply(&mut self, index: u32, frame: &[u8]) {
+        let i = index as usize;
+        let tick = self.tick;
+        let n = self.swarm.replicas;
+        if frame.get(60) == Some(&Command::Eviction.byte()) {
+            let c = &mut self.clients[i];
+            let evicted_client = u128::from_le_bytes(frame[128..144].try_into().expect("16 bytes"));
+            if evicted_client == c.id && c.session != 0 {
+                // The session is gone: log in again under a fresh client id (the SDK does).
+                self.client_index.remove(&c.id);
+                c.id = self.prng_identity.next_u128_nonzero();
+                self.client_index.insert(c.id, c.index);
+                c.session = 0;
+                c.next_request = 1;
+                c.outstanding = None;
+            }
+            return;
+        }
+        let Ok((h, body)) = wire::decode::decode_reply(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        else {
+            return;
+        };
+        let c = &mut self.clients[i];
+        let Some(o) = c.outstanding.clone() else {
+            return;
+        };
+        if h.client.get() != c.id
+            || h.request.get() != o.request
+            || h.operation != o.operation as u8
+        {
+            return; // a late reply to an earlier attempt or request
+        }
+        let op = h.op.get();
+        let status = h.status.get();
+        if status != 0 || op == 0 {
+            // A refusal: transient ones are retried (another replica for NotAccepted),
+            // anything else ends the request.
+            let code = if status != 0 {
+                status
+            } else {
+                result_code(body).unwrap_or(0)
+            };
+            let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
+            if code == 58 {
+                c.target = if view > 0 || h.frame.replica as u32 != 0 {
+                    (view % u32::from(n)) as u8
+                } else {
+                    (c.target + 1) % n
+                };
+            }
+            if code == 57 || code == 58 {
+                if let Some(o) = c.outstanding.as_mut() {
+                    // Retry after a short pause rather than a whole timeout.
+                    o.last_sent = tick.saturating_sub(self.swarm.client_retry_ticks) + 10;
+                }
+            } else {
+                c.outstanding = None;
+            }
+            return;
+        }
+        let mut masked = frame.to_vec();
+        masked[0..16].fill(0);
+        masked[52..56].fill(0);
+        let client = c.id;
+        if o.operation == Operation::Register && body.len() >= 16 {
+            c.session = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+        }
+        c.target = h.frame.replica;
+        c.outstanding = None;
+        if self.healed_at.is_some_and(|at| o.submitted >= at) {
+            c.done_after_heal = true;
+        }
+        self.report.requests_completed += 1;
+        self.checker.on_reply(
+            tick,
+            o.group,
+            client,
+            o.request,
+            op,
+            o.operation as u8,
+            masked,
+        );
+    }
+
+    // ---- running -----------------------------------------------------------------------------
+
+    /// Whether every group has converged: every replica up, Normal, in the same view, with
+    /// `commit_min == commit_max == op` equal everywhere and an empty pipeline.
+    pub fn converged(&self) -> bool {
+        self.groups.iter().all(|&g| self.group_converged(g))
+    }
+
+    fn group_converged(&self, group: u64) -> bool {
+        let mut first: Option<(u32, u64)> = None;
+        for host in &self.hosts {
+            let Some(live) = host.live.get(&group) else {
+                return false;
+            };
+            let r = &live.replica;
+            if r.status() != Status::Normal
+                || r.commit_min() != r.commit_max()
+                || r.commit_min() != r.op()
+                || r.pipeline_len() != 0
+                || r.is_transferring()
+            {
+                return false;
+            }
+            let key = (r.view(), r.commit_min());
+            match first {
+                None => first = Some(key),
+                Some(f) if f != key => return false,
+                Some(_) => {}
+            }
+        }
+        true
+    }
+
+    /// Requests not yet answered.
+    pub fn outstanding(&self) -> usize {
+        self.clients
+            .iter()
+            .filter(|c| c.outstanding.is_some())
+            .count()
+    }
+
+    fn clients_done(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| c.outstanding.is_none() && c.done_after_heal)
+    }
+
+    /// Runs the whole seed: the fault phase, healing, then the liveness phase until the cluster
+    /// converges or the bound passes (a stall).
+    pub fn run(mut self) -> Report {
+        loop {
+            self.run_tick();
+            if self.options.stop_at_violation && !self.checker.violations.is_empty() {
+                break;
+            }
+            let Some(healed) = self.healed_at else {
+                continue;
+            };
+            if self.clients_done() && self.converged() {
+                self.report.heal_ticks = self.tick - healed;
+                self.check_converged_state();
+                break;
+            }
+            if self.tick >= healed + self.swarm.liveness_ticks {
+                let detail = self.stall_detail();
+                self.checker.on_liveness(self.tick, detail);
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    /// Replicas that converged must hold the same state machine.
+    fn check_converged_state(&mut self) {
+        for &group in &self.groups {
+            let digests: BTreeSet<u64> = self
+                .hosts
+                .iter()
+                .filter_map(|h| h.live.get(&group))
+                .map(|l| l.replica.state_machine().digest)
+                .collect();
+            if digests.len() > 1 {
+                let detail = format!(
+                    "group {group:#x}: converged replicas hold different state digests {digests:x?}"
+                );
+                self.checker.on_state_divergence(self.tick, detail);
+            }
+        }
+    }
+
+    fn stall_detail(&self) -> String {
+        let mut s = format!(
+            "no convergence within {} ticks of healing (outstanding requests {})",
+            self.swarm.liveness_ticks,
+            self.outstanding()
+        );
+        for &group in &self.groups {
+            if self.group_converged(group) {
+                continue;
+            }
+            s.push_str(&format!("; group {group:#x}:"));
+            for host in &self.hosts {
+                match host.live.get(&group) {
+                    Some(l) => {
+                        let r = &l.replica;
+                        s.push_str(&format!(
+                            " r{} {:?} v{} lv{} op{} cmin{} cmax{} pipe{}",
+                            host.id,
+                            r.status(),
+                            r.view(),
+                            r.log_view(),
+                            r.op(),
+                            r.commit_min(),
+                            r.commit_max(),
+                            r.pipeline_len()
+                        ));
+                    }
+                    None => s.push_str(&format!(" r{} down", host.id)),
+                }
+            }
+        }
+        s
+    }
+
+    /// Closes the report.
+    pub fn finish(mut self) -> Report {
+        self.report.ticks = self.tick;
+        self.report.committed_ops = self.checker.committed_ops();
+        self.report.frames_dropped = self.net.stats.dropped();
+        self.report.frames_overrun = self.net.stats.dropped_overrun;
+        self.report.violations = self.checker.violations.clone();
+        self.report.stalls = self
+            .checker
+            .violations
+            .iter()
+            .filter(|v| v.invariant == crate::check::Invariant::Liveness)
+            .count() as u64;
+        self.report
+    }
+
+    /// The swarm profile.
+    pub fn profile(&self) -> Profile {
+        self.swarm.profile
+    }
+}
+
+/// The result code of a one-entry result section `[1][0][code]`, if the body is one.
+fn result_code(body: &[u8]) -> Option<u32> {
+    if body.len() < 12 || body[0..4] != 1u32.to_le_bytes() {
+        return None;
+    }
+    Some(u32::from_le_bytes(body[8..12].try_into().ok()?))
+}
+
+/// A LoginRegister body (client-plane.md §6.2): version 0.11.0, `rust-sdk`, root credentials.
+fn register_body() -> Vec<u8> {
+    fn name(out: &mut Vec<u8>, s: &str) {
+        out.push(s.len() as u8);
+        out.extend_from_slice(s.as_bytes());
+    }
+    let mut body = 0x2C00u32.to_le_bytes().to_vec();
+    name(&mut body, "rust-sdk");
+    name(&mut body, "0.11.0-edge.4");
+    name(&mut body, "iggy");
+    name(&mut body, "iggy");
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body
+}
