@@ -15,10 +15,13 @@
 //! - [`check`]: the invariant checkers.
 //! - [`swarm`]: the per-seed cluster shape and fault mix.
 //! - [`sim`]: the simulator driving real replicas.
+//! - [`dsl`]: scenario stories over the simulator.
+//! - [`runner`]: seed runs and summaries (the `strand-sim` binary and the seed tests).
 #![forbid(unsafe_code)]
 
 pub mod check;
 pub mod clock;
+pub mod dsl;
 pub mod net;
 pub mod prng;
 pub mod runner;

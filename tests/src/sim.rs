@@ -79,6 +79,8 @@ pub struct Report {
     pub fatals: u64,
     /// Ticks from healing to convergence (0 if the run did not converge or never faulted).
     pub heal_ticks: u64,
+    /// A digest of every frame sent, in order: two runs of one seed must agree bit for bit.
+    pub fingerprint: u64,
 }
 
 /// A durable snapshot of a group (written by `Effect::Checkpoint`).
@@ -149,6 +151,10 @@ struct Client {
     outstanding: Option<Outstanding>,
     /// Completed a request submitted after healing.
     done_after_heal: bool,
+    /// Requests a scenario asked for and not yet submitted.
+    queued: u32,
+    /// Non-Register requests completed.
+    completed: u64,
 }
 
 /// One simulation run.
@@ -234,6 +240,8 @@ impl Sim {
                 target: 0,
                 outstanding: None,
                 done_after_heal: false,
+                queued: 0,
+                completed: 0,
             })
             .collect::<Vec<_>>();
         let client_index = clients.iter().map(|c| (c.id, c.index)).collect();
@@ -521,6 +529,7 @@ impl Sim {
         let tick = self.tick;
         match effect {
             Effect::Send { to, frame } => {
+                self.fold(frame.bytes());
                 self.check_send(r, group, &frame);
                 self.net.send(
                     Node::Replica(r),
@@ -562,6 +571,7 @@ impl Sim {
                 });
             }
             Effect::Reply { client, frame } => {
+                self.fold(frame.bytes());
                 if let Some(&index) = self.client_index.get(&client.0) {
                     self.net.send(
                         Node::Replica(r),
@@ -603,6 +613,11 @@ impl Sim {
                     tick + self.prng_crashes.range_inclusive(low, high);
             }
         }
+    }
+
+    fn fold(&mut self, bytes: &[u8]) {
+        let f = &mut self.report.fingerprint;
+        *f = f.rotate_left(5) ^ wire::integrity::xxh3(bytes) ^ self.tick;
     }
 
     /// Checks on every frame a replica sends: durable-before-send for view-scoped frames and
@@ -982,12 +997,16 @@ impl Sim {
                 self.send_outstanding(i);
                 continue;
             }
-            if self.clients[i].outstanding.is_some() || !self.auto_submit {
+            if self.clients[i].outstanding.is_some() {
                 continue;
             }
-            let wants = match self.healed_at {
-                None => self.prng_clients.chance_ppm(self.swarm.submit_ppm),
-                Some(_) => !self.clients[i].done_after_heal,
+            let wants = if !self.auto_submit {
+                self.clients[i].queued > 0
+            } else {
+                match self.healed_at {
+                    None => self.prng_clients.chance_ppm(self.swarm.submit_ppm),
+                    Some(_) => !self.clients[i].done_after_heal,
+                }
             };
             if wants {
                 self.submit_next(i);
@@ -1009,6 +1028,7 @@ impl Sim {
         let c = &mut self.clients[i];
         if request > 0 {
             c.next_request += 1;
+            c.queued = c.queued.saturating_sub(1);
         }
         c.outstanding = Some(Outstanding {
             group: GroupId::METADATA.0,
@@ -1022,11 +1042,15 @@ impl Sim {
         self.send_outstanding(i);
     }
 
-    /// Submits one metadata request from client `i` now (scenario DSL).
-    pub fn submit(&mut self, i: usize) {
-        if self.clients[i].outstanding.is_none() {
-            self.submit_next(i);
-        }
+    /// Queues `count` metadata requests on client `i`, submitted one after the other (after a
+    /// Register if the client has no session).
+    pub fn queue_requests(&mut self, i: usize, count: u32) {
+        self.clients[i].queued += count;
+    }
+
+    /// Non-Register requests client `i` completed.
+    pub fn client_completed(&self, i: usize) -> u64 {
+        self.clients[i].completed
     }
 
     fn send_outstanding(&mut self, i: usize) {
@@ -1130,6 +1154,9 @@ impl Sim {
         }
         c.target = h.frame.replica;
         c.outstanding = None;
+        if o.operation != Operation::Register {
+            c.completed += 1;
+        }
         if self.healed_at.is_some_and(|at| o.submitted >= at) {
             c.done_after_heal = true;
         }

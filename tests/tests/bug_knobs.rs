@@ -1,0 +1,81 @@
+//! The checkers must bite: with a deliberately broken core rule (the consensus crate's
+//! `bug-knobs` feature) the simulator finds a violation within a bounded seed range.
+//! Run: `cargo test -p tests --features bug-knobs --test bug_knobs`. The slow search over
+//! 1,000 seeds is opt-in: `STRAND_SIM_BUG_SEARCH=1`.
+#![cfg(feature = "bug-knobs")]
+
+use consensus::BugKnobs;
+use tests::check::Invariant;
+use tests::runner::{Overrides, run_seed};
+use tests::sim::Options;
+
+/// The first seed in `seeds` whose run breaks an invariant, with the invariant.
+fn first_violation(
+    knobs: BugKnobs,
+    seeds: std::ops::Range<u64>,
+    overrides: Overrides,
+) -> Option<(u64, Invariant)> {
+    for seed in seeds {
+        let options = Options {
+            stop_at_violation: true,
+            bug_knobs: knobs,
+            ..Options::default()
+        };
+        let report = run_seed(seed, overrides, options);
+        if let Some(v) = report
+            .violations
+            .iter()
+            .find(|v| v.invariant != Invariant::Liveness)
+        {
+            eprintln!("seed {seed}: {v}");
+            return Some((seed, v.invariant));
+        }
+    }
+    None
+}
+
+#[test]
+fn ack_before_append_is_caught_fast() {
+    let knobs = BugKnobs {
+        ack_before_append: true,
+        ..BugKnobs::default()
+    };
+    let overrides = Overrides {
+        replicas: Some(3),
+        ticks: Some(600),
+        ..Overrides::default()
+    };
+    let found = first_violation(knobs, 0..20, overrides);
+    assert!(
+        matches!(found, Some((_, Invariant::AckDurable))),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn skipped_durable_gate_is_caught_fast() {
+    let knobs = BugKnobs {
+        skip_durable_before_send: true,
+        ..BugKnobs::default()
+    };
+    let overrides = Overrides {
+        replicas: Some(3),
+        ticks: Some(1_500),
+        ..Overrides::default()
+    };
+    let found = first_violation(knobs, 0..50, overrides);
+    assert!(found.is_some(), "no violation found");
+}
+
+#[test]
+fn loosened_nack_quorum_is_caught_within_1000_seeds() {
+    if std::env::var("STRAND_SIM_BUG_SEARCH").is_err() {
+        return;
+    }
+    let knobs = BugKnobs {
+        loosen_nack_quorum: true,
+        ..BugKnobs::default()
+    };
+    let found = first_violation(knobs, 0..1_000, Overrides::default());
+    assert!(found.is_some(), "no violation in 1,000 seeds");
+}

@@ -1,0 +1,69 @@
+//! Partition and crash stories over the simulator (simulation.md §3), each a few DSL lines.
+
+use tests::dsl::Scenario;
+
+#[test]
+fn calm_cluster_commits() {
+    let mut s = Scenario::new(3);
+    s.submit(5).expect_commits(5, 1_000);
+    s.expect_converged(1_000);
+}
+
+#[test]
+fn solo_cluster_commits() {
+    let mut s = Scenario::new(1);
+    s.submit(3).expect_commits(3, 500);
+}
+
+#[test]
+fn isolated_backup_does_not_block_commits() {
+    let mut s = Scenario::new(3);
+    s.isolate(2);
+    s.submit(5).expect_commits(5, 2_000);
+    s.heal().expect_converged(5_000);
+}
+
+#[test]
+fn isolated_primary_is_replaced() {
+    let mut s = Scenario::new(3);
+    s.submit(2).expect_commits(2, 1_000);
+    s.isolate(0).expect_view_above(0, 3_000);
+    s.submit(2).expect_commits(4, 3_000);
+    s.heal().expect_converged(5_000);
+}
+
+#[test]
+fn primary_that_can_send_but_not_receive_is_replaced() {
+    let mut s = Scenario::new(3);
+    s.submit(1).expect_commits(1, 1_000);
+    s.block(1, 0).block(2, 0);
+    s.submit(2).expect_commits(3, 5_000);
+    s.heal().expect_converged(5_000);
+}
+
+#[test]
+fn minority_cannot_commit() {
+    let mut s = Scenario::new(5);
+    s.submit(1).expect_commits(1, 1_000);
+    s.split(&[0, 1]).submit(1).expect_no_commits(300);
+    s.heal().expect_commits(2, 5_000);
+}
+
+#[test]
+fn crashed_primary_restarts_and_cluster_converges() {
+    let mut s = Scenario::new(3);
+    s.submit(3).expect_commits(3, 1_000);
+    s.crash(0).expect_view_above(0, 3_000);
+    s.submit(2).expect_commits(5, 3_000);
+    s.restart(0).expect_converged(5_000);
+}
+
+#[test]
+fn whole_cluster_restart_keeps_committed_ops() {
+    let mut s = Scenario::new(3);
+    s.submit(3).expect_commits(3, 1_000);
+    s.crash(0).crash(1).crash(2).run(10);
+    s.restart(0).restart(1).restart(2);
+    s.submit(1).expect_commits(4, 5_000);
+    s.expect_converged(5_000);
+}
