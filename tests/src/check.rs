@@ -107,7 +107,8 @@ pub struct Checker {
     /// `(group, op) -> prepare` for every op any replica applied.
     pub committed: BTreeMap<(u64, u64), CommittedOp>,
     replied: BTreeMap<(u64, u64), u128>,
-    replies: BTreeMap<(u64, u128, u64), Vec<u8>>,
+    replies: BTreeMap<(u64, u128, u64, u64), Vec<u8>>,
+    bodies: BTreeMap<(u64, u64), (u64, u8)>,
     last: BTreeMap<(u8, u64), Observed>,
     durable_view: BTreeMap<(u8, u64), (u32, u32)>,
     primaries: BTreeMap<(u64, u32), u8>,
@@ -190,6 +191,24 @@ impl Checker {
         }
     }
 
+    /// A replica's state machine applied a body with digest `body_digest` at `op`: every
+    /// replica must apply the same bytes (offset integrity, §2.9: partition identities do not
+    /// cover the stamped body).
+    pub fn on_apply_body(&mut self, tick: u64, replica: u8, group: u64, op: u64, body_digest: u64) {
+        match self.bodies.get(&(group, op)) {
+            Some(&(first, other)) if first != body_digest => {
+                let detail = format!(
+                    "group {group:#x} op {op}: r{replica} applied body {body_digest:#018x}, r{other} applied {first:#018x}"
+                );
+                self.violate(tick, Invariant::Agreement, detail);
+            }
+            Some(_) => {}
+            None => {
+                self.bodies.insert((group, op), (body_digest, replica));
+            }
+        }
+    }
+
     /// A client accepted a committed reply for `(client, request)` saying `op` of `group`;
     /// `masked` is the reply frame with its view bytes (52..56) and seal (0..16) zeroed. The
     /// prepare committed at `op` must be exactly that request.
@@ -222,7 +241,19 @@ impl Checker {
                 self.replied.entry((group, op)).or_insert(c.identity);
             }
         }
-        match self.replies.get(&(group, client, request)) {
+        // Partition requests reuse request numbers and are at-least-once (client-plane.md
+        // §2.3): their replies are compared per committed op.
+        let key = (
+            group,
+            client,
+            request,
+            if wire::GroupId(group).is_metadata() {
+                0
+            } else {
+                op
+            },
+        );
+        match self.replies.get(&key) {
             Some(previous) if *previous != masked => {
                 let detail = format!(
                     "group {group:#x}: two different replies for client {client:#x} request {request}"
@@ -231,7 +262,7 @@ impl Checker {
             }
             Some(_) => {}
             None => {
-                self.replies.insert((group, client, request), masked);
+                self.replies.insert(key, masked);
             }
         }
     }

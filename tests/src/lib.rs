@@ -13,6 +13,7 @@
 //! - [`storage`]: per-replica journal and superblock with delayed completions, crash semantics,
 //!   torn and corrupted entries.
 //! - [`check`]: the invariant checkers.
+//! - [`machine`]: the replicated state machine (digest + applied log) and request bodies.
 //! - [`swarm`]: the per-seed cluster shape and fault mix.
 //! - [`sim`]: the simulator driving real replicas.
 //! - [`dsl`]: scenario stories over the simulator.
@@ -22,6 +23,7 @@
 pub mod check;
 pub mod clock;
 pub mod dsl;
+pub mod machine;
 pub mod net;
 pub mod prng;
 pub mod runner;

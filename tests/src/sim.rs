@@ -10,14 +10,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use consensus::{
-    ClientRequest, Completion, Config, DigestStateMachine, Effect, Frame, GroupId, Input, Now,
-    Outbox, RawConfig, Recovered, Replica, ReplicaId, Status, VsrState,
+    ClientRequest, Completion, Config, Effect, Frame, GroupId, Input, Now, Outbox, RawConfig,
+    Recovered, Replica, ReplicaId, Status, VsrState,
 };
 use wire::header::{Layout, RequestHeader};
 use wire::{Command, Message, Operation};
 
 use crate::check::{Checker, Observed, Violation};
 use crate::clock::DriftClock;
+use crate::machine::{SimMachine, send_messages_batch};
 use crate::net::{NetConfig, Network, Node};
 use crate::prng::{Prng, Stream};
 use crate::storage::{Disk, Write};
@@ -90,7 +91,7 @@ struct Snapshot {
     checksum: u128,
     timestamp: u64,
     client_table: Vec<u8>,
-    state: DigestStateMachine,
+    state: SimMachine,
 }
 
 #[derive(Debug, Clone)]
@@ -109,9 +110,11 @@ struct PendingCheckpoint {
 }
 
 struct Live {
-    replica: Replica<DigestStateMachine>,
+    replica: Replica<SimMachine>,
     /// Highest op whose commit the checker has seen from this replica (this life).
     checked_commit: u64,
+    /// How much of the state machine's applied log the checker has read.
+    applied_cursor: usize,
     was_normal_primary: bool,
 }
 
@@ -188,6 +191,8 @@ pub struct Sim {
     pub auto_faults: bool,
     /// Whether clients submit on their own (scenario tests submit by hand).
     pub auto_submit: bool,
+    /// Whether clients also send SendMessages to partition groups.
+    pub partition_traffic: bool,
     max_normal_view: BTreeMap<u64, u32>,
     /// Counters.
     pub report: Report,
@@ -268,6 +273,7 @@ impl Sim {
             healed_at: None,
             auto_faults: true,
             auto_submit: true,
+            partition_traffic: true,
             max_normal_view: BTreeMap::new(),
             report: Report {
                 seed,
@@ -340,6 +346,7 @@ impl Sim {
                 Live {
                     replica,
                     checked_commit: snapshot_op,
+                    applied_cursor: 0,
                     was_normal_primary: false,
                 },
             );
@@ -436,7 +443,7 @@ impl Sim {
     }
 
     /// The replica `r` runs for `group`, if it is up.
-    pub fn replica(&self, r: u8, group: u64) -> Option<&Replica<DigestStateMachine>> {
+    pub fn replica(&self, r: u8, group: u64) -> Option<&Replica<SimMachine>> {
         self.hosts[usize::from(r)]
             .live
             .get(&group)
@@ -696,6 +703,9 @@ impl Sim {
             }
         }
         live.checked_commit = live.checked_commit.max(replica.commit_min());
+        let bodies: Vec<crate::machine::AppliedBody> =
+            replica.state_machine().applied[live.applied_cursor..].to_vec();
+        live.applied_cursor += bodies.len();
         let became_primary = observed.normal_primary && !live.was_normal_primary;
         live.was_normal_primary = observed.normal_primary;
         let lacks: Vec<(u64, Option<u128>)> = if became_primary {
@@ -712,6 +722,10 @@ impl Sim {
         };
         for (op, h) in applied {
             self.checker.on_apply(tick, r, group, op, &h);
+        }
+        for b in bodies {
+            self.checker
+                .on_apply_body(tick, r, group, b.op, b.body_digest);
         }
         for (op, held) in lacks {
             self.checker
@@ -1016,22 +1030,46 @@ impl Sim {
 
     /// Submits the client's next request (Register first, then metadata operations).
     fn submit_next(&mut self, i: usize) {
-        let c = &self.clients[i];
-        let (operation, request, body) = if c.session == 0 {
-            (Operation::Register, 0, register_body())
+        let session = self.clients[i].session;
+        let partitions = self.groups.len() as u64 - 1;
+        let to_partition = self.partition_traffic
+            && session != 0
+            && partitions > 0
+            && self.prng_clients.chance_ppm(500_000);
+        let payload = self.prng_clients.next_u64();
+        let (group, operation, body) = if session == 0 {
+            (GroupId::METADATA.0, Operation::Register, register_body())
+        } else if to_partition {
+            // The client listener strips the SendMessages envelope after resolving the group;
+            // the core gets the batch alone (client-plane.md §8.1).
+            let group = self.groups[1 + self.prng_clients.below(partitions) as usize];
+            let count = self.prng_clients.range_inclusive(1, 4) as u32;
+            let origin = self.hosts[0].clock.realtime_us(self.tick);
+            (
+                group,
+                Operation::SendMessages,
+                send_messages_batch(count, payload, origin),
+            )
         } else {
-            let payload = self.prng_clients.next_u64();
             let mut body = b"stream-".to_vec();
             body.extend_from_slice(&payload.to_le_bytes());
-            (Operation::CreateStream, c.next_request, body)
+            (GroupId::METADATA.0, Operation::CreateStream, body)
         };
         let c = &mut self.clients[i];
-        if request > 0 {
-            c.next_request += 1;
+        // Metadata numbers count 1, 2, 3, ...; partition ops reuse the current number.
+        let request = match operation {
+            Operation::Register => 0,
+            Operation::SendMessages => c.next_request,
+            _ => {
+                c.next_request += 1;
+                c.next_request - 1
+            }
+        };
+        if operation != Operation::Register {
             c.queued = c.queued.saturating_sub(1);
         }
         c.outstanding = Some(Outstanding {
-            group: GroupId::METADATA.0,
+            group,
             request,
             operation,
             body,
@@ -1251,8 +1289,19 @@ impl Sim {
                 .hosts
                 .iter()
                 .filter_map(|h| h.live.get(&group))
-                .map(|l| l.replica.state_machine().digest)
+                .map(|l| l.replica.state_machine().inner.digest)
                 .collect();
+            let tables: BTreeSet<Vec<u8>> = self
+                .hosts
+                .iter()
+                .filter_map(|h| h.live.get(&group))
+                .map(|l| l.replica.client_table_encoded())
+                .collect();
+            if tables.len() > 1 {
+                let detail =
+                    format!("group {group:#x}: converged replicas hold different client tables");
+                self.checker.on_state_divergence(self.tick, detail);
+            }
             if digests.len() > 1 {
                 let detail = format!(
                     "group {group:#x}: converged replicas hold different state digests {digests:x?}"
