@@ -601,7 +601,10 @@ impl Sim {
                     checksum,
                     timestamp: header.map_or(0, |h| h.timestamp.get()),
                     client_table: live.replica.client_table_encoded(),
-                    state: live.replica.state_machine().clone(),
+                    state: SimMachine {
+                        inner: live.replica.state_machine().inner.clone(),
+                        applied: Vec::new(),
+                    },
                 };
                 self.hosts[usize::from(r)]
                     .checkpoints
@@ -651,7 +654,18 @@ impl Sim {
         );
         let disk = self.hosts[usize::from(r)].disk.group(group);
         if !requester_side {
-            let durable_view = disk.and_then(|d| d.superblock).map_or(0, |s| s.view);
+            // Without a superblock, recovery infers the view from the journal (consensus.md
+            // §9.1), so that is what a restart would come back with.
+            let durable_view = disk.map_or(0, |d| match d.superblock {
+                Some(sb) => sb.view,
+                None => d
+                    .journal
+                    .values()
+                    .filter(|b| b.len() >= 56)
+                    .map(|b| u32::from_le_bytes(b[52..56].try_into().expect("4 bytes")))
+                    .max()
+                    .unwrap_or(0),
+            });
             self.checker.on_view_scoped_send(
                 self.tick,
                 r,
@@ -1167,10 +1181,12 @@ impl Sim {
             };
             let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
             if code == 58 {
-                c.target = if view > 0 || h.frame.replica as u32 != 0 {
-                    (view % u32::from(n)) as u8
-                } else {
+                // Follow the responder's view to its primary; rotate if that is where we are.
+                let hinted = (view % u32::from(n)) as u8;
+                c.target = if hinted == c.target {
                     (c.target + 1) % n
+                } else {
+                    hinted
                 };
             }
             if code == 57 || code == 58 {
