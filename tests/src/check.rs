@@ -157,37 +157,37 @@ impl Checker {
                 self.committed.insert((group, op), record);
             }
         }
-        if let Some(&reply) = self.replied.get(&(group, op)) {
-            if reply != identity {
-                let detail = format!(
-                    "group {group:#x} op {op}: a client got a reply for {reply:#034x}, r{replica} applied {identity:#034x}"
-                );
-                self.violate(tick, Invariant::ReplyStaysCommitted, detail);
-            }
+        if let Some(&reply) = self.replied.get(&(group, op))
+            && reply != identity
+        {
+            let detail = format!(
+                "group {group:#x} op {op}: a client got a reply for {reply:#034x}, r{replica} applied {identity:#034x}"
+            );
+            self.violate(tick, Invariant::ReplyStaysCommitted, detail);
         }
         let below = if op > 1 {
             self.committed.get(&(group, op - 1)).map(|c| c.identity)
         } else {
             Some(0)
         };
-        if let Some(below) = below {
-            if below != parent {
-                let detail = format!(
-                    "group {group:#x} op {op}: r{replica} applied a prepare whose parent {parent:#034x} is not op {}'s identity {below:#034x}",
-                    op - 1
-                );
-                self.violate(tick, Invariant::HashChain, detail);
-            }
+        if let Some(below) = below
+            && below != parent
+        {
+            let detail = format!(
+                "group {group:#x} op {op}: r{replica} applied a prepare whose parent {parent:#034x} is not op {}'s identity {below:#034x}",
+                op - 1
+            );
+            self.violate(tick, Invariant::HashChain, detail);
         }
-        if let Some(above) = self.committed.get(&(group, op + 1)).copied() {
-            if above.parent != identity {
-                let detail = format!(
-                    "group {group:#x} op {op}: committed op {} names parent {:#034x}, r{replica} applied {identity:#034x}",
-                    op + 1,
-                    above.parent
-                );
-                self.violate(tick, Invariant::HashChain, detail);
-            }
+        if let Some(above) = self.committed.get(&(group, op + 1)).copied()
+            && above.parent != identity
+        {
+            let detail = format!(
+                "group {group:#x} op {op}: committed op {} names parent {:#034x}, r{replica} applied {identity:#034x}",
+                op + 1,
+                above.parent
+            );
+            self.violate(tick, Invariant::HashChain, detail);
         }
     }
 
@@ -346,13 +346,13 @@ impl Checker {
         log_view: u32,
     ) {
         let previous = self.durable_view.insert((replica, group), (view, log_view));
-        if let Some((pv, plv)) = previous {
-            if view < pv || log_view < plv {
-                let detail = format!(
-                    "group {group:#x}: r{replica} durable (view, log_view) went from ({pv}, {plv}) to ({view}, {log_view})"
-                );
-                self.violate(tick, Invariant::Monotonic, detail);
-            }
+        if let Some((pv, plv)) = previous
+            && (view < pv || log_view < plv)
+        {
+            let detail = format!(
+                "group {group:#x}: r{replica} durable (view, log_view) went from ({pv}, {plv}) to ({view}, {log_view})"
+            );
+            self.violate(tick, Invariant::Monotonic, detail);
         }
     }
 

@@ -376,10 +376,10 @@ impl Sim {
             return recovered;
         };
         recovered.superblock = disk.superblock;
-        let mut expect_op = recovered.snapshot_op + 1;
+        let first = recovered.snapshot_op + 1;
         let mut parent = recovered.snapshot_checksum;
         let mut cut = None;
-        for (&op, bytes) in disk.journal.range(expect_op..) {
+        for (expect_op, (&op, bytes)) in (first..).zip(disk.journal.range(first..)) {
             let valid = op == expect_op
                 && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
                     if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
@@ -389,7 +389,6 @@ impl Sim {
             }
             parent = identity_of(bytes);
             recovered.frames.push(Frame::new(bytes.clone()));
-            expect_op += 1;
         }
         if let Some(op) = cut {
             host.disk.truncate_now(group, op);
@@ -675,23 +674,16 @@ impl Sim {
                 durable_view,
             );
         }
-        if command == Command::PrepareOk {
-            if let Ok(Message::PrepareOk(ok)) =
+        if command == Command::PrepareOk
+            && let Ok(Message::PrepareOk(ok)) =
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
-            {
-                let op = ok.op.get();
-                let durable = disk
-                    .and_then(|d| d.journal.get(&op))
-                    .map(|bytes| identity_of(bytes));
-                self.checker.on_prepare_ok(
-                    self.tick,
-                    r,
-                    group,
-                    op,
-                    ok.prepare_checksum.get(),
-                    durable,
-                );
-            }
+        {
+            let op = ok.op.get();
+            let durable = disk
+                .and_then(|d| d.journal.get(&op))
+                .map(|bytes| identity_of(bytes));
+            self.checker
+                .on_prepare_ok(self.tick, r, group, op, ok.prepare_checksum.get(), durable);
         }
     }
 

@@ -202,14 +202,16 @@ impl<S: Clone> Disk<S> {
                 }
                 self.stats.landed_in_crash += 1;
                 Self::apply(disk, &p.write);
-                if i + 1 == land && may_tear && prng.chance_ppm(500_000) {
-                    if let Write::Append { op, frame } = &p.write {
-                        // Tear at a 512-byte sector boundary, or flip a byte if the frame is
-                        // shorter than two sectors (a torn header).
-                        let torn = tear(prng, frame);
-                        disk.journal.insert(*op, torn);
-                        self.stats.torn += 1;
-                    }
+                if i + 1 == land
+                    && may_tear
+                    && prng.chance_ppm(500_000)
+                    && let Write::Append { op, frame } = &p.write
+                {
+                    // Tear at a 512-byte sector boundary, or flip a byte if the frame is
+                    // shorter than two sectors (a torn header).
+                    let torn = tear(prng, frame);
+                    disk.journal.insert(*op, torn);
+                    self.stats.torn += 1;
                 }
             }
             for p in writes
