@@ -64,6 +64,16 @@ pub struct Summary {
     pub requests_completed: u64,
     /// Sum of ticks simulated.
     pub ticks: u64,
+    /// Sum of frames dropped by full per-peer queues.
+    pub frames_overrun: u64,
+    /// Sum of torn writes.
+    pub torn_writes: u64,
+    /// Sum of corrupted journal entries.
+    pub entries_corrupted: u64,
+    /// Sum of boot refusals.
+    pub boot_refusals: u64,
+    /// Sum of `Effect::Fatal`.
+    pub fatals: u64,
     /// Longest time from healing to convergence.
     pub heal_ticks_max: u64,
     /// The first violation of each failed seed.
@@ -84,6 +94,11 @@ impl Summary {
         self.state_transfers += report.state_transfers;
         self.frames_dropped += report.frames_dropped;
         self.requests_completed += report.requests_completed;
+        self.frames_overrun += report.frames_overrun;
+        self.torn_writes += report.torn_writes;
+        self.entries_corrupted += report.entries_corrupted;
+        self.boot_refusals += report.boot_refusals;
+        self.fatals += report.fatals;
         self.ticks += report.ticks;
         self.heal_ticks_max = self.heal_ticks_max.max(report.heal_ticks);
         if let Some(v) = report.violations.first() {
@@ -113,6 +128,11 @@ impl Summary {
             "state_transfers": self.state_transfers,
             "frames_dropped": self.frames_dropped,
             "requests_completed": self.requests_completed,
+            "frames_overrun": self.frames_overrun,
+            "torn_writes": self.torn_writes,
+            "entries_corrupted": self.entries_corrupted,
+            "boot_refusals": self.boot_refusals,
+            "fatals": self.fatals,
             "ticks": self.ticks,
             "heal_ticks_max": self.heal_ticks_max,
             "failed_seeds": self.failed_seeds,

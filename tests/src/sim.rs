@@ -80,6 +80,12 @@ pub struct Report {
     pub fatals: u64,
     /// Ticks from healing to convergence (0 if the run did not converge or never faulted).
     pub heal_ticks: u64,
+    /// Unreported appends torn by crashes.
+    pub torn_writes: u64,
+    /// Nodes that refused to boot after interior journal corruption.
+    pub boot_refusals: u64,
+    /// Durable journal entries corrupted by the fault schedule.
+    pub entries_corrupted: u64,
     /// A digest of every frame sent, in order: two runs of one seed must agree bit for bit.
     pub fingerprint: u64,
 }
@@ -131,6 +137,8 @@ struct Host {
     /// Peers this host's bus currently reports connected (as told to the replicas).
     connected: BTreeSet<u8>,
     slow: bool,
+    /// Refused to boot (interior journal corruption): down for good.
+    refused: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +241,7 @@ impl Sim {
                 live: BTreeMap::new(),
                 connected: (0..swarm.replicas).filter(|&p| p != id).collect(),
                 slow: swarm.slow_disk == Some(id),
+                refused: false,
             })
             .collect();
         let mut prng_identity = Prng::new(seed, Stream::Identity);
@@ -322,11 +331,29 @@ impl Sim {
 
     fn start_host(&mut self, r: u8) {
         let groups = self.groups.clone();
+        let mut recovered_groups = Vec::new();
+        for &group in &groups {
+            match self.recover(r, group) {
+                Some(recovered) => recovered_groups.push((group, recovered)),
+                None => {
+                    // Interior corruption: the journal refuses boot (journal.md G3). The node
+                    // stays down; the operator's rejoin from a clean directory is not modelled
+                    // (the core has no way to join without a prior life but with lost state).
+                    let host = &mut self.hosts[usize::from(r)];
+                    host.refused = true;
+                    host.restart_at = 0;
+                    self.report.boot_refusals += 1;
+                    self.trace(format_args!(
+                        "r{r} refuses boot: interior journal corruption in group {group:#x}"
+                    ));
+                    return;
+                }
+            }
+        }
         self.hosts[usize::from(r)].up = true;
         self.net.set_down(Node::Replica(r), false);
         self.checker.on_restart(r);
-        for group in groups {
-            let recovered = self.recover(r, group);
+        for (group, recovered) in recovered_groups {
             let snapshot_op = recovered.snapshot_op;
             let state = self.hosts[usize::from(r)]
                 .snapshots
@@ -361,7 +388,7 @@ impl Sim {
     /// What the disk holds for `group`, as the journal's recovery would hand it back: the
     /// superblock, the snapshot, and the unbroken, verified chain of entries above it. Entries
     /// after the first gap, torn or corrupt entry, or chain break are truncated.
-    fn recover(&mut self, r: u8, group: u64) -> Recovered {
+    fn recover(&mut self, r: u8, group: u64) -> Option<Recovered> {
         let incarnation = self.prng_identity.next_u128_nonzero();
         let host = &mut self.hosts[usize::from(r)];
         let snapshot = host.snapshots.get(&group).cloned();
@@ -373,7 +400,7 @@ impl Sim {
             recovered.client_table = s.client_table.clone();
         }
         let Some(disk) = host.disk.group(group).cloned() else {
-            return recovered;
+            return Some(recovered);
         };
         recovered.superblock = disk.superblock;
         let first = recovered.snapshot_op + 1;
@@ -384,6 +411,11 @@ impl Sim {
                 && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
                     if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
             if !valid {
+                let damaged = op == expect_op && disk.journal.range(op + 1..).next().is_some();
+                let readable = wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok();
+                if damaged && !readable {
+                    return None; // damage followed by a complete entry: interior corruption
+                }
                 cut = Some(op);
                 break;
             }
@@ -393,7 +425,7 @@ impl Sim {
         if let Some(op) = cut {
             host.disk.truncate_now(group, op);
         }
-        recovered
+        Some(recovered)
     }
 
     fn crash(&mut self, r: u8, why: &str) {
@@ -886,7 +918,7 @@ impl Sim {
     fn restart_due(&mut self) {
         for r in 0..self.swarm.replicas {
             let host = &self.hosts[usize::from(r)];
-            if !host.up && host.restart_at != 0 && host.restart_at <= self.tick {
+            if !host.up && !host.refused && host.restart_at != 0 && host.restart_at <= self.tick {
                 self.trace(format_args!("restart r{r}"));
                 self.hosts[usize::from(r)].restart_at = 0;
                 self.start_host(r);
@@ -927,8 +959,9 @@ impl Sim {
             let group = *self.prng_crashes.pick(&self.groups);
             if let Some(op) = self.hosts[usize::from(r)]
                 .disk
-                .corrupt_entry(&mut self.prng_crashes, group)
+                .corrupt_interior(&mut self.prng_crashes, group)
             {
+                self.report.entries_corrupted += 1;
                 self.trace(format_args!("corrupt r{r} group {group:#x} op {op}"));
             }
         }
@@ -993,8 +1026,9 @@ impl Sim {
             ..self.swarm.net.clone()
         };
         for r in 0..self.swarm.replicas {
-            if !self.hosts[usize::from(r)].up {
-                self.hosts[usize::from(r)].restart_at = self.tick;
+            let host = &mut self.hosts[usize::from(r)];
+            if !host.up && !host.refused {
+                host.restart_at = self.tick;
             }
         }
         self.trace(format_args!("heal"));
@@ -1228,7 +1262,7 @@ impl Sim {
 
     fn group_converged(&self, group: u64) -> bool {
         let mut first: Option<(u32, u64)> = None;
-        for host in &self.hosts {
+        for host in self.hosts.iter().filter(|h| !h.refused) {
             let Some(live) = host.live.get(&group) else {
                 return false;
             };
@@ -1359,6 +1393,7 @@ impl Sim {
         self.report.committed_ops = self.checker.committed_ops();
         self.report.frames_dropped = self.net.stats.dropped();
         self.report.frames_overrun = self.net.stats.dropped_overrun;
+        self.report.torn_writes = self.hosts.iter().map(|h| h.disk.stats.torn).sum();
         self.report.violations = self.checker.violations.clone();
         self.report.stalls = self
             .checker

@@ -249,6 +249,23 @@ impl<S: Clone> Disk<S> {
         }
     }
 
+    /// Flips one bit of a random durable journal entry of `group` that is not the last one
+    /// (damage followed by a complete entry: recovery must refuse boot rather than truncate
+    /// acknowledged entries, journal.md G3). Returns the op hit.
+    pub fn corrupt_interior(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
+        let disk = self.groups.get_mut(&group)?;
+        let ops: Vec<u64> = disk.journal.keys().copied().collect();
+        if ops.len() < 2 {
+            return None;
+        }
+        let op = ops[prng.below(ops.len() as u64 - 1) as usize];
+        let frame = disk.journal.get_mut(&op).expect("picked");
+        let byte = prng.below(frame.len() as u64) as usize;
+        frame[byte] ^= 1 << prng.below(8);
+        self.stats.corrupted += 1;
+        Some(op)
+    }
+
     /// Flips one bit of a random durable journal entry of `group` (a latent sector error that a
     /// checksum must catch). Returns the op hit.
     pub fn corrupt_entry(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {

@@ -171,7 +171,12 @@ impl Swarm {
                 0
             },
             torn_writes: crashes,
-            corrupt_ppm: 0,
+            // Bit flips in durable interior entries of the faulty minority (detected at boot).
+            corrupt_ppm: if crashes && faulty_count > 0 {
+                p.range_inclusive(100, 1_000) as u32
+            } else {
+                0
+            },
             faulty_replicas,
             disk_latency: (p.range_inclusive(0, 3), 20),
             slow_disk,
