@@ -91,6 +91,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) clients: ClientTable,
     /// Partition plane: the next message offset to mint (§5.6).
     pub(crate) next_offset: u64,
+    /// Partition plane: the offset after the last applied SendMessages batch.
+    pub(crate) applied_offset_end: u64,
     /// Scratch buffer for apply output.
     pub(crate) reply_buf: Vec<u8>,
 }
@@ -155,6 +157,7 @@ impl<S: StateMachine> Replica<S> {
             transfer: Transfer::default(),
             clients,
             next_offset: recovered.offset_frontier,
+            applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
             config,
         };

@@ -35,9 +35,25 @@ impl Transfer {
     pub fn is_active(&self) -> bool {
         self.stage != TransferStage::Idle
     }
+
+    /// Drops any receiver session (probe exhaustion, §9.3).
+    pub fn abandon(&mut self) {
+        self.stage = TransferStage::Idle;
+    }
 }
 
 impl<S: StateMachine> Replica<S> {
+    /// Starts a receiver session against `peer` (§11.2). TODO: not implemented yet; without
+    /// it a replica whose gap lies below every peer's retained journal stays behind.
+    pub(crate) fn start_state_transfer(&mut self, peer: crate::types::ReplicaId, out: &mut Outbox) {
+        let _ = (peer, out);
+    }
+
+    /// Transfer timers (stall retry, offer expiry).
+    pub(crate) fn tick_transfer(&mut self, out: &mut Outbox) {
+        let _ = out;
+    }
+
     pub(crate) fn on_request_state_transfer(
         &mut self,
         header: &RequestStateTransferHeader,
