@@ -53,6 +53,8 @@ mod view_change;
 
 #[cfg(test)]
 mod scenarios;
+#[cfg(test)]
+mod test_support;
 
 #[cfg(feature = "bug-knobs")]
 pub use config::BugKnobs;

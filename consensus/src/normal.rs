@@ -983,3 +983,7 @@ impl<S: StateMachine> Replica<S> {
         self.serve_read(op, frame, out)
     }
 }
+
+#[cfg(test)]
+#[path = "normal_tests.rs"]
+mod tests;

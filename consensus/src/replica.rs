@@ -95,6 +95,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) applied_offset_end: u64,
     /// Scratch buffer for apply output.
     pub(crate) reply_buf: Vec<u8>,
+    /// Frames below this op were dropped from the cache.
+    pub(crate) frame_cache_floor: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -159,6 +161,7 @@ impl<S: StateMachine> Replica<S> {
             next_offset: recovered.offset_frontier,
             applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
+            frame_cache_floor: 0,
             config,
         };
 
@@ -498,25 +501,21 @@ impl<S: StateMachine> Replica<S> {
         base + self.prng.up_to(base / 4)
     }
 
-    /// Drops cached frames of committed ops far enough below `commit_min`.
+    /// Drops cached frames of committed ops far enough below `commit_min`, and keeps the header
+    /// index bounded. Amortized O(1) per applied op (a cursor walks forward).
     pub(crate) fn trim_frame_cache(&mut self) {
-        let keep = self.config.frame_cache_committed;
-        let below = self.commit_min.saturating_sub(keep);
-        if below == 0 {
-            return;
-        }
-        // Frames are dropped lazily in op order; the header stays.
-        let from = self.journal.base();
-        for op in from..below {
+        let below = self
+            .commit_min
+            .saturating_sub(self.config.frame_cache_committed);
+        let mut op = self.frame_cache_floor.max(self.journal.base());
+        while op < below {
             if let Some(entry) = self.journal.get_mut(op) {
-                if entry.frame.is_none() {
-                    continue;
-                }
                 entry.frame = None;
             }
+            op += 1;
         }
-        // Keep the header index bounded too: far below the commit point only the DVC (which
-        // starts at `commit_max`) and repair (which reads through the journal) care.
+        self.frame_cache_floor = self.frame_cache_floor.max(below);
+        // Far below the commit point only repair cares, and it reads through the journal.
         let trim = self
             .commit_min
             .saturating_sub(crate::constants::HEADERS_RETAINED);
