@@ -1,6 +1,8 @@
 //! Handler tests for normal operation: one replica in a given state, one input, the exact
 //! effects out.
 
+// Setup steps feed inputs whose outcome the test does not inspect.
+#![allow(unused_must_use)]
 use wire::Operation;
 use wire::header::{Layout, ReplyHeader};
 
