@@ -141,3 +141,61 @@ pub fn as_prepare_ok(frame: &Frame) -> &PrepareOkHeader {
 pub fn as_commit(frame: &Frame) -> &CommitHeader {
     CommitHeader::view(frame.bytes()).unwrap()
 }
+
+/// A StartView from `from` with the given prepares as its suffix (given in any order).
+pub fn start_view(view: u32, from: u8, op: u64, commit: u64, suffix: &[Frame]) -> Frame {
+    use wire::header::StartViewHeader;
+    let mut headers: Vec<PrepareHeader> = suffix
+        .iter()
+        .map(|f| *f.prepare_header().unwrap())
+        .collect();
+    headers.sort_by_key(|h| std::cmp::Reverse(h.op.get()));
+    let mut body = Vec::new();
+    wire::suffix::encode(headers.iter(), &mut body);
+    let mut h = StartViewHeader::zeroed();
+    h.frame = FrameHeader::new(Command::StartView, sender(from, view));
+    h.op.set(op);
+    h.commit.set(commit);
+    h.group.set(GroupId::METADATA.0);
+    frames::finish(h, &body)
+}
+
+/// Completes the replica's outstanding superblock write (if any) and returns the effects.
+pub fn persisted(r: &mut R) -> Vec<Effect> {
+    use crate::io::Completion;
+    input(
+        r,
+        Input::Done(Completion::VsrStatePersisted {
+            view: r.view(),
+            log_view: r.log_view(),
+        }),
+    )
+    .1
+}
+
+/// Journals `frames` on a backup in view 0 (fed from the primary, appends completed).
+pub fn journal(r: &mut R, frames: &[Frame]) {
+    use crate::io::Completion;
+    for f in frames {
+        let _ = feed(r, 0, f);
+        let h = f.prepare_header().unwrap();
+        let _ = input(
+            r,
+            Input::Done(Completion::Appended {
+                op: h.op.get(),
+                checksum: h.frame.checksum.get(),
+            }),
+        );
+    }
+}
+
+/// Ticks until the replica emits something (at most `max` ticks).
+pub fn tick_until_effects(r: &mut R, max: u64) -> Vec<Effect> {
+    for _ in 0..max {
+        let (_, effects) = input(r, Input::Tick);
+        if !effects.is_empty() {
+            return effects;
+        }
+    }
+    vec![]
+}

@@ -692,3 +692,7 @@ impl<S: StateMachine> Replica<S> {
         self.view_headers.get(&(op + 1)).map(|h| h.parent.get())
     }
 }
+
+#[cfg(test)]
+#[path = "view_change_tests.rs"]
+mod tests;
