@@ -92,3 +92,7 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

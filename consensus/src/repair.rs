@@ -422,3 +422,7 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "repair_tests.rs"]
+mod tests;

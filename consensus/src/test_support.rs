@@ -199,3 +199,64 @@ pub fn tick_until_effects(r: &mut R, max: u64) -> Vec<Effect> {
     }
     vec![]
 }
+
+/// A RequestPrepares from `from`.
+pub fn request_prepares(from: u8, nonce: u128, from_op: u64, to_op: u64) -> Frame {
+    use wire::header::RequestPreparesHeader;
+    let mut h = RequestPreparesHeader::zeroed();
+    h.frame = FrameHeader::new(Command::RequestPrepares, sender(from, 0));
+    h.nonce.set(nonce);
+    h.from_op.set(from_op);
+    h.to_op.set(to_op);
+    h.group.set(GroupId::METADATA.0);
+    frames::finish(h, &[])
+}
+
+/// A RepairDone / RangeEvicted from `from`.
+pub fn repair_reply(command: Command, from: u8, nonce: u128, op: u64) -> Frame {
+    use wire::header::RepairRangeReplyHeader;
+    let mut h = RepairRangeReplyHeader::zeroed();
+    h.frame = FrameHeader::new(command, sender(from, 0));
+    h.nonce.set(nonce);
+    h.op.set(op);
+    h.group.set(GroupId::METADATA.0);
+    frames::finish(h, &[])
+}
+
+/// A RequestStartView from `from` stamped with `view`.
+pub fn request_start_view(from: u8, view: u32, incarnation: u128) -> Frame {
+    use wire::header::RequestStartViewHeader;
+    let mut h = RequestStartViewHeader::zeroed();
+    h.frame = FrameHeader::new(Command::RequestStartView, sender(from, view));
+    h.group.set(GroupId::METADATA.0);
+    h.incarnation.set(incarnation);
+    frames::finish(h, &[])
+}
+
+/// A replica restarted with `frames` journaled and a superblock at `view`.
+pub fn restarted(n: u8, r: u8, view: u32, frames: &[Frame], incarnation: u128) -> R {
+    let mut out = Outbox::new();
+    Replica::new(
+        raw(n, r).validate().unwrap(),
+        Recovered {
+            superblock: Some(crate::VsrState {
+                view,
+                log_view: view,
+                commit_max: 0,
+            }),
+            frames: frames.to_vec(),
+            incarnation,
+            ..Recovered::default()
+        },
+        DigestStateMachine::default(),
+        &mut out,
+    )
+}
+
+/// The frame of a single `Send` effect.
+pub fn sent(effect: &Effect) -> (u8, &Frame) {
+    match effect {
+        Effect::Send { to, frame } => (to.0, frame),
+        other => panic!("not a send: {other:?}"),
+    }
+}
