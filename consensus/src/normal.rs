@@ -409,7 +409,9 @@ impl<S: StateMachine> Replica<S> {
         if op != self.op + 1 {
             return Err(Ignored::Gap);
         }
-        if header.parent.get() != self.last_checksum {
+        // After a state-transfer install the head's identity is unknown; a prepare of our
+        // current view (the primary's own log) anchors it.
+        if header.parent.get() != self.last_checksum && !self.transfer.anchor_unknown {
             return Err(Ignored::ChainBreak);
         }
         self.check_stamp(header, body, true)?;
@@ -466,6 +468,7 @@ impl<S: StateMachine> Replica<S> {
         if op == self.op + 1 {
             self.op = op;
             self.last_checksum = header.frame.checksum.get();
+            self.transfer.anchor_unknown = false;
         }
         self.last_timestamp = self.last_timestamp.max(header.timestamp.get());
         out.push(Effect::Append { op, frame });

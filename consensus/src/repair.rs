@@ -168,6 +168,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_repair_prepare(
         &mut self,
+        from: ReplicaId,
         header: &PrepareHeader,
         body: &[u8],
         out: &mut Outbox,
@@ -201,9 +202,12 @@ impl<S: StateMachine> Replica<S> {
         let verified = match self.expected_checksum(op) {
             Some(expected) => expected == checksum,
             None => {
-                op == self.op + 1
-                    && header.parent.get() == self.last_checksum
-                    && self.vc.decided.is_none()
+                let anchored = header.parent.get() == self.last_checksum
+                    || (self.transfer.anchor_unknown
+                        && self.status == Status::Normal
+                        && from == self.primary_index(self.view)
+                        && self.repair.session.as_ref().is_some_and(|s| s.peer == from));
+                op == self.op + 1 && anchored && self.vc.decided.is_none()
             }
         };
         if !verified {
@@ -402,6 +406,19 @@ impl<S: StateMachine> Replica<S> {
             .remove(&op)
             .ok_or(Ignored::StaleCompletion)?;
         let Some(frame) = frame else {
+            // The journal no longer holds it: the requester must transfer state.
+            for (peer, nonce) in waiters {
+                let evicted = self.repair_reply(Command::RangeEvicted, nonce, op + 1);
+                out.push(Effect::Send {
+                    to: peer,
+                    frame: evicted,
+                });
+                let done = self.repair_reply(Command::RepairDone, nonce, op);
+                out.push(Effect::Send {
+                    to: peer,
+                    frame: done,
+                });
+            }
             return Ok(());
         };
         let expected = self.journal.get(op).map(|e| e.checksum());

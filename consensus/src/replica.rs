@@ -173,8 +173,13 @@ impl<S: StateMachine> Replica<S> {
                 break;
             };
             let op = header.op.get();
+            // A snapshot installed by state transfer may not know its own identity (0).
+            let anchored = header.parent.get() == replica.last_checksum
+                || (op == recovered.snapshot_op + 1
+                    && recovered.snapshot_op > 0
+                    && recovered.snapshot_checksum == 0);
             if op != replica.op + 1
-                || header.parent.get() != replica.last_checksum
+                || !anchored
                 || header.group.get() != group.0
                 || !wire::integrity::verify_prepare_identity(header.bytes())
             {
@@ -285,7 +290,6 @@ impl<S: StateMachine> Replica<S> {
         message: Message<'_>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let _ = from;
         wire::decode::check_sender(&message, self.config.replica_count, self.id.0)
             .map_err(Ignored::Sender)?;
         if u128::from_le_bytes(message.header_bytes()[32..48].try_into().expect("16 bytes"))
@@ -310,7 +314,9 @@ impl<S: StateMachine> Replica<S> {
             }
             Message::RequestStartView(h) => self.on_request_start_view(h, out),
             Message::RequestPrepares(h) => self.on_request_prepares(h, out),
-            Message::RepairPrepare { header, body } => self.on_repair_prepare(header, body, out),
+            Message::RepairPrepare { header, body } => {
+                self.on_repair_prepare(from, header, body, out)
+            }
             Message::RepairDone(h) => self.on_repair_done(h, out),
             Message::RangeEvicted(h) => self.on_range_evicted(h, out),
             Message::RequestStateTransfer(h) => self.on_request_state_transfer(h, out),
@@ -516,9 +522,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.frame_cache_floor = self.frame_cache_floor.max(below);
         // Far below the commit point only repair cares, and it reads through the journal.
-        let trim = self
-            .commit_min
-            .saturating_sub(crate::constants::HEADERS_RETAINED);
+        let trim = self.commit_min.saturating_sub(self.config.headers_retained);
         if trim > self.journal.base() {
             self.journal.trim_below(trim);
         }

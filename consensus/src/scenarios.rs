@@ -198,3 +198,42 @@ fn five_replicas_survive_two_crashes() {
         assert!(c.replica(r).commit_min() >= 6);
     }
 }
+
+#[test]
+fn far_behind_backup_catches_up_by_state_transfer() {
+    let mut c = Cluster::new(3, GroupId::METADATA, |raw| {
+        raw.frame_cache_committed = 4;
+        raw.headers_retained = 8;
+    });
+    let session = register(&mut c, 0, 7);
+    c.isolate(2, true);
+    for request in 1..=60 {
+        c.submit(
+            0,
+            Cluster::request(7, Operation::CreateStream, session, request, vec![5]),
+        );
+    }
+    // The primary's journal index no longer reaches op 1.
+    assert!(c.replica(0).header(1).is_none());
+    c.isolate(2, false);
+    c.ticks(300);
+    assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+    assert_eq!(
+        c.replica(2).client_table_encoded(),
+        c.replica(0).client_table_encoded()
+    );
+    assert!(!c.replica(2).is_transferring());
+    assert!(
+        c.sent[wire::Command::StateChunk.byte() as usize] > 0,
+        "it transferred state"
+    );
+    assert!(c.sent[wire::Command::RangeEvicted.byte() as usize] > 0);
+    // It keeps up afterwards.
+    c.submit(
+        0,
+        Cluster::request(7, Operation::CreateStream, session, 61, vec![6]),
+    );
+    c.ticks(60);
+    assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
+}

@@ -42,6 +42,8 @@ pub struct Cluster {
     pub configs: Vec<Config>,
     /// Boots so far (incarnations).
     pub boots: u128,
+    /// Frames sent, by command byte.
+    pub sent: [u64; 32],
     outbox: Outbox,
 }
 
@@ -68,6 +70,7 @@ impl Cluster {
             },
             configs,
             boots: 0,
+            sent: [0; 32],
             outbox: Outbox::new(),
         };
         for r in 0..n {
@@ -94,7 +97,10 @@ impl Cluster {
         let disk = &mut self.disks[r.0 as usize];
         for effect in effects {
             match effect {
-                Effect::Send { to, frame } => self.network.push_back((r, to, frame)),
+                Effect::Send { to, frame } => {
+                    self.sent[usize::from(frame.bytes()[60]) % 32] += 1;
+                    self.network.push_back((r, to, frame));
+                }
                 Effect::Append { op, frame } => {
                     let checksum = frame
                         .prepare_header()
