@@ -453,14 +453,17 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         let requester = ReplicaId(header.frame.replica);
         let nonce = header.nonce.get();
-        if let Some(offer) = self.transfer.offers.get_mut(&requester.0) {
-            if offer.nonce == nonce {
-                // A retry with the same nonce gets the same offer (first wins).
-                offer.idle_ticks = 0;
-                let frame = self.descriptor(&self.transfer.offers[&requester.0]);
-                self.send(out, requester, frame);
-                return Ok(());
-            }
+        if let Some(offer) = self
+            .transfer
+            .offers
+            .get_mut(&requester.0)
+            .filter(|o| o.nonce == nonce)
+        {
+            // A retry with the same nonce gets the same offer (first wins).
+            offer.idle_ticks = 0;
+            let frame = self.descriptor(&self.transfer.offers[&requester.0]);
+            self.send(out, requester, frame);
+            return Ok(());
         }
         if !self.is_caught_up_primary() {
             self.send(out, requester, self.refusal(nonce, true));
