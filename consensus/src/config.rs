@@ -50,6 +50,9 @@ pub struct RawConfig {
     pub clients_table_max: usize,
     /// Committed frames kept in memory below `commit_min` before reading through the journal.
     pub frame_cache_committed: u64,
+    /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
+    /// older ops are answered RangeEvicted (state transfer takes over).
+    pub headers_retained: u64,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -94,6 +97,7 @@ impl RawConfig {
             max_message_size: wire::MAX_MESSAGE_SIZE_DEFAULT,
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
+            headers_retained: HEADERS_RETAINED,
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }
@@ -164,6 +168,9 @@ impl RawConfig {
         }
         if self.clients_table_max < 2 || self.clients_table_max > CLIENTS_TABLE_MAX {
             return Err(ClientsTableMax(self.clients_table_max));
+        }
+        if self.headers_retained < self.frame_cache_committed {
+            return Err(HeadersRetained(self.headers_retained));
         }
         Ok(Config { raw: self, plane })
     }
@@ -248,6 +255,9 @@ pub enum ConfigError {
     /// `max_message_size` cannot carry a full suffix.
     #[error("max_message_size {0} cannot carry a full view-change suffix")]
     MaxMessageSize(usize),
+    /// `headers_retained` below `frame_cache_committed`.
+    #[error("headers_retained {0} is below frame_cache_committed")]
+    HeadersRetained(u64),
     /// `clients_table_max` outside 2..=65536.
     #[error("clients_table_max {0} is outside 2..=65536")]
     ClientsTableMax(usize),

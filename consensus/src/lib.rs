@@ -32,12 +32,16 @@ pub mod constants;
 pub mod io;
 pub mod quorum;
 pub mod replica;
+pub mod testing;
 
 mod client_table;
 mod forward;
+mod frames;
 mod ignored;
 mod journal;
+mod merge;
 mod normal;
+mod partition;
 mod pipeline;
 mod recovery;
 mod repair;
@@ -47,11 +51,18 @@ mod transfer;
 mod types;
 mod view_change;
 
+#[cfg(test)]
+mod scenarios;
+#[cfg(test)]
+mod test_support;
+
 #[cfg(feature = "bug-knobs")]
 pub use config::BugKnobs;
 pub use config::{Config, ConfigError, RawConfig};
+pub use frames::codes;
 pub use ignored::Ignored;
 pub use io::{ClientRequest, Completion, Effect, FatalReason, Input, Outbox, Recovered};
+pub use partition::{build_batch, build_send_messages_request};
 pub use replica::Replica;
 pub use state_machine::{Artifact, DigestStateMachine, InstallError, Projection, StateMachine};
 pub use transfer::TransferStage;

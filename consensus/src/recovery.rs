@@ -1,33 +1,98 @@
 //! Recovery after restart (§9): Recovering status, RequestStartView probes, incarnation guard,
-//! probe-exhausted election fallback.
+//! probe-exhausted election fallback, and catch-up instead of election (§9.4).
 
-use wire::header::RequestStartViewHeader;
+use wire::Command;
+use wire::header::{FrameHeader, Layout, RequestStartViewHeader};
 
+use crate::frames;
 use crate::ignored::Ignored;
 use crate::io::Outbox;
 use crate::replica::Replica;
 use crate::state_machine::StateMachine;
-use crate::types::Status;
+use crate::types::{ReplicaId, Status};
 
 impl<S: StateMachine> Replica<S> {
-    /// Enters Recovering: quorum-invisible, probing on the RequestStartView timer (§9.1).
+    /// Enters Recovering: quorum-invisible, probing on the RequestStartView timer (§9.1, §9.4).
+    /// Nothing is sent now; the first probe leaves on the first timer firing.
     pub(crate) fn enter_recovering(&mut self) {
         self.status = Status::Recovering;
         self.probe_attempts = 0;
+        self.pipeline.clear();
+        self.requests.clear();
+        self.repair.session = None;
         self.timers.normal_heartbeat.stop();
         self.timers.commit_message.stop();
         self.timers.prepare.stop();
+        self.timers.start_view_change.stop();
+        self.timers.do_view_change.stop();
+        self.timers.view_change_status.stop();
         self.timers
             .request_start_view
             .start(self.config.request_start_view_ticks);
     }
 
+    fn broadcast_request_start_view(&self, out: &mut Outbox) {
+        let mut h = RequestStartViewHeader::zeroed();
+        h.frame = FrameHeader::new(Command::RequestStartView, self.sender());
+        h.group.set(self.group.0);
+        h.incarnation.set(self.incarnation);
+        let frame = frames::finish(h, &[]);
+        self.broadcast(out, &frame);
+    }
+
+    /// The probe timer (§6): Recovering probes, and elects at `view_probe_attempts_max`;
+    /// a ViewChange backup probes to recover a lost StartView cheaply.
+    pub(crate) fn on_request_start_view_timeout(&mut self, out: &mut Outbox) {
+        match self.status {
+            Status::Recovering => {
+                self.probe_attempts += 1;
+                if self.probe_attempts >= self.config.view_probe_attempts_max {
+                    self.transfer.abandon();
+                    self.start_view_change_to(self.view + 1, out);
+                    return;
+                }
+                self.timers
+                    .request_start_view
+                    .start(self.config.request_start_view_ticks);
+                self.broadcast_request_start_view(out);
+            }
+            Status::ViewChange if self.primary_index(self.view) != self.id => {
+                self.timers
+                    .request_start_view
+                    .start(self.config.request_start_view_ticks);
+                self.broadcast_request_start_view(out);
+            }
+            _ => {}
+        }
+    }
+
+    /// Responder rules of §9.2.
     pub(crate) fn on_request_start_view(
         &mut self,
         header: &RequestStartViewHeader,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let _ = (header, out);
-        Err(Ignored::Unimplemented)
+        if self.status != Status::Normal {
+            return Err(Ignored::Status);
+        }
+        let prober = ReplicaId(header.frame.replica);
+        let view = header.frame.view.get();
+        if prober == self.primary_index(self.view) {
+            if view == self.view {
+                // The primary itself lost its state or left the view: elect.
+                self.start_view_change_to(self.view + 1, out);
+                return Ok(());
+            }
+            return Err(Ignored::ViewOld);
+        }
+        if !self.is_primary() || self.log_view != self.view {
+            return Err(Ignored::NotPrimary);
+        }
+        self.send_start_view_to(Some(prober), header.incarnation.get(), out);
+        Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

@@ -91,8 +91,12 @@ pub struct Replica<S: StateMachine> {
     pub(crate) clients: ClientTable,
     /// Partition plane: the next message offset to mint (§5.6).
     pub(crate) next_offset: u64,
+    /// Partition plane: the offset after the last applied SendMessages batch.
+    pub(crate) applied_offset_end: u64,
     /// Scratch buffer for apply output.
     pub(crate) reply_buf: Vec<u8>,
+    /// Frames below this op were dropped from the cache.
+    pub(crate) frame_cache_floor: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -155,7 +159,9 @@ impl<S: StateMachine> Replica<S> {
             transfer: Transfer::default(),
             clients,
             next_offset: recovered.offset_frontier,
+            applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
+            frame_cache_floor: 0,
             config,
         };
 
@@ -167,8 +173,13 @@ impl<S: StateMachine> Replica<S> {
                 break;
             };
             let op = header.op.get();
+            // A snapshot installed by state transfer may not know its own identity (0).
+            let anchored = header.parent.get() == replica.last_checksum
+                || (op == recovered.snapshot_op + 1
+                    && recovered.snapshot_op > 0
+                    && recovered.snapshot_checksum == 0);
             if op != replica.op + 1
-                || header.parent.get() != replica.last_checksum
+                || !anchored
                 || header.group.get() != group.0
                 || !wire::integrity::verify_prepare_identity(header.bytes())
             {
@@ -279,7 +290,6 @@ impl<S: StateMachine> Replica<S> {
         message: Message<'_>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let _ = from;
         wire::decode::check_sender(&message, self.config.replica_count, self.id.0)
             .map_err(Ignored::Sender)?;
         if u128::from_le_bytes(message.header_bytes()[32..48].try_into().expect("16 bytes"))
@@ -304,7 +314,9 @@ impl<S: StateMachine> Replica<S> {
             }
             Message::RequestStartView(h) => self.on_request_start_view(h, out),
             Message::RequestPrepares(h) => self.on_request_prepares(h, out),
-            Message::RepairPrepare { header, body } => self.on_repair_prepare(header, body, out),
+            Message::RepairPrepare { header, body } => {
+                self.on_repair_prepare(from, header, body, out)
+            }
             Message::RepairDone(h) => self.on_repair_done(h, out),
             Message::RangeEvicted(h) => self.on_range_evicted(h, out),
             Message::RequestStateTransfer(h) => self.on_request_state_transfer(h, out),
@@ -495,28 +507,22 @@ impl<S: StateMachine> Replica<S> {
         base + self.prng.up_to(base / 4)
     }
 
-    /// Drops cached frames of committed ops far enough below `commit_min`.
+    /// Drops cached frames of committed ops far enough below `commit_min`, and keeps the header
+    /// index bounded. Amortized O(1) per applied op (a cursor walks forward).
     pub(crate) fn trim_frame_cache(&mut self) {
-        let keep = self.config.frame_cache_committed;
-        let below = self.commit_min.saturating_sub(keep);
-        if below == 0 {
-            return;
-        }
-        // Frames are dropped lazily in op order; the header stays.
-        let from = self.journal.base();
-        for op in from..below {
+        let below = self
+            .commit_min
+            .saturating_sub(self.config.frame_cache_committed);
+        let mut op = self.frame_cache_floor.max(self.journal.base());
+        while op < below {
             if let Some(entry) = self.journal.get_mut(op) {
-                if entry.frame.is_none() {
-                    continue;
-                }
                 entry.frame = None;
             }
+            op += 1;
         }
-        // Keep the header index bounded too: far below the commit point only the DVC (which
-        // starts at `commit_max`) and repair (which reads through the journal) care.
-        let trim = self
-            .commit_min
-            .saturating_sub(crate::constants::HEADERS_RETAINED);
+        self.frame_cache_floor = self.frame_cache_floor.max(below);
+        // Far below the commit point only repair cares, and it reads through the journal.
+        let trim = self.commit_min.saturating_sub(self.config.headers_retained);
         if trim > self.journal.base() {
             self.journal.trim_below(trim);
         }

@@ -65,6 +65,12 @@ pub trait StateMachine {
     /// Replaces the whole state with the given artifacts (all verified against the manifest).
     /// Must leave the state untouched on error (validate first, then mutate).
     fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError>;
+
+    /// Partition plane: the next message offset after everything applied (after an install,
+    /// the offered frontier). The default 0 leaves the core's own counter in charge.
+    fn next_offset(&self) -> u64 {
+        0
+    }
 }
 
 /// A tiny deterministic state machine for tests and the simulator: it folds every applied body
@@ -76,6 +82,9 @@ pub struct DigestStateMachine {
     pub op: u64,
     /// Running digest of everything applied.
     pub digest: u64,
+    /// Emit and accept the artifact as a partition (SEGMENT_LOG) instead of a metadata
+    /// snapshot.
+    pub partition: bool,
 }
 
 impl StateMachine for DigestStateMachine {
@@ -96,7 +105,11 @@ impl StateMachine for DigestStateMachine {
         bytes.extend_from_slice(&self.op.to_le_bytes());
         bytes.extend_from_slice(&self.digest.to_le_bytes());
         vec![Artifact {
-            kind: ArtifactKind::METADATA_SNAPSHOT,
+            kind: if self.partition {
+                ArtifactKind::SEGMENT_LOG
+            } else {
+                ArtifactKind::METADATA_SNAPSHOT
+            },
             frontier: commit_op,
             bytes,
         }]

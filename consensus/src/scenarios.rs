@@ -1,0 +1,239 @@
+//! Scenario tests over the reference driver ([`crate::testing::Cluster`]).
+
+use wire::Operation;
+
+use crate::testing::Cluster;
+use crate::types::{GroupId, Status};
+
+fn metadata(n: u8) -> Cluster {
+    Cluster::new(n, GroupId::METADATA, |_| {})
+}
+
+/// Registers `client` at the primary `p` and returns its session (the Register op).
+fn register(c: &mut Cluster, p: u8, client: u128) -> u64 {
+    c.submit(
+        p,
+        Cluster::request(client, Operation::Register, 0, 0, vec![]),
+    );
+    let (_, frame) = c
+        .replies
+        .iter()
+        .rev()
+        .find(|(id, _)| id.0 == client)
+        .expect("a register reply")
+        .clone();
+    u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap())
+}
+
+#[test]
+fn three_replicas_commit_and_apply_everywhere() {
+    let mut c = metadata(3);
+    let session = register(&mut c, 0, 7);
+    assert_eq!(session, 1);
+    for request in 1..=20 {
+        c.submit(
+            0,
+            Cluster::request(
+                7,
+                Operation::CreateStream,
+                session,
+                request,
+                vec![request as u8; 8],
+            ),
+        );
+    }
+    // Backups learn the last commits from the next prepare or heartbeat.
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(c.replica(r).commit_min(), 21, "replica {r}");
+        assert_eq!(c.replica(r).state_machine(), c.replica(0).state_machine());
+        assert_eq!(
+            c.replica(r).client_table_encoded(),
+            c.replica(0).client_table_encoded()
+        );
+    }
+    assert_eq!(c.replies.len(), 21);
+}
+
+#[test]
+fn solo_replica_commits_alone() {
+    let mut c = metadata(1);
+    let session = register(&mut c, 0, 9);
+    c.submit(
+        0,
+        Cluster::request(9, Operation::CreateStream, session, 1, vec![1]),
+    );
+    assert_eq!(c.replica(0).commit_min(), 2);
+}
+
+#[test]
+fn duplicate_request_is_answered_from_the_table() {
+    let mut c = metadata(3);
+    let session = register(&mut c, 0, 7);
+    let req = Cluster::request(7, Operation::CreateStream, session, 1, vec![1]);
+    c.submit(0, req.clone());
+    let first = c.replies.last().unwrap().1.clone();
+    let op = c.replica(0).op();
+    c.submit(0, req);
+    assert_eq!(c.replica(0).op(), op, "not proposed again");
+    assert_eq!(c.replies.last().unwrap().1, first, "replayed byte for byte");
+}
+
+#[test]
+fn backup_without_session_gets_transient_and_no_session_gets_evicted() {
+    let mut c = metadata(3);
+    c.submit(
+        1,
+        Cluster::request(5, Operation::CreateStream, 1, 1, vec![]),
+    );
+    let (_, frame) = c.replies.last().unwrap();
+    assert_eq!(frame.command(), Some(wire::Command::Reply));
+    assert_eq!(&frame.body()[8..12], &58u32.to_le_bytes());
+    c.submit(
+        0,
+        Cluster::request(5, Operation::CreateStream, 1, 1, vec![]),
+    );
+    let (_, frame) = c.replies.last().unwrap();
+    assert_eq!(frame.command(), Some(wire::Command::Eviction));
+}
+
+#[test]
+fn primary_crash_elects_a_new_primary_that_keeps_committed_ops() {
+    let mut c = metadata(3);
+    let session = register(&mut c, 0, 7);
+    for request in 1..=5 {
+        c.submit(
+            0,
+            Cluster::request(7, Operation::CreateStream, session, request, vec![1]),
+        );
+    }
+    let committed = c.replica(0).commit_max();
+    c.crash(0);
+    c.ticks(700);
+    let v = c.replica(1).view();
+    assert!(v >= 1);
+    let p = (v % 3) as u8;
+    assert!(c.replica(p).is_primary(), "replica {p} leads view {v}");
+    assert!(c.replica(p).commit_min() >= committed);
+    // The new primary serves the same session.
+    c.submit(
+        p,
+        Cluster::request(7, Operation::CreateStream, session, 6, vec![2]),
+    );
+    assert_eq!(c.replica(p).commit_min(), committed + 1);
+    // The old primary restarts, probes, and catches up.
+    c.restart(0);
+    assert_eq!(c.replica(0).status(), Status::Recovering);
+    c.ticks(400);
+    assert_eq!(c.replica(0).status(), Status::Normal);
+    assert_eq!(c.replica(0).view(), c.replica(p).view());
+    assert_eq!(c.replica(0).commit_min(), c.replica(p).commit_min());
+    assert_eq!(c.replica(0).state_machine(), c.replica(p).state_machine());
+}
+
+#[test]
+fn isolated_backup_catches_up_by_repair() {
+    let mut c = metadata(3);
+    let session = register(&mut c, 0, 7);
+    c.isolate(2, true);
+    for request in 1..=40 {
+        c.submit(
+            0,
+            Cluster::request(7, Operation::CreateStream, session, request, vec![3]),
+        );
+    }
+    assert_eq!(c.replica(2).commit_min(), 0);
+    c.isolate(2, false);
+    c.ticks(200);
+    assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+}
+
+#[test]
+fn partition_group_stamps_and_backups_rederive() {
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut c = Cluster::new(3, group, |_| {});
+    for request in 1..=10u64 {
+        let batch = crate::partition::build_batch(&[b"a", b"bb", b"ccc"]);
+        let body = crate::partition::build_send_messages_request(&batch, 3);
+        c.submit(
+            0,
+            Cluster::request(11, Operation::SendMessages, 1, request, body),
+        );
+    }
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(c.replica(r).commit_min(), 10);
+        assert_eq!(c.replica(r).next_offset(), 30);
+        assert_eq!(c.replica(r).state_machine(), c.replica(0).state_machine());
+    }
+}
+
+#[test]
+fn five_replicas_survive_two_crashes() {
+    let mut c = metadata(5);
+    let session = register(&mut c, 0, 7);
+    for request in 1..=5 {
+        c.submit(
+            0,
+            Cluster::request(7, Operation::CreateStream, session, request, vec![4]),
+        );
+    }
+    c.crash(0);
+    c.crash(1);
+    c.ticks(1500);
+    let live: Vec<u8> = (2..5).collect();
+    let primaries: Vec<u8> = live
+        .iter()
+        .copied()
+        .filter(|r| c.replica(*r).is_primary())
+        .collect();
+    assert_eq!(primaries.len(), 1, "one primary among the survivors");
+    for r in live {
+        assert!(c.replica(r).commit_min() >= 6);
+    }
+}
+
+#[test]
+fn far_behind_backup_catches_up_by_state_transfer() {
+    let mut c = Cluster::new(3, GroupId::METADATA, |raw| {
+        raw.frame_cache_committed = 4;
+        raw.headers_retained = 8;
+    });
+    let session = register(&mut c, 0, 7);
+    c.isolate(2, true);
+    for request in 1..=60 {
+        c.submit(
+            0,
+            Cluster::request(7, Operation::CreateStream, session, request, vec![5]),
+        );
+    }
+    // The primary's journal index no longer reaches op 1.
+    assert!(c.replica(0).header(1).is_none());
+    c.isolate(2, false);
+    c.ticks(300);
+    assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+    assert_eq!(
+        c.replica(2).client_table_encoded(),
+        c.replica(0).client_table_encoded()
+    );
+    assert!(!c.replica(2).is_transferring());
+    assert!(
+        c.sent[wire::Command::StateChunk.byte() as usize] > 0,
+        "it transferred state"
+    );
+    assert!(c.sent[wire::Command::RangeEvicted.byte() as usize] > 0);
+    // It keeps up afterwards.
+    c.submit(
+        0,
+        Cluster::request(7, Operation::CreateStream, session, 61, vec![6]),
+    );
+    c.ticks(60);
+    assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
+}
