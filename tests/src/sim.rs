@@ -74,6 +74,8 @@ pub struct Report {
     pub frames_overrun: u64,
     /// Client requests that completed (committed reply received).
     pub requests_completed: u64,
+    /// Requests refused for good (not transient, not committed).
+    pub requests_refused: u64,
     /// Inputs the cores ignored.
     pub inputs_ignored: u64,
     /// `Effect::Fatal` seen (the node is then crashed).
@@ -1159,6 +1161,13 @@ impl Sim {
         let mut wrapped = o.group.to_le_bytes().to_vec();
         wire::encode::write_frame(&header, &o.body, &mut wrapped);
         let (index, target) = (c.index, c.target);
+        if self.options.trace {
+            let (request, op, attempt) = (o.request, o.operation, o.attempts);
+            eprintln!(
+                "[{} t{}] client {i} sends request {request} {op:?} to r{target} (attempt {attempt})",
+                self.seed, self.tick
+            );
+        }
         self.net
             .send(Node::Client(index), Node::Replica(target), wrapped);
     }
@@ -1197,31 +1206,48 @@ impl Sim {
         }
         let op = h.op.get();
         let status = h.status.get();
-        if status != 0 || op == 0 {
-            // A refusal: transient ones are retried (another replica for NotAccepted),
-            // anything else ends the request.
+        if self.options.trace {
+            let (replica, commit) = (h.frame.replica, h.commit.get());
+            eprintln!(
+                "[{} t{tick}] client {i} reply from r{replica}: request {} op {op} commit {commit} status {status} body {:?}",
+                self.seed,
+                o.request,
+                &body[..body.len().min(16)]
+            );
+        }
+        // A refusal is a non-zero status (empty body) or, on the metadata plane, a result
+        // section `[1][0][code]` with status 0 and `op = commit =` the responder's commit_max
+        // (wire.md §11.6). Our operations never fail after commit, so either is pre-commit.
+        let section = if wire::GroupId(o.group).is_metadata() {
+            result_code(body)
+        } else {
+            None
+        };
+        if status != 0 || op == 0 || section.is_some() {
             let code = if status != 0 {
                 status
             } else {
-                result_code(body).unwrap_or(0)
+                section.unwrap_or(0)
             };
-            let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
-            if code == 58 {
-                // Follow the responder's view to its primary; rotate if that is where we are.
-                let hinted = (view % u32::from(n)) as u8;
-                c.target = if hinted == c.target {
-                    (c.target + 1) % n
-                } else {
-                    hinted
-                };
-            }
             if code == 57 || code == 58 {
+                if code == 58 {
+                    // A status denial carries the responder's view: follow it to its primary
+                    // (rotate if that is where we are). A result section carries no view.
+                    let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
+                    let hinted = (view % u32::from(n)) as u8;
+                    c.target = if status == 0 || hinted == c.target {
+                        (c.target + 1) % n
+                    } else {
+                        hinted
+                    };
+                }
                 if let Some(o) = c.outstanding.as_mut() {
                     // Retry after a short pause rather than a whole timeout.
                     o.last_sent = tick.saturating_sub(self.swarm.client_retry_ticks) + 10;
                 }
             } else {
                 c.outstanding = None;
+                self.report.requests_refused += 1;
             }
             return;
         }
@@ -1410,9 +1436,9 @@ impl Sim {
     }
 }
 
-/// The result code of a one-entry result section `[1][0][code]`, if the body is one.
+/// The result code of a one-entry result section `[1][0][code]`, if the body is exactly one.
 fn result_code(body: &[u8]) -> Option<u32> {
-    if body.len() < 12 || body[0..4] != 1u32.to_le_bytes() {
+    if body.len() != 12 || body[0..4] != 1u32.to_le_bytes() {
         return None;
     }
     Some(u32::from_le_bytes(body[8..12].try_into().ok()?))
