@@ -151,6 +151,8 @@ struct Outstanding {
     body: Vec<u8>,
     submitted: u64,
     last_sent: u64,
+    /// A transient refusal asked for a retry at this tick (to the target it chose).
+    retry_at: Option<u64>,
     attempts: u32,
 }
 
@@ -535,8 +537,20 @@ impl Sim {
             self.outbox = outbox;
             return;
         };
-        if live.replica.step(now, input, &mut outbox).is_err() {
+        let what = if self.options.trace {
+            Some(format!("{input:?}"))
+        } else {
+            None
+        };
+        if let Err(reason) = live.replica.step(now, input, &mut outbox) {
             self.report.inputs_ignored += 1;
+            if let Some(what) = what {
+                let what: String = what.chars().take(160).collect();
+                eprintln!(
+                    "[{} t{}] r{r} group {group:#x} ignored {reason:?}: {what}",
+                    self.seed, self.tick
+                );
+            }
         }
         self.outbox = outbox;
         self.after_step(r, group);
@@ -1043,13 +1057,19 @@ impl Sim {
         for i in 0..self.clients.len() {
             let retry = self.swarm.client_retry_ticks;
             let tick = self.tick;
-            let resend = match &self.clients[i].outstanding {
-                Some(o) => tick >= o.last_sent + retry,
-                None => false,
+            let (timed_out, retry_due) = match &self.clients[i].outstanding {
+                Some(o) => (
+                    tick >= o.last_sent + retry,
+                    o.retry_at.is_some_and(|at| tick >= at),
+                ),
+                None => (false, false),
             };
-            if resend {
+            if timed_out || retry_due {
                 let c = &mut self.clients[i];
-                c.target = (c.target + 1) % n;
+                if timed_out && !retry_due {
+                    // No answer at all: try the next replica.
+                    c.target = (c.target + 1) % n;
+                }
                 self.send_outstanding(i);
                 continue;
             }
@@ -1117,6 +1137,7 @@ impl Sim {
             body,
             submitted: self.tick,
             last_sent: self.tick,
+            retry_at: None,
             attempts: 0,
         });
         self.send_outstanding(i);
@@ -1140,6 +1161,7 @@ impl Sim {
             return;
         };
         o.last_sent = tick;
+        o.retry_at = None;
         o.attempts += 1;
         let mut header = RequestHeader::zeroed();
         header.frame = wire::header::FrameHeader::new(
@@ -1242,8 +1264,8 @@ impl Sim {
                     };
                 }
                 if let Some(o) = c.outstanding.as_mut() {
-                    // Retry after a short pause rather than a whole timeout.
-                    o.last_sent = tick.saturating_sub(self.swarm.client_retry_ticks) + 10;
+                    // Retry (at the target chosen above) after a short pause.
+                    o.retry_at = Some(tick + 10);
                 }
             } else {
                 c.outstanding = None;
