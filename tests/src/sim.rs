@@ -1408,10 +1408,8 @@ impl Sim {
             self.outstanding()
         );
         for &group in &self.groups {
-            if self.group_converged(group) {
-                continue;
-            }
-            s.push_str(&format!("; group {group:#x}:"));
+            let converged = if self.group_converged(group) { " converged" } else { "" };
+            s.push_str(&format!("; group {group:#x}{converged}:"));
             for host in &self.hosts {
                 match host.live.get(&group) {
                     Some(l) => {
