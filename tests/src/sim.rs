@@ -1385,7 +1385,7 @@ impl Sim {
                 .hosts
                 .iter()
                 .filter_map(|h| h.live.get(&group))
-                .map(|l| l.replica.client_table_encoded())
+                .map(|l| mask_client_table(&l.replica.client_table_encoded()))
                 .collect();
             if tables.len() > 1 {
                 let detail =
@@ -1408,7 +1408,11 @@ impl Sim {
             self.outstanding()
         );
         for &group in &self.groups {
-            let converged = if self.group_converged(group) { " converged" } else { "" };
+            let converged = if self.group_converged(group) {
+                " converged"
+            } else {
+                ""
+            };
             s.push_str(&format!("; group {group:#x}{converged}:"));
             for host in &self.hosts {
                 match host.live.get(&group) {
@@ -1477,4 +1481,37 @@ fn register_body() -> Vec<u8> {
     name(&mut body, "iggy");
     body.extend_from_slice(&0u32.to_le_bytes());
     body
+}
+
+/// The encoded client table with the view bytes (52..56) of every cached reply zeroed and the
+/// trailer dropped: replicas may journal one prepare under different views (wire.md §11.6), so
+/// equivalence is checked modulo those bytes. Layout (consensus `client_table.rs`): magic
+/// `ICT2`, u32 count, per session client u128, epoch u64, user_id u32, watermark u64,
+/// watermark_checksum u128, u8 replies, per reply u32 length + frame; u64 trailer.
+fn mask_client_table(encoded: &[u8]) -> Vec<u8> {
+    let mut out = encoded[..encoded.len().saturating_sub(8)].to_vec();
+    let mut at = 8usize;
+    let count = out
+        .get(4..8)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    for _ in 0..count {
+        at += 16 + 8 + 4 + 8 + 16;
+        let Some(&replies) = out.get(at) else {
+            return encoded.to_vec();
+        };
+        at += 1;
+        for _ in 0..replies {
+            let Some(len) = out.get(at..at + 4) else {
+                return encoded.to_vec();
+            };
+            let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+            at += 4;
+            if at + len > out.len() || len < 56 {
+                return encoded.to_vec();
+            }
+            out[at + 52..at + 56].fill(0);
+            at += len;
+        }
+    }
+    out
 }
