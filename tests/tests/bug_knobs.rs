@@ -1,7 +1,8 @@
 //! The checkers must bite: with a deliberately broken core rule (the consensus crate's
 //! `bug-knobs` feature) the simulator finds a violation within a bounded seed range.
-//! Run: `cargo test -p tests --features bug-knobs --test bug_knobs`. The slow search over
-//! 1,000 seeds is opt-in: `STRAND_SIM_BUG_SEARCH=1`.
+//! Run: `cargo test -p tests --features bug-knobs --test bug_knobs` (CI does). The loosened
+//! nack quorum needs a view change that discards a committed op: at the time of writing seed
+//! 186 finds it (about 25 s in a debug build); the search is bounded by 1,000 seeds.
 #![cfg(feature = "bug-knobs")]
 
 use consensus::BugKnobs;
@@ -69,13 +70,16 @@ fn skipped_durable_gate_is_caught_fast() {
 
 #[test]
 fn loosened_nack_quorum_is_caught_within_1000_seeds() {
-    if std::env::var("STRAND_SIM_BUG_SEARCH").is_err() {
-        return;
-    }
     let knobs = BugKnobs {
         loosen_nack_quorum: true,
         ..BugKnobs::default()
     };
     let found = first_violation(knobs, 0..1_000, Overrides::default());
-    assert!(found.is_some(), "no violation in 1,000 seeds");
+    assert!(
+        matches!(
+            found,
+            Some((_, Invariant::ReplyStaysCommitted | Invariant::Agreement))
+        ),
+        "{found:?}"
+    );
 }

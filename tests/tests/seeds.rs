@@ -5,8 +5,8 @@ use tests::runner::{Overrides, Summary, parse_range, replay_command, run_seed};
 use tests::sim::Options;
 
 /// Small, fast seeds: short fault phases keep the debug build under a minute on two cores.
-const CI_SEEDS: std::ops::Range<u64> = 0..20;
-const CI_TICKS: u64 = 1_000;
+const CI_SEEDS: std::ops::Range<u64> = 0..32;
+const CI_TICKS: u64 = 1_500;
 
 fn run(seeds: std::ops::Range<u64>, overrides: Overrides) -> Summary {
     let mut summary = Summary::default();
@@ -73,4 +73,37 @@ fn a_seed_replays_bit_for_bit() {
         let b = run_seed(seed, overrides, Options::default());
         assert_eq!(a, b, "seed {seed} is not deterministic");
     }
+}
+
+/// Seeds that found core bugs (each replays with `strand-sim --seed N`). They fail until the
+/// core is fixed; run them with `cargo test -p tests --test seeds -- --ignored`.
+#[test]
+#[ignore = "open core findings; see the seeds' comments"]
+fn regression_seeds() {
+    let seeds = [
+        // Stall: a restarted primary's recovery barrier (§9.5) stays above a head that the
+        // view change truncated, so every request is refused with 57 forever (n = 2).
+        158,
+        // Durable-before-send: a backup re-forwards a duplicate prepare stamped with a view its
+        // superblock does not hold yet (io.rs promises no frame leaves before it is durable).
+        363, 442,
+        // Durable-before-send: RepairDone served in ViewChange before the new view is durable.
+        62, 239,
+    ];
+    let mut failing = Vec::new();
+    for seed in seeds {
+        let report = run_seed(
+            seed,
+            Overrides::default(),
+            Options {
+                stop_at_violation: true,
+                ..Options::default()
+            },
+        );
+        if let Some(v) = report.violations.first() {
+            eprintln!("seed {seed}: {v}");
+            failing.push(seed);
+        }
+    }
+    assert!(failing.is_empty(), "still failing: {failing:?}");
 }
