@@ -207,7 +207,11 @@ impl<S: StateMachine> Replica<S> {
                 self.requests.clear();
                 break;
             }
-            if self.plane() == Plane::Metadata {
+            let forwarded = self
+                .forwards
+                .proposals
+                .contains_key(&request.header.client.get());
+            if self.plane() == Plane::Metadata && !forwarded {
                 let operation = Operation::from_byte(request.header.operation)
                     .expect("admitted requests carry a valid operation");
                 let client = request.header.client.get();
@@ -240,7 +244,7 @@ impl<S: StateMachine> Replica<S> {
 
     // ---- projection (§5.2, §5.3) ------------------------------------------------------------
 
-    fn propose(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
+    pub(crate) fn propose(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
         debug_assert!(self.is_primary());
         let operation = Operation::from_byte(request.header.operation)
             .expect("admitted requests carry a valid operation");
@@ -786,7 +790,7 @@ impl<S: StateMachine> Replica<S> {
                     reply_frame.bytes(),
                 );
             }
-            if reply {
+            if reply && !self.complete_forward(client, op, out) {
                 out.push(Effect::Reply {
                     client: ClientId(client),
                     frame: reply_frame,

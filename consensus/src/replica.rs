@@ -8,6 +8,7 @@ use wire::header::{Layout, PrepareHeader};
 
 use crate::client_table::ClientTable;
 use crate::config::Config;
+use crate::forward::Forwards;
 use crate::ignored::Ignored;
 use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
 use crate::journal::{Entry, Journal};
@@ -89,6 +90,7 @@ pub struct Replica<S: StateMachine> {
     pub(crate) repair: Repair,
     pub(crate) transfer: Transfer,
     pub(crate) clients: ClientTable,
+    pub(crate) forwards: Forwards,
     /// Partition plane: the next message offset to mint (§5.6).
     pub(crate) next_offset: u64,
     /// Partition plane: the offset after the last applied SendMessages batch.
@@ -158,6 +160,7 @@ impl<S: StateMachine> Replica<S> {
             repair: Repair::default(),
             transfer: Transfer::default(),
             clients,
+            forwards: Forwards::default(),
             next_offset: recovered.offset_frontier,
             applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),

@@ -4,9 +4,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use wire::Command;
-use wire::header::{FrameHeader, Layout, RequestHeader};
-
 use crate::config::{Config, RawConfig};
 use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
 use crate::replica::Replica;
@@ -231,7 +228,7 @@ impl Cluster {
         self.execute(ReplicaId(r));
     }
 
-    /// A client request (session 0/request as given) for `operation` with `body`.
+    /// A client request (see [`ClientRequest::new`]).
     pub fn request(
         client: u128,
         operation: wire::Operation,
@@ -239,20 +236,7 @@ impl Cluster {
         request: u64,
         body: Vec<u8>,
     ) -> ClientRequest {
-        let mut header = RequestHeader::zeroed();
-        header.frame = FrameHeader::new(
-            Command::Request,
-            wire::Sender {
-                cluster: 0,
-                replica: 0,
-                view: 0,
-            },
-        );
-        header.client.set(client);
-        header.request.set(request);
-        header.session.set(session);
-        header.operation = operation.byte();
-        ClientRequest { header, body }
+        ClientRequest::new(client, operation, session, request, body)
     }
 
     /// Submits a request to replica `r` and runs the cluster.
