@@ -41,6 +41,10 @@ pub struct Cluster {
     pub boots: u128,
     /// Frames sent, by command byte.
     pub sent: [u64; 32],
+    /// Frames lost at random, per mille (seeded by `seed`).
+    pub loss_per_mille: u64,
+    /// PRNG state for losses.
+    pub seed: u64,
     outbox: Outbox,
 }
 
@@ -68,6 +72,8 @@ impl Cluster {
             configs,
             boots: 0,
             sent: [0; 32],
+            loss_per_mille: 0,
+            seed: 1,
             outbox: Outbox::new(),
         };
         for r in 0..n {
@@ -156,6 +162,9 @@ impl Cluster {
                 if self.cut[from.0 as usize * 32 + to.0 as usize] {
                     continue;
                 }
+                if self.loss_per_mille > 0 && self.random() % 1000 < self.loss_per_mille {
+                    continue;
+                }
                 self.step(
                     to,
                     Input::Frame {
@@ -168,6 +177,15 @@ impl Cluster {
             }
         }
         panic!("the cluster did not quiesce");
+    }
+
+    /// SplitMix64 over `seed`.
+    pub fn random(&mut self) -> u64 {
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// One tick on every live replica, then [`Cluster::run`].
