@@ -293,11 +293,11 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
                 (c.random() % u64::from(n)) as u8,
             );
             if a != b {
-                let up = c.random() % 2 == 0;
+                let up = c.random().is_multiple_of(2);
                 c.set_link(a, b, up);
             }
         }
-        if t % 3 == 0 {
+        if t.is_multiple_of(3) {
             let live: Vec<u8> = (0..n)
                 .filter(|r| c.replicas[*r as usize].is_some())
                 .collect();
