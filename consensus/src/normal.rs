@@ -381,6 +381,12 @@ impl<S: StateMachine> Replica<S> {
         let op = header.op.get();
         let checksum = header.frame.checksum.get();
         if op <= self.commit_min {
+            // Already executed here: never forwarded, but re-acked, because a new primary may
+            // have started its view with a commit point below ours and needs our ack to
+            // commit the op again.
+            if self.journal.has(op, checksum) {
+                self.send_prepare_ok(op, out);
+            }
             return Err(Ignored::Committed);
         }
         if let Some(entry) = self.journal.get(op) {

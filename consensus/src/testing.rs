@@ -45,6 +45,9 @@ pub struct Cluster {
     pub loss_per_mille: u64,
     /// PRNG state for losses.
     pub seed: u64,
+    /// Chaos: deliver frames out of order, duplicate some, and interleave completions with
+    /// network delivery at random.
+    pub chaos: bool,
     outbox: Outbox,
 }
 
@@ -74,6 +77,7 @@ impl Cluster {
             sent: [0; 32],
             loss_per_mille: 0,
             seed: 1,
+            chaos: false,
             outbox: Outbox::new(),
         };
         for r in 0..n {
@@ -156,9 +160,23 @@ impl Cluster {
     /// Delivers frames and completions until nothing is in flight (bounded).
     pub fn run(&mut self) {
         for _ in 0..1_000_000 {
-            if let Some((r, completion)) = self.completions.pop_front() {
+            let network_first = self.chaos && !self.network.is_empty() && self.random() % 2 == 0;
+            let completion = if network_first {
+                None
+            } else {
+                self.completions.pop_front()
+            };
+            let pick = if self.chaos && self.network.len() > 1 && self.random() % 10 == 0 {
+                (self.random() % self.network.len() as u64) as usize
+            } else {
+                0
+            };
+            if let Some((r, completion)) = completion {
                 self.step(r, Input::Done(completion));
-            } else if let Some((from, to, frame)) = self.network.pop_front() {
+            } else if let Some((from, to, frame)) = self.network.remove(pick) {
+                if self.chaos && self.random() % 50 == 0 {
+                    self.network.push_back((from, to, frame.clone()));
+                }
                 if self.cut[from.0 as usize * 32 + to.0 as usize] {
                     continue;
                 }
