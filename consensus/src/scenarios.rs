@@ -245,7 +245,7 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
     let mut c = Cluster::new(n, group, |_| {});
     c.seed = seed;
     c.loss_per_mille = 50;
-    c.chaos = seed % 2 == 0;
+    c.chaos = seed.is_multiple_of(2);
     let partition = !group.is_metadata();
     let mut applied: BTreeMap<u64, u128> = BTreeMap::new();
     let mut seen = vec![0u64; n as usize];

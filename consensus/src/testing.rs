@@ -160,13 +160,14 @@ impl Cluster {
     /// Delivers frames and completions until nothing is in flight (bounded).
     pub fn run(&mut self) {
         for _ in 0..1_000_000 {
-            let network_first = self.chaos && !self.network.is_empty() && self.random() % 2 == 0;
+            let network_first =
+                self.chaos && !self.network.is_empty() && self.random().is_multiple_of(2);
             let completion = if network_first {
                 None
             } else {
                 self.completions.pop_front()
             };
-            let pick = if self.chaos && self.network.len() > 1 && self.random() % 10 == 0 {
+            let pick = if self.chaos && self.network.len() > 1 && self.random().is_multiple_of(10) {
                 (self.random() % self.network.len() as u64) as usize
             } else {
                 0
@@ -174,7 +175,7 @@ impl Cluster {
             if let Some((r, completion)) = completion {
                 self.step(r, Input::Done(completion));
             } else if let Some((from, to, frame)) = self.network.remove(pick) {
-                if self.chaos && self.random() % 50 == 0 {
+                if self.chaos && self.random().is_multiple_of(50) {
                     self.network.push_back((from, to, frame.clone()));
                 }
                 if self.cut[from.0 as usize * 32 + to.0 as usize] {
