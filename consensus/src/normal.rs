@@ -35,6 +35,9 @@ impl<S: StateMachine> Replica<S> {
         if self.timers.repair.tick() {
             self.on_repair_timeout(out);
         }
+        if self.timers.persist_retry.tick() {
+            self.persist_vsr_state(out);
+        }
         self.tick_transfer(out);
         self.tick_forwards(now, out);
     }
@@ -595,6 +598,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::StaleCompletion);
         }
         self.durable = (view, log_view);
+        self.persist_failures = 0;
+        self.timers.persist_retry.stop();
         if self.persisting == Some((view, log_view)) {
             self.persisting = None;
         }

@@ -31,6 +31,8 @@ pub(crate) struct Timers {
     pub view_change_status: Timer,
     pub request_start_view: Timer,
     pub repair: Timer,
+    /// Superblock write retry after a failure (10 ms doubling to 1 s, §6).
+    pub persist_retry: Timer,
 }
 
 /// One VSR group on one node: a synchronous, sans-IO state machine.
@@ -99,6 +101,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) reply_buf: Vec<u8>,
     /// Frames below this op were dropped from the cache.
     pub(crate) frame_cache_floor: u64,
+    /// Consecutive failed superblock writes.
+    pub(crate) persist_failures: u32,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -165,6 +169,7 @@ impl<S: StateMachine> Replica<S> {
             applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
             frame_cache_floor: 0,
+            persist_failures: 0,
             config,
         };
 
@@ -350,6 +355,10 @@ impl<S: StateMachine> Replica<S> {
             Completion::VsrStatePersistFailed { view, log_view } => {
                 if self.persisting == Some((view, log_view)) {
                     self.persisting = None;
+                    // Retry with backoff; the withheld sends follow the eventual success.
+                    self.persist_failures = self.persist_failures.saturating_add(1);
+                    let ticks = 1u64 << self.persist_failures.min(7);
+                    self.timers.persist_retry.start(ticks.min(100));
                     Ok(())
                 } else {
                     Err(Ignored::StaleCompletion)

@@ -459,3 +459,11 @@ fn soak_partition_three() {
         soak(seed, 3, group, 1500);
     }
 }
+
+#[test]
+fn soak_metadata_two_and_four() {
+    for seed in 300..300 + soak_seeds(4) {
+        soak(seed, 2, GroupId::METADATA, 1500);
+        soak(seed, 4, GroupId::METADATA, 1500);
+    }
+}
