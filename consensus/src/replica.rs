@@ -17,7 +17,7 @@ use crate::repair::Repair;
 use crate::state_machine::StateMachine;
 use crate::timer::{Prng, Timer};
 use crate::transfer::Transfer;
-use crate::types::{ClientId, Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
+use crate::types::{Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
 use crate::view_change::ViewChangeState;
 
 /// Every timer of a replica (§6).
@@ -540,12 +540,7 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// Reply address of a client op.
-    pub(crate) fn client_of(header: &PrepareHeader) -> ClientId {
-        ClientId(header.client.get())
-    }
-
-    /// Debug sweep of the invariants of §1.
+    /// Debug sweep of the invariants of §1 (the simulator runs debug builds).
     #[cfg(debug_assertions)]
     pub(crate) fn check_invariants(&self) {
         assert!(
@@ -554,13 +549,36 @@ impl<S: StateMachine> Replica<S> {
         );
         assert!(self.log_view <= self.view, "log_view <= view");
         assert!(
-            self.durable.0 <= self.view,
-            "durable view never exceeds view"
+            (self.durable.0, self.durable.1) <= (self.view, self.log_view),
+            "the durable pair never exceeds the in-memory pair"
         );
         self.pipeline.verify();
         if let Some(tail) = self.pipeline.tail() {
             debug_assert_eq!(tail.op(), self.op, "pipeline tail is the head");
+            debug_assert!(self.pipeline.head().expect("non-empty").op() > self.commit_min);
         }
-        debug_assert!(self.commit_min <= self.op.max(self.snapshot_op));
+        debug_assert!(self.commit_min <= self.op, "applied ops are in the log");
+        debug_assert!(
+            self.view_headers.keys().all(|op| *op > self.commit_min),
+            "view headers describe only unapplied ops"
+        );
+        if self.status == Status::Recovering {
+            debug_assert!(self.timers.request_start_view.is_running());
+        }
+        // Journaled ops above the commit point form one hash chain (bounded sweep).
+        let mut below: Option<&crate::journal::Entry> = None;
+        for entry in self.journal.iter_from(self.commit_min + 1).take(1024) {
+            if let Some(b) = below
+                && b.header.op.get() + 1 == entry.header.op.get()
+            {
+                debug_assert_eq!(
+                    entry.header.parent.get(),
+                    b.checksum(),
+                    "journal chain at op {}",
+                    entry.header.op.get()
+                );
+            }
+            below = Some(entry);
+        }
     }
 }
