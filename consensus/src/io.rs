@@ -73,6 +73,33 @@ pub struct ClientRequest {
     pub body: Vec<u8>,
 }
 
+impl ClientRequest {
+    /// A request as a client would send it (cluster, view, replica and timestamp zero).
+    pub fn new(
+        client: u128,
+        operation: wire::Operation,
+        session: u64,
+        request: u64,
+        body: Vec<u8>,
+    ) -> ClientRequest {
+        use wire::header::{FrameHeader, Layout};
+        let mut header = RequestHeader::zeroed();
+        header.frame = FrameHeader::new(
+            wire::Command::Request,
+            wire::Sender {
+                cluster: 0,
+                replica: 0,
+                view: 0,
+            },
+        );
+        header.client.set(client);
+        header.request.set(request);
+        header.session.set(session);
+        header.operation = operation.byte();
+        ClientRequest { header, body }
+    }
+}
+
 /// A storage completion.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {

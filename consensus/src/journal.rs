@@ -108,12 +108,6 @@ impl Journal {
         }
     }
 
-    /// Forgets everything and restarts at `base`.
-    pub fn reset(&mut self, base: u64) {
-        self.slots.clear();
-        self.base = base;
-    }
-
     /// The highest op `h` such that every op in `from..=h` is held; `from - 1` if `from` is not.
     pub fn contiguous_from(&self, from: u64) -> u64 {
         let mut op = from;

@@ -24,8 +24,6 @@
 //! - [`quorum`]: the flexible quorums of §4.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-// TODO: remove once every handler family is implemented; stubs leave fields unread.
-#![allow(dead_code)]
 
 pub mod config;
 pub mod constants;

@@ -35,6 +35,9 @@ impl<S: StateMachine> Replica<S> {
         if self.timers.repair.tick() {
             self.on_repair_timeout(out);
         }
+        if self.timers.persist_retry.tick() {
+            self.persist_vsr_state(out);
+        }
         self.tick_transfer(out);
         self.tick_forwards(now, out);
     }
@@ -207,7 +210,11 @@ impl<S: StateMachine> Replica<S> {
                 self.requests.clear();
                 break;
             }
-            if self.plane() == Plane::Metadata {
+            let forwarded = self
+                .forwards
+                .proposals
+                .contains_key(&request.header.client.get());
+            if self.plane() == Plane::Metadata && !forwarded {
                 let operation = Operation::from_byte(request.header.operation)
                     .expect("admitted requests carry a valid operation");
                 let client = request.header.client.get();
@@ -240,7 +247,7 @@ impl<S: StateMachine> Replica<S> {
 
     // ---- projection (§5.2, §5.3) ------------------------------------------------------------
 
-    fn propose(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
+    pub(crate) fn propose(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
         debug_assert!(self.is_primary());
         let operation = Operation::from_byte(request.header.operation)
             .expect("admitted requests carry a valid operation");
@@ -377,6 +384,12 @@ impl<S: StateMachine> Replica<S> {
         let op = header.op.get();
         let checksum = header.frame.checksum.get();
         if op <= self.commit_min {
+            // Already executed here: never forwarded, but re-acked, because a new primary may
+            // have started its view with a commit point below ours and needs our ack to
+            // commit the op again.
+            if self.journal.has(op, checksum) {
+                self.send_prepare_ok(op, out);
+            }
             return Err(Ignored::Committed);
         }
         if let Some(entry) = self.journal.get(op) {
@@ -585,6 +598,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::StaleCompletion);
         }
         self.durable = (view, log_view);
+        self.persist_failures = 0;
+        self.timers.persist_retry.stop();
         if self.persisting == Some((view, log_view)) {
             self.persisting = None;
         }
@@ -786,7 +801,7 @@ impl<S: StateMachine> Replica<S> {
                     reply_frame.bytes(),
                 );
             }
-            if reply {
+            if reply && !self.complete_forward(client, op, out) {
                 out.push(Effect::Reply {
                     client: ClientId(client),
                     frame: reply_frame,

@@ -19,6 +19,7 @@ impl<S: StateMachine> Replica<S> {
         self.probe_attempts = 0;
         self.pipeline.clear();
         self.requests.clear();
+        self.cancel_forwards();
         self.repair.session = None;
         self.timers.normal_heartbeat.stop();
         self.timers.commit_message.stop();

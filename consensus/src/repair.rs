@@ -26,9 +26,24 @@ pub(crate) struct Repair {
     pub session: Option<RepairSession>,
     /// Repaired frames that cannot be verified yet (their successor is not journaled).
     pub pending: BTreeMap<u64, Frame>,
-    /// Server side: reads in flight for requesters, by op: `(peer, nonce)`.
-    pub reads: BTreeMap<u64, Vec<(ReplicaId, u128)>>,
+    /// Server side: chunks waiting for journal reads of evicted bodies.
+    pub serves: Vec<Serve>,
+    /// Server side: reads in flight, by op (each op read once).
+    pub reads: BTreeMap<u64, u128>,
 }
+
+/// A served chunk waiting for reads: frames `from..from + frames.len()`.
+#[derive(Debug, Clone)]
+pub(crate) struct Serve {
+    pub peer: ReplicaId,
+    pub nonce: u128,
+    pub from: u64,
+    pub frames: Vec<Option<Frame>>,
+}
+
+/// Concurrent chunks a server keeps waiting for reads; more requests are dropped (the
+/// requester's retry timer asks again).
+const SERVES_MAX: usize = 8;
 
 #[derive(Debug, Clone)]
 pub(crate) struct RepairSession {
@@ -358,83 +373,94 @@ impl<S: StateMachine> Replica<S> {
                 frame: self.repair_reply(Command::RangeEvicted, nonce, start),
             });
         }
-        let mut last = start - 1;
         let end = ceiling.min(start + u64::from(self.config.repair_chunk_max) - 1);
+        let mut frames_out: Vec<Option<Frame>> = Vec::new();
+        let mut reads = Vec::new();
         for op in start..=end {
             let Some(entry) = self.journal.get(op) else {
                 break;
             };
-            match entry.frame.as_ref() {
-                Some(frame) => {
-                    out.push(Effect::Send {
-                        to: peer,
-                        frame: frames::as_repair(frame),
-                    });
-                    last = op;
-                }
-                None => {
-                    // Evicted from memory: read it back and serve it when the read completes.
-                    let checksum = entry.checksum();
-                    let waiters = self.repair.reads.entry(op).or_default();
-                    if waiters.is_empty() {
-                        out.push(Effect::Read { op, checksum });
-                    }
-                    if waiters.len() < 8 {
-                        waiters.push((peer, nonce));
-                    }
-                    return Ok(());
-                }
+            if entry.frame.is_none() && !self.repair.reads.contains_key(&op) {
+                reads.push((op, entry.checksum()));
             }
+            frames_out.push(entry.frame.clone());
         }
-        out.push(Effect::Send {
-            to: peer,
-            frame: self.repair_reply(Command::RepairDone, nonce, last),
+        if frames_out.iter().all(Option::is_some) {
+            let last = start - 1 + frames_out.len() as u64;
+            for frame in frames_out.into_iter().flatten() {
+                out.push(Effect::Send {
+                    to: peer,
+                    frame: frames::as_repair(&frame),
+                });
+            }
+            out.push(Effect::Send {
+                to: peer,
+                frame: self.repair_reply(Command::RepairDone, nonce, last),
+            });
+            return Ok(());
+        }
+        // Evicted from memory: read the bodies back, then serve the chunk in order.
+        if self.repair.serves.len() >= SERVES_MAX {
+            return Err(Ignored::QueueFull);
+        }
+        for (op, checksum) in reads {
+            self.repair.reads.insert(op, checksum);
+            out.push(Effect::Read { op, checksum });
+        }
+        self.repair.serves.push(Serve {
+            peer,
+            nonce,
+            from: start,
+            frames: frames_out,
         });
         Ok(())
     }
 
-    /// A journal read completed: serve the requesters waiting for it.
+    /// A journal read completed: fill the chunks waiting for it and send the complete ones.
     pub(crate) fn serve_read(
         &mut self,
         op: u64,
         frame: Option<Frame>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let waiters = self
+        let checksum = self
             .repair
             .reads
             .remove(&op)
             .ok_or(Ignored::StaleCompletion)?;
-        let Some(frame) = frame else {
-            // The journal no longer holds it: the requester must transfer state.
-            for (peer, nonce) in waiters {
-                let evicted = self.repair_reply(Command::RangeEvicted, nonce, op + 1);
-                out.push(Effect::Send {
-                    to: peer,
-                    frame: evicted,
-                });
-                let done = self.repair_reply(Command::RepairDone, nonce, op);
-                out.push(Effect::Send {
-                    to: peer,
-                    frame: done,
-                });
+        let frame = frame.filter(|f| {
+            f.prepare_header()
+                .is_some_and(|h| h.frame.checksum.get() == checksum && h.op.get() == op)
+        });
+        let serves = std::mem::take(&mut self.repair.serves);
+        for mut serve in serves {
+            let Some(index) = op
+                .checked_sub(serve.from)
+                .map(|i| i as usize)
+                .filter(|i| *i < serve.frames.len())
+            else {
+                self.repair.serves.push(serve);
+                continue;
+            };
+            match &frame {
+                Some(f) => serve.frames[index] = Some(f.clone()),
+                // The journal lost it: serve what precedes it (or report the eviction).
+                None => serve.frames.truncate(index),
             }
-            return Ok(());
-        };
-        let expected = self.journal.get(op).map(|e| e.checksum());
-        let header = frame.prepare_header().copied();
-        if header.is_none_or(|h| Some(h.frame.checksum.get()) != expected) {
-            return Err(Ignored::StaleCompletion);
-        }
-        for (peer, nonce) in waiters {
-            out.push(Effect::Send {
-                to: peer,
-                frame: frames::as_repair(&frame),
-            });
-            out.push(Effect::Send {
-                to: peer,
-                frame: self.repair_reply(Command::RepairDone, nonce, op),
-            });
+            if serve.frames.iter().any(Option::is_none) {
+                self.repair.serves.push(serve);
+                continue;
+            }
+            if serve.frames.is_empty() {
+                let evicted = self.repair_reply(Command::RangeEvicted, serve.nonce, op + 1);
+                self.send(out, serve.peer, evicted);
+            }
+            let last = serve.from - 1 + serve.frames.len() as u64;
+            for f in serve.frames.iter().flatten() {
+                self.send(out, serve.peer, frames::as_repair(f));
+            }
+            let done = self.repair_reply(Command::RepairDone, serve.nonce, last);
+            self.send(out, serve.peer, done);
         }
         Ok(())
     }

@@ -8,6 +8,7 @@ use wire::header::{Layout, PrepareHeader};
 
 use crate::client_table::ClientTable;
 use crate::config::Config;
+use crate::forward::Forwards;
 use crate::ignored::Ignored;
 use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
 use crate::journal::{Entry, Journal};
@@ -16,7 +17,7 @@ use crate::repair::Repair;
 use crate::state_machine::StateMachine;
 use crate::timer::{Prng, Timer};
 use crate::transfer::Transfer;
-use crate::types::{ClientId, Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
+use crate::types::{Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
 use crate::view_change::ViewChangeState;
 
 /// Every timer of a replica (§6).
@@ -30,6 +31,8 @@ pub(crate) struct Timers {
     pub view_change_status: Timer,
     pub request_start_view: Timer,
     pub repair: Timer,
+    /// Superblock write retry after a failure (10 ms doubling to 1 s, §6).
+    pub persist_retry: Timer,
 }
 
 /// One VSR group on one node: a synchronous, sans-IO state machine.
@@ -89,6 +92,7 @@ pub struct Replica<S: StateMachine> {
     pub(crate) repair: Repair,
     pub(crate) transfer: Transfer,
     pub(crate) clients: ClientTable,
+    pub(crate) forwards: Forwards,
     /// Partition plane: the next message offset to mint (§5.6).
     pub(crate) next_offset: u64,
     /// Partition plane: the offset after the last applied SendMessages batch.
@@ -97,6 +101,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) reply_buf: Vec<u8>,
     /// Frames below this op were dropped from the cache.
     pub(crate) frame_cache_floor: u64,
+    /// Consecutive failed superblock writes.
+    pub(crate) persist_failures: u32,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -158,10 +164,12 @@ impl<S: StateMachine> Replica<S> {
             repair: Repair::default(),
             transfer: Transfer::default(),
             clients,
+            forwards: Forwards::default(),
             next_offset: recovered.offset_frontier,
             applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
             frame_cache_floor: 0,
+            persist_failures: 0,
             config,
         };
 
@@ -347,6 +355,10 @@ impl<S: StateMachine> Replica<S> {
             Completion::VsrStatePersistFailed { view, log_view } => {
                 if self.persisting == Some((view, log_view)) {
                     self.persisting = None;
+                    // Retry with backoff; the withheld sends follow the eventual success.
+                    self.persist_failures = self.persist_failures.saturating_add(1);
+                    let ticks = 1u64 << self.persist_failures.min(7);
+                    self.timers.persist_retry.start(ticks.min(100));
                     Ok(())
                 } else {
                     Err(Ignored::StaleCompletion)
@@ -528,12 +540,7 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// Reply address of a client op.
-    pub(crate) fn client_of(header: &PrepareHeader) -> ClientId {
-        ClientId(header.client.get())
-    }
-
-    /// Debug sweep of the invariants of §1.
+    /// Debug sweep of the invariants of §1 (the simulator runs debug builds).
     #[cfg(debug_assertions)]
     pub(crate) fn check_invariants(&self) {
         assert!(
@@ -542,13 +549,36 @@ impl<S: StateMachine> Replica<S> {
         );
         assert!(self.log_view <= self.view, "log_view <= view");
         assert!(
-            self.durable.0 <= self.view,
-            "durable view never exceeds view"
+            (self.durable.0, self.durable.1) <= (self.view, self.log_view),
+            "the durable pair never exceeds the in-memory pair"
         );
         self.pipeline.verify();
         if let Some(tail) = self.pipeline.tail() {
             debug_assert_eq!(tail.op(), self.op, "pipeline tail is the head");
+            debug_assert!(self.pipeline.head().expect("non-empty").op() > self.commit_min);
         }
-        debug_assert!(self.commit_min <= self.op.max(self.snapshot_op));
+        debug_assert!(self.commit_min <= self.op, "applied ops are in the log");
+        debug_assert!(
+            self.view_headers.keys().all(|op| *op > self.commit_min),
+            "view headers describe only unapplied ops"
+        );
+        if self.status == Status::Recovering {
+            debug_assert!(self.timers.request_start_view.is_running());
+        }
+        // Journaled ops above the commit point form one hash chain (bounded sweep).
+        let mut below: Option<&crate::journal::Entry> = None;
+        for entry in self.journal.iter_from(self.commit_min + 1).take(1024) {
+            if let Some(b) = below
+                && b.header.op.get() + 1 == entry.header.op.get()
+            {
+                debug_assert_eq!(
+                    entry.header.parent.get(),
+                    b.checksum(),
+                    "journal chain at op {}",
+                    entry.header.op.get()
+                );
+            }
+            below = Some(entry);
+        }
     }
 }

@@ -237,3 +237,233 @@ fn far_behind_backup_catches_up_by_state_transfer() {
     c.ticks(60);
     assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
 }
+
+/// A small randomized soak: loss, link cuts, crashes and restarts, with an agreement checker
+/// after every tick and convergence after healing. The real simulator lives in `tests/`.
+fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
+    use std::collections::BTreeMap;
+    let mut c = Cluster::new(n, group, |_| {});
+    c.seed = seed;
+    c.loss_per_mille = 50;
+    c.chaos = seed.is_multiple_of(2);
+    let partition = !group.is_metadata();
+    let mut applied: BTreeMap<u64, u128> = BTreeMap::new();
+    let mut seen = vec![0u64; n as usize];
+    let mut sessions: BTreeMap<u8, u64> = BTreeMap::new();
+    let mut request = 0u64;
+    let mut check = |c: &Cluster, seen: &mut Vec<u64>| {
+        for r in 0..n {
+            let Some(replica) = c.replicas[r as usize].as_ref() else {
+                continue;
+            };
+            let cm = replica.commit_min();
+            assert!(
+                cm >= seen[r as usize] || seen[r as usize] == u64::MAX,
+                "seed {seed}: commit_min regressed"
+            );
+            for op in seen[r as usize] + 1..=cm {
+                if let Some(h) = replica.header(op) {
+                    let id = h.frame.checksum.get();
+                    let prior = *applied.entry(op).or_insert(id);
+                    assert_eq!(
+                        prior, id,
+                        "seed {seed}: replicas applied different ops at {op}"
+                    );
+                }
+            }
+            seen[r as usize] = cm;
+        }
+    };
+    for t in 0..ticks {
+        let roll = c.random() % 1000;
+        if roll < 3 {
+            let r = (c.random() % u64::from(n)) as u8;
+            if c.replicas[r as usize].is_some() && c.replicas.iter().flatten().count() > 1 {
+                c.crash(r);
+            }
+        } else if roll < 13 {
+            let r = (c.random() % u64::from(n)) as u8;
+            if c.replicas[r as usize].is_none() {
+                c.restart(r);
+                // Restart replays: the applied frontier may restart lower.
+                seen[r as usize] = c.replica(r).commit_min();
+            }
+        } else if roll < 20 {
+            let (a, b) = (
+                (c.random() % u64::from(n)) as u8,
+                (c.random() % u64::from(n)) as u8,
+            );
+            if a != b {
+                let up = c.random().is_multiple_of(2);
+                c.set_link(a, b, up);
+            }
+        }
+        if t.is_multiple_of(3) {
+            let live: Vec<u8> = (0..n)
+                .filter(|r| c.replicas[*r as usize].is_some())
+                .collect();
+            if let Some(&p) = live.iter().find(|r| c.replica(**r).is_primary()) {
+                request += 1;
+                let client = 1000 + u128::from(request % 4);
+                if partition {
+                    let batch = crate::partition::build_batch(&[b"m"]);
+                    let body = crate::partition::build_send_messages_request(&batch, 3);
+                    c.step(
+                        crate::ReplicaId(p),
+                        crate::Input::Request(Cluster::request(
+                            client,
+                            Operation::SendMessages,
+                            1,
+                            request,
+                            body,
+                        )),
+                    );
+                } else {
+                    let key = (client % 4) as u8;
+                    match sessions.get(&key) {
+                        None => c.step(
+                            crate::ReplicaId(p),
+                            crate::Input::Request(Cluster::request(
+                                client,
+                                Operation::Register,
+                                0,
+                                0,
+                                vec![],
+                            )),
+                        ),
+                        Some(s) => c.step(
+                            crate::ReplicaId(p),
+                            crate::Input::Request(Cluster::request(
+                                client,
+                                Operation::CreateStream,
+                                *s,
+                                request,
+                                vec![1],
+                            )),
+                        ),
+                    }
+                }
+            }
+        }
+        c.tick();
+        for (client, frame) in &c.replies {
+            if frame.command() == Some(wire::Command::Reply)
+                && frame.bytes()[208] == Operation::Register.byte()
+                && frame.body().len() > 12
+            {
+                let key = (client.0 % 4) as u8;
+                let epoch = u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap());
+                sessions.insert(key, epoch);
+            }
+        }
+        c.replies.clear();
+        check(&c, &mut seen);
+    }
+    // Heal everything and require convergence.
+    c.loss_per_mille = 0;
+    for r in 0..n {
+        c.isolate(r, false);
+        if c.replicas[r as usize].is_none() {
+            c.restart(r);
+            seen[r as usize] = c.replica(r).commit_min();
+        }
+    }
+    for _ in 0..6000 {
+        c.tick();
+        check(&c, &mut seen);
+        let top = (0..n).map(|r| c.replica(r).commit_max()).max().unwrap();
+        if (0..n)
+            .all(|r| c.replica(r).commit_min() == top && c.replica(r).status() == Status::Normal)
+        {
+            break;
+        }
+    }
+    let top = c.replica(0).commit_min();
+    for r in 0..n {
+        if c.replica(r).commit_min() != top {
+            let x = c.replica(r);
+            let holes: Vec<u64> = (x.commit_min + 1..=x.op)
+                .filter(|o| x.journal.get(*o).is_none())
+                .take(10)
+                .collect();
+            eprintln!(
+                "DEBUG r{r}: holes {holes:?} pending {:?} session {:?} view_headers {:?} base {} next_offset {} transfer {:?}",
+                x.repair.pending.keys().take(5).collect::<Vec<_>>(),
+                x.repair.session,
+                x.view_headers.keys().take(5).collect::<Vec<_>>(),
+                x.journal.base(),
+                x.next_offset,
+                x.transfer.stage
+            );
+            if let Some(e) = x.journal.get(x.commit_min + 1) {
+                eprintln!(
+                    "DEBUG next entry durable {} frame {}",
+                    e.durable,
+                    e.frame.is_some()
+                );
+            }
+        }
+        assert_eq!(
+            (c.replica(r).status(), c.replica(r).commit_min()),
+            (Status::Normal, top),
+            "seed {seed}: replica {r} did not converge (views {:?})",
+            (0..n)
+                .map(|r| (
+                    c.replica(r).view(),
+                    c.replica(r).status(),
+                    c.replica(r).commit_min(),
+                    c.replica(r).commit_max(),
+                    c.replica(r).op()
+                ))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            c.replica(r).state_machine().digest,
+            c.replica(0).state_machine().digest,
+            "seed {seed}"
+        );
+    }
+}
+
+/// Seeds per soak test: `STRAND_SOAK_SEEDS` (default small, so `cargo test` stays fast).
+fn soak_seeds(default: u64) -> u64 {
+    std::env::var("STRAND_SOAK_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn soak_metadata_three() {
+    for seed in 1..=soak_seeds(12) {
+        soak(seed, 3, GroupId::METADATA, 1500);
+    }
+}
+
+#[test]
+fn soak_metadata_five() {
+    for seed in 100..100 + soak_seeds(6) {
+        soak(seed, 5, GroupId::METADATA, 1500);
+    }
+}
+
+#[test]
+fn soak_partition_three() {
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    for seed in 200..200 + soak_seeds(8) {
+        soak(seed, 3, group, 1500);
+    }
+}
+
+#[test]
+fn soak_metadata_two_and_four() {
+    for seed in 300..300 + soak_seeds(4) {
+        soak(seed, 2, GroupId::METADATA, 1500);
+        soak(seed, 4, GroupId::METADATA, 1500);
+    }
+}

@@ -1,9 +1,7 @@
 //! Helpers for the handler unit tests: replicas in a given state and frames built exactly as a
 //! peer would build them.
 
-use wire::header::{
-    CommitHeader, FrameHeader, Layout, PrepareHeader, PrepareOkHeader, StartViewChangeHeader,
-};
+use wire::header::{FrameHeader, Layout, PrepareHeader, StartViewChangeHeader};
 use wire::{Command, GroupId, Operation, Sender};
 
 use crate::config::RawConfig;
@@ -125,21 +123,6 @@ pub fn broadcast(n: u8, from: u8, frame: &Frame) -> Vec<Effect> {
         .filter(|r| *r != from)
         .map(|r| send(r, frame.clone()))
         .collect()
-}
-
-/// Restamps the view of a frame.
-pub fn restamp(frame: &Frame, view: u32) -> Frame {
-    frames::restamp(frame, view)
-}
-
-/// The PrepareOk header of a frame effect.
-pub fn as_prepare_ok(frame: &Frame) -> &PrepareOkHeader {
-    PrepareOkHeader::view(frame.bytes()).unwrap()
-}
-
-/// The Commit header of a frame.
-pub fn as_commit(frame: &Frame) -> &CommitHeader {
-    CommitHeader::view(frame.bytes()).unwrap()
 }
 
 /// A StartView from `from` with the given prepares as its suffix (given in any order).

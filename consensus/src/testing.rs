@@ -4,9 +4,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use wire::Command;
-use wire::header::{FrameHeader, Layout, RequestHeader};
-
 use crate::config::{Config, RawConfig};
 use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
 use crate::replica::Replica;
@@ -44,6 +41,13 @@ pub struct Cluster {
     pub boots: u128,
     /// Frames sent, by command byte.
     pub sent: [u64; 32],
+    /// Frames lost at random, per mille (seeded by `seed`).
+    pub loss_per_mille: u64,
+    /// PRNG state for losses.
+    pub seed: u64,
+    /// Chaos: deliver frames out of order, duplicate some, and interleave completions with
+    /// network delivery at random.
+    pub chaos: bool,
     outbox: Outbox,
 }
 
@@ -71,6 +75,9 @@ impl Cluster {
             configs,
             boots: 0,
             sent: [0; 32],
+            loss_per_mille: 0,
+            seed: 1,
+            chaos: false,
             outbox: Outbox::new(),
         };
         for r in 0..n {
@@ -153,10 +160,28 @@ impl Cluster {
     /// Delivers frames and completions until nothing is in flight (bounded).
     pub fn run(&mut self) {
         for _ in 0..1_000_000 {
-            if let Some((r, completion)) = self.completions.pop_front() {
+            let network_first =
+                self.chaos && !self.network.is_empty() && self.random().is_multiple_of(2);
+            let completion = if network_first {
+                None
+            } else {
+                self.completions.pop_front()
+            };
+            let pick = if self.chaos && self.network.len() > 1 && self.random().is_multiple_of(10) {
+                (self.random() % self.network.len() as u64) as usize
+            } else {
+                0
+            };
+            if let Some((r, completion)) = completion {
                 self.step(r, Input::Done(completion));
-            } else if let Some((from, to, frame)) = self.network.pop_front() {
+            } else if let Some((from, to, frame)) = self.network.remove(pick) {
+                if self.chaos && self.random().is_multiple_of(50) {
+                    self.network.push_back((from, to, frame.clone()));
+                }
                 if self.cut[from.0 as usize * 32 + to.0 as usize] {
+                    continue;
+                }
+                if self.loss_per_mille > 0 && self.random() % 1000 < self.loss_per_mille {
                     continue;
                 }
                 self.step(
@@ -171,6 +196,15 @@ impl Cluster {
             }
         }
         panic!("the cluster did not quiesce");
+    }
+
+    /// SplitMix64 over `seed`.
+    pub fn random(&mut self) -> u64 {
+        self.seed = self.seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     /// One tick on every live replica, then [`Cluster::run`].
@@ -231,7 +265,7 @@ impl Cluster {
         self.execute(ReplicaId(r));
     }
 
-    /// A client request (session 0/request as given) for `operation` with `body`.
+    /// A client request (see [`ClientRequest::new`]).
     pub fn request(
         client: u128,
         operation: wire::Operation,
@@ -239,20 +273,7 @@ impl Cluster {
         request: u64,
         body: Vec<u8>,
     ) -> ClientRequest {
-        let mut header = RequestHeader::zeroed();
-        header.frame = FrameHeader::new(
-            Command::Request,
-            wire::Sender {
-                cluster: 0,
-                replica: 0,
-                view: 0,
-            },
-        );
-        header.client.set(client);
-        header.request.set(request);
-        header.session.set(session);
-        header.operation = operation.byte();
-        ClientRequest { header, body }
+        ClientRequest::new(client, operation, session, request, body)
     }
 
     /// Submits a request to replica `r` and runs the cluster.

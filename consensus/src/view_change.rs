@@ -43,6 +43,7 @@ impl<S: StateMachine> Replica<S> {
         self.vc = ViewChangeState::default();
         self.vc.svc_from = 1 << self.id.0;
         self.requests.clear();
+        self.cancel_forwards();
         self.repair.session = None;
         self.timers.normal_heartbeat.stop();
         self.timers.commit_message.stop();
@@ -548,6 +549,7 @@ impl<S: StateMachine> Replica<S> {
         self.vc = ViewChangeState::default();
         self.pipeline.clear();
         self.requests.clear();
+        self.cancel_forwards();
         self.repair.session = None;
         self.reconcile(&headers, op.max(self.commit_min), out);
         if op > self.commit_min {

@@ -211,3 +211,29 @@ fn bug_knob_sends_view_scoped_frames_before_they_are_durable() {
     let effects = tick_until_effects(&mut b, 1000);
     assert_eq!(sends_of(&effects, Command::StartViewChange), 2);
 }
+
+#[test]
+fn a_failed_superblock_write_is_retried_and_withholds_every_send() {
+    use crate::io::{Completion, Input};
+    let mut b = fresh(3, 1);
+    tick_until_effects(&mut b, 1000);
+    let (result, effects) = input(
+        &mut b,
+        Input::Done(Completion::VsrStatePersistFailed {
+            view: 1,
+            log_view: 0,
+        }),
+    );
+    assert_eq!((result, effects), (Ok(()), vec![]));
+    // The retry comes back on its own; nothing view-scoped leaves in between.
+    let effects = tick_until_effects(&mut b, 10);
+    assert_eq!(
+        effects,
+        vec![Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 0,
+            commit_max: 0
+        })]
+    );
+    assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
+}
