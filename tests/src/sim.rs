@@ -324,6 +324,9 @@ impl Sim {
         let capacity = self.swarm.net.peer_queue_capacity as u32;
         raw.peer_queue_capacity = capacity;
         raw.repair_chunk_max = raw.repair_chunk_max.min(capacity.saturating_sub(1)).max(1);
+        if let Some(cache) = self.swarm.frame_cache_committed {
+            raw.frame_cache_committed = cache;
+        }
         #[cfg(feature = "bug-knobs")]
         {
             raw.bug_knobs = self.options.bug_knobs;
@@ -593,13 +596,14 @@ impl Sim {
             }
             Effect::Append { op, frame } => {
                 let latency = self.disk_latency(r);
+                let failed = self.prng_storage.chance_ppm(self.swarm.write_fail_ppm);
                 let write = Write::Append {
                     op,
                     frame: frame.bytes().to_vec(),
                 };
                 self.hosts[usize::from(r)]
                     .disk
-                    .issue(tick + 1, group, write, latency);
+                    .issue_with(tick + 1, group, write, latency, failed);
             }
             Effect::Truncate { from_op } => {
                 // Executed in emission order, before any later append: the journal truncates
@@ -608,11 +612,13 @@ impl Sim {
             }
             Effect::PersistVsrState(state) => {
                 let latency = self.disk_latency(r);
-                self.hosts[usize::from(r)].disk.issue(
+                let failed = self.prng_storage.chance_ppm(self.swarm.write_fail_ppm);
+                self.hosts[usize::from(r)].disk.issue_with(
                     tick + 1,
                     group,
                     Write::Superblock(state),
                     latency,
+                    failed,
                 );
             }
             Effect::Read { op, checksum } => {
@@ -874,9 +880,17 @@ impl Sim {
         let done = self.hosts[usize::from(r)].disk.complete_due(tick);
         for p in done {
             let completion = match p.write {
+                Write::Append { op, frame } if p.failed => Completion::AppendFailed {
+                    op,
+                    checksum: identity_of(&frame),
+                },
                 Write::Append { op, frame } => Completion::Appended {
                     op,
                     checksum: identity_of(&frame),
+                },
+                Write::Superblock(s) if p.failed => Completion::VsrStatePersistFailed {
+                    view: s.view,
+                    log_view: s.log_view,
                 },
                 Write::Superblock(s) => {
                     self.checker

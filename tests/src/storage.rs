@@ -47,6 +47,8 @@ pub struct Pending<S> {
     pub complete_at: u64,
     /// A later truncate removed it: it completes but writes nothing.
     pub void: bool,
+    /// The device reports an error for it: nothing is written, the completion says failed.
+    pub failed: bool,
 }
 
 /// Counters of the storage model.
@@ -112,6 +114,18 @@ impl<S: Clone> Disk<S> {
     /// Issues a write that completes `latency` ticks after `now` (never before an earlier write of
     /// the same group and kind: the journal and the superblock are each written in order).
     pub fn issue(&mut self, now: u64, group: u64, write: Write<S>, latency: u64) -> WriteId {
+        self.issue_with(now, group, write, latency, false)
+    }
+
+    /// [`Disk::issue`] of a write that fails (an IO error) when `failed`.
+    pub fn issue_with(
+        &mut self,
+        now: u64,
+        group: u64,
+        write: Write<S>,
+        latency: u64,
+        failed: bool,
+    ) -> WriteId {
         let kind = u8::from(matches!(write, Write::Superblock(_)));
         let last = self.last_completion.entry((group, kind)).or_insert(0);
         let complete_at = (now + latency).max(*last);
@@ -125,6 +139,7 @@ impl<S: Clone> Disk<S> {
             write,
             complete_at,
             void: false,
+            failed,
         });
         id
     }
@@ -143,7 +158,7 @@ impl<S: Clone> Disk<S> {
         }
         self.pending = keep;
         for p in &done {
-            if !p.void {
+            if !p.void && !p.failed {
                 Self::apply(self.groups.entry(p.group).or_default(), &p.write);
             }
             self.stats.completed += 1;
@@ -196,7 +211,7 @@ impl<S: Clone> Disk<S> {
             let land = prng.range_inclusive(0, journal.len() as u64) as usize;
             let disk = self.groups.entry(group).or_default();
             for (i, p) in journal.iter().enumerate() {
-                if i >= land || p.void {
+                if i >= land || p.void || p.failed {
                     self.stats.lost_in_crash += 1;
                     continue;
                 }

@@ -74,6 +74,11 @@ pub struct Swarm {
     pub clock_drift_ppm: u64,
     /// Probability per tick of a realtime clock step on some replica.
     pub clock_step_ppm: u32,
+    /// Probability that a journal or superblock write fails with an IO error (the core retries a
+    /// superblock write and fail-stops on an append it cannot roll back).
+    pub write_fail_ppm: u32,
+    /// `frame_cache_committed` for the replicas (small values force `Effect::Read`s).
+    pub frame_cache_committed: Option<u64>,
     /// Number of clients.
     pub clients: u32,
     /// Probability per tick per idle client of submitting a new request.
@@ -187,6 +192,16 @@ impl Swarm {
             } else {
                 0
             },
+            write_fail_ppm: if matches!(profile, Profile::Mixed) && p.chance_ppm(500_000) {
+                p.range_inclusive(1_000, 20_000) as u32
+            } else {
+                0
+            },
+            frame_cache_committed: if p.chance_ppm(333_333) {
+                Some(p.range_inclusive(1, 16))
+            } else {
+                None
+            },
             clients: p.range_inclusive(1, 4) as u32,
             submit_ppm: p.range_inclusive(20_000, 200_000) as u32,
             client_retry_ticks: p.range_inclusive(100, 400),
@@ -214,6 +229,8 @@ impl Swarm {
             clock_offset_us: 0,
             clock_drift_ppm: 0,
             clock_step_ppm: 0,
+            write_fail_ppm: 0,
+            frame_cache_committed: None,
             clients: 1,
             submit_ppm: 0,
             client_retry_ticks: 200,
