@@ -572,6 +572,11 @@ impl Sim {
         }
     }
 
+    /// Whether the next journal or superblock write fails (fault phase only).
+    fn write_fails(&mut self) -> bool {
+        self.in_fault_phase() && self.prng_storage.chance_ppm(self.swarm.write_fail_ppm)
+    }
+
     fn disk_latency(&mut self, r: u8) -> u64 {
         let (mean, max) = self.swarm.disk_latency;
         let base = self.prng_storage.delay(mean, max);
@@ -596,7 +601,7 @@ impl Sim {
             }
             Effect::Append { op, frame } => {
                 let latency = self.disk_latency(r);
-                let failed = self.prng_storage.chance_ppm(self.swarm.write_fail_ppm);
+                let failed = self.write_fails();
                 let write = Write::Append {
                     op,
                     frame: frame.bytes().to_vec(),
@@ -612,7 +617,7 @@ impl Sim {
             }
             Effect::PersistVsrState(state) => {
                 let latency = self.disk_latency(r);
-                let failed = self.prng_storage.chance_ppm(self.swarm.write_fail_ppm);
+                let failed = self.write_fails();
                 self.hosts[usize::from(r)].disk.issue_with(
                     tick + 1,
                     group,
