@@ -81,14 +81,26 @@ fn a_seed_replays_bit_for_bit() {
 #[ignore = "open core findings; see the seeds' comments"]
 fn regression_seeds() {
     let seeds = [
-        // Stall: a restarted primary's recovery barrier (§9.5) stays above a head that the
-        // view change truncated, so every request is refused with 57 forever (n = 2).
-        158,
+        // Agreement: a primary whose append failed rolls back its pre-advance (§5.2) although
+        // it had already forwarded the prepare (forward-first, §5.3); it then reuses the op
+        // for another request and a backup applies the first prepare at that op.
+        47, 117,
+        // Stall after the same rollback: backups hold the abandoned prepare at that op and
+        // drop the new one as Diverged; the pipeline never gets a quorum.
+        337, 1414,
+        // Stall (n = 2): after the rollback divergence both replicas hold different prepares at
+        // one op with the same log_view; every merge is Deadlocked and the view change
+        // escalates forever.
+        895,
+        // Stall (n = 2): a restarted primary's recovery barrier (§9.5) stays above a head that
+        // the view change truncated; every request is answered 57 forever.
+        170, 959,
+        // Stall: a backup knows commit_max (from a prepare's piggybacked commit) but lacks the
+        // ops; Commit heartbeats do not advance commit_max, so no repair starts (§10.1).
+        1832, 692,
         // Durable-before-send: a backup re-forwards a duplicate prepare stamped with a view its
         // superblock does not hold yet (io.rs promises no frame leaves before it is durable).
-        363, 442,
-        // Durable-before-send: RepairDone served in ViewChange before the new view is durable.
-        62, 239,
+        363, 620,
     ];
     let mut failing = Vec::new();
     for seed in seeds {
