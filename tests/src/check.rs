@@ -292,6 +292,14 @@ impl Checker {
         self.violate(tick, Invariant::ReplyStaysCommitted, detail);
     }
 
+    /// A partition replica's next offset is below the end of a batch it applied (G8).
+    pub fn on_offset_rewind(&mut self, tick: u64, replica: u8, group: u64, next: u64, end: u64) {
+        let detail = format!(
+            "group {group:#x}: r{replica} next offset {next} is below the end {end} of a committed batch"
+        );
+        self.violate(tick, Invariant::Monotonic, detail);
+    }
+
     /// Converged replicas hold different replicated state.
     pub fn on_state_divergence(&mut self, tick: u64, detail: String) {
         self.violate(tick, Invariant::Agreement, detail);

@@ -22,6 +22,9 @@ pub struct SimMachine {
     pub inner: DigestStateMachine,
     /// Every op applied in this life, in order (the simulator reads it with a cursor).
     pub applied: Vec<AppliedBody>,
+    /// Partition plane: the end (`base_offset + message_count`) of the highest committed
+    /// SendMessages batch applied; the offset counter must never mint below it (journal.md G8).
+    pub offset_end: u64,
 }
 
 impl StateMachine for SimMachine {
@@ -86,6 +89,24 @@ pub fn send_messages_batch(count: u32, payload_seed: u64, origin_timestamp: u64)
     header[40..48].copy_from_slice(&batch_checksum.to_le_bytes());
     header.extend_from_slice(&frames);
     header
+}
+
+/// A SendMessages request body (client-plane.md §8.1): the envelope (`metadata_length`, stream
+/// and topic as numeric Identifiers, Partitioning kind 2 with the partition id, messages_count)
+/// followed by `batch`.
+pub fn send_messages_request(stream: u32, topic: u32, partition: u32, batch: &[u8]) -> Vec<u8> {
+    let mut meta = Vec::new();
+    for id in [stream, topic] {
+        meta.extend_from_slice(&[1, 4]);
+        meta.extend_from_slice(&id.to_le_bytes());
+    }
+    meta.extend_from_slice(&[2, 4]);
+    meta.extend_from_slice(&partition.to_le_bytes());
+    meta.extend_from_slice(&batch[48..52]);
+    let mut body = (meta.len() as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(&meta);
+    body.extend_from_slice(batch);
+    body
 }
 
 #[cfg(test)]

@@ -50,6 +50,8 @@ pub struct Summary {
     pub stalls: u64,
     /// Sum of committed ops.
     pub committed_ops: u64,
+    /// Sum of committed partition-group ops.
+    pub partition_ops: u64,
     /// Sum of view changes.
     pub view_changes: u64,
     /// Sum of crashes.
@@ -89,6 +91,7 @@ impl Summary {
         self.stalls += report.stalls;
         self.committed_ops += report.committed_ops;
         self.view_changes += report.view_changes;
+        self.partition_ops += report.partition_ops;
         self.crashes += report.crashes;
         self.repairs += report.repairs;
         self.state_transfers += report.state_transfers;
@@ -122,6 +125,7 @@ impl Summary {
             "violations": self.violations,
             "stalls": self.stalls,
             "committed_ops": self.committed_ops,
+            "partition_ops": self.partition_ops,
             "view_changes": self.view_changes,
             "crashes": self.crashes,
             "repairs": self.repairs,

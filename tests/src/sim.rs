@@ -18,7 +18,7 @@ use wire::{Command, Message, Operation};
 
 use crate::check::{Checker, Observed, Violation};
 use crate::clock::DriftClock;
-use crate::machine::{SimMachine, send_messages_batch};
+use crate::machine::{SimMachine, send_messages_batch, send_messages_request};
 use crate::net::{NetConfig, Network, Node};
 use crate::prng::{Prng, Stream};
 use crate::storage::{Disk, Write};
@@ -58,6 +58,8 @@ pub struct Report {
     pub stalls: u64,
     /// Distinct committed ops over all groups.
     pub committed_ops: u64,
+    /// Of which in partition groups.
+    pub partition_ops: u64,
     /// Times a group reached a new view with a Normal primary.
     pub view_changes: u64,
     /// Crashes injected.
@@ -662,6 +664,7 @@ impl Sim {
                     state: SimMachine {
                         inner: live.replica.state_machine().inner.clone(),
                         applied: Vec::new(),
+                        offset_end: live.replica.state_machine().offset_end,
                     },
                 };
                 self.hosts[usize::from(r)]
@@ -771,6 +774,9 @@ impl Sim {
         let bodies: Vec<crate::machine::AppliedBody> =
             replica.state_machine().applied[live.applied_cursor..].to_vec();
         live.applied_cursor += bodies.len();
+        let offsets = (!GroupId(group).is_metadata())
+            .then(|| (replica.next_offset(), replica.state_machine().offset_end))
+            .filter(|(next, end)| next < end);
         let became_primary = observed.normal_primary && !live.was_normal_primary;
         live.was_normal_primary = observed.normal_primary;
         let lacks: Vec<(u64, Option<u128>)> = if became_primary {
@@ -795,6 +801,9 @@ impl Sim {
         for (op, held) in lacks {
             self.checker
                 .on_primary_lacks(tick, r, group, observed.view, op, held);
+        }
+        if let Some((next, end)) = offsets {
+            self.checker.on_offset_rewind(tick, r, group, next, end);
         }
         self.checker.observe(tick, r, group, observed);
         if observed.normal_primary {
@@ -1121,16 +1130,14 @@ impl Sim {
         let (group, operation, body) = if session == 0 {
             (GroupId::METADATA.0, Operation::Register, register_body())
         } else if to_partition {
-            // The client listener strips the SendMessages envelope after resolving the group;
-            // the core gets the batch alone (client-plane.md §8.1).
+            // The core gets the whole request body (envelope + batch) and keeps the batch.
             let group = self.groups[1 + self.prng_clients.below(partitions) as usize];
             let count = self.prng_clients.range_inclusive(1, 4) as u32;
             let origin = self.hosts[0].clock.realtime_us(self.tick);
-            (
-                group,
-                Operation::SendMessages,
-                send_messages_batch(count, payload, origin),
-            )
+            let batch = send_messages_batch(count, payload, origin);
+            let key = GroupId(group).fields();
+            let body = send_messages_request(key.stream, key.topic, key.partition, &batch);
+            (group, Operation::SendMessages, body)
         } else {
             let mut body = b"stream-".to_vec();
             body.extend_from_slice(&payload.to_le_bytes());
@@ -1460,6 +1467,12 @@ impl Sim {
     pub fn finish(mut self) -> Report {
         self.report.ticks = self.tick;
         self.report.committed_ops = self.checker.committed_ops();
+        self.report.partition_ops = self
+            .checker
+            .committed
+            .keys()
+            .filter(|(g, _)| !GroupId(*g).is_metadata())
+            .count() as u64;
         self.report.frames_dropped = self.net.stats.dropped();
         self.report.frames_overrun = self.net.stats.dropped_overrun;
         self.report.torn_writes = self.hosts.iter().map(|h| h.disk.stats.torn).sum();
