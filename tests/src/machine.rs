@@ -6,11 +6,13 @@
 use consensus::{Artifact, DigestStateMachine, InstallError, Projection, StateMachine};
 use wire::header::PrepareHeader;
 
-/// One applied op: its number and the XXH3 of the body as applied.
+/// One applied op: its number, its header and the XXH3 of the body as applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppliedBody {
     /// Op number.
     pub op: u64,
+    /// The prepare header the state machine was handed.
+    pub header: PrepareHeader,
     /// XXH3-64 of the applied body.
     pub body_digest: u64,
 }
@@ -35,6 +37,7 @@ impl StateMachine for SimMachine {
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
         self.applied.push(AppliedBody {
             op: header.op.get(),
+            header: *header,
             body_digest: wire::integrity::xxh3(body),
         });
         self.inner.apply(header, body, reply);

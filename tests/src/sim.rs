@@ -763,17 +763,24 @@ impl Sim {
             commit_max: replica.commit_max(),
             normal_primary: replica.is_primary() && replica.status() == Status::Normal,
         };
-        let mut applied = Vec::new();
+        // Every op the state machine applied (with the header it was applied with), plus the
+        // ops between the last seen and the current commit_min that bypass the state machine
+        // (Register, Logout), from the journal's headers.
+        let bodies: Vec<crate::machine::AppliedBody> =
+            replica.state_machine().applied[live.applied_cursor..].to_vec();
+        live.applied_cursor += bodies.len();
+        let mut applied: Vec<(u64, wire::header::PrepareHeader)> =
+            bodies.iter().map(|b| (b.op, b.header)).collect();
         let from = live.checked_commit + 1;
         for op in from..=replica.commit_min() {
+            if bodies.iter().any(|b| b.op == op) {
+                continue;
+            }
             if let Some(h) = replica.header(op) {
                 applied.push((op, *h));
             }
         }
         live.checked_commit = live.checked_commit.max(replica.commit_min());
-        let bodies: Vec<crate::machine::AppliedBody> =
-            replica.state_machine().applied[live.applied_cursor..].to_vec();
-        live.applied_cursor += bodies.len();
         let offsets = (!GroupId(group).is_metadata())
             .then(|| (replica.next_offset(), replica.state_machine().offset_end))
             .filter(|(next, end)| next < end);
@@ -1144,10 +1151,11 @@ impl Sim {
             (GroupId::METADATA.0, Operation::CreateStream, body)
         };
         let c = &mut self.clients[i];
-        // Metadata numbers count 1, 2, 3, ...; partition ops reuse the current number.
+        // Metadata numbers count 1, 2, 3, ...; the SDK reuses the current number for partition
+        // ops, but replies carry no group, so the simulator gives every request its own number
+        // (gaps are allowed, consensus.md §12) to tell a late duplicate reply from the answer.
         let request = match operation {
             Operation::Register => 0,
-            Operation::SendMessages => c.next_request,
             _ => {
                 c.next_request += 1;
                 c.next_request - 1
