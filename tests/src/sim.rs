@@ -417,11 +417,12 @@ impl Sim {
         let mut cut = None;
         for (expect_op, (&op, bytes)) in (first..).zip(disk.journal.range(first..)) {
             let valid = op == expect_op
+                && disk.intact(op).is_some()
                 && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
                     if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
             if !valid {
                 let damaged = op == expect_op && disk.journal.range(op + 1..).next().is_some();
-                let readable = wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok();
+                let readable = disk.intact(op).is_some();
                 if damaged && !readable {
                     return None; // damage followed by a complete entry: interior corruption
                 }
@@ -951,7 +952,7 @@ impl Sim {
             let frame = self.hosts[usize::from(r)]
                 .disk
                 .group(read.group)
-                .and_then(|d| d.journal.get(&read.op))
+                .and_then(|d| d.intact(read.op))
                 .filter(|bytes| {
                     bytes.len() >= wire::HEADER_SIZE
                         && identity_of(bytes) == read.checksum

@@ -73,14 +73,31 @@ pub struct DiskStats {
 pub struct GroupDisk<S> {
     /// Durable journal entries by op (bytes as stored, possibly torn or corrupted).
     pub journal: BTreeMap<u64, Vec<u8>>,
+    /// The checksum each entry was written with (a WAL entry carries its own checksum, which
+    /// also covers partition bodies that the prepare identity does not).
+    pub sums: BTreeMap<u64, u64>,
     /// Durable superblock, if one was ever written.
     pub superblock: Option<S>,
+}
+
+/// The checksum a journal entry is written with.
+pub fn sum(bytes: &[u8]) -> u64 {
+    wire::integrity::xxh3(bytes)
+}
+
+impl<S> GroupDisk<S> {
+    /// The entry at `op` if it reads back with the checksum it was written with.
+    pub fn intact(&self, op: u64) -> Option<&Vec<u8>> {
+        let bytes = self.journal.get(&op)?;
+        (self.sums.get(&op) == Some(&sum(bytes))).then_some(bytes)
+    }
 }
 
 impl<S> Default for GroupDisk<S> {
     fn default() -> Self {
         GroupDisk {
             journal: BTreeMap::new(),
+            sums: BTreeMap::new(),
             superblock: None,
         }
     }
@@ -170,9 +187,11 @@ impl<S: Clone> Disk<S> {
         match write {
             Write::Append { op, frame } => {
                 disk.journal.insert(*op, frame.clone());
+                disk.sums.insert(*op, crate::storage::sum(frame));
             }
             Write::Truncate { from_op } => {
                 disk.journal.split_off(from_op);
+                disk.sums.split_off(from_op);
             }
             Write::Superblock(s) => disk.superblock = Some(s.clone()),
         }
@@ -249,6 +268,7 @@ impl<S: Clone> Disk<S> {
     pub fn truncate_now(&mut self, group: u64, from_op: u64) {
         if let Some(disk) = self.groups.get_mut(&group) {
             disk.journal.split_off(&from_op);
+            disk.sums.split_off(&from_op);
         }
         for p in self.pending.iter_mut() {
             if p.group == group && matches!(p.write, Write::Append { op, .. } if op >= from_op) {
@@ -261,6 +281,7 @@ impl<S: Clone> Disk<S> {
     pub fn truncate_below(&mut self, group: u64, op: u64) {
         if let Some(disk) = self.groups.get_mut(&group) {
             disk.journal = disk.journal.split_off(&(op + 1));
+            disk.sums = disk.sums.split_off(&(op + 1));
         }
     }
 
@@ -310,6 +331,7 @@ impl<S: Clone> Disk<S> {
         }
         let op = *prng.pick(&ops);
         disk.journal.remove(&op);
+        disk.sums.remove(&op);
         self.stats.corrupted += 1;
         Some(op)
     }
