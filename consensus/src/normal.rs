@@ -851,10 +851,7 @@ impl<S: StateMachine> Replica<S> {
             let frame = frames::restamp(frame, view);
             for r in 0..self.n as u8 {
                 if r != self.id.0 && entry.acks & (1 << r) == 0 {
-                    out.push(Effect::Send {
-                        to: ReplicaId(r),
-                        frame: frame.clone(),
-                    });
+                    self.send(out, ReplicaId(r), frame.clone());
                 }
             }
         }

@@ -494,12 +494,32 @@ impl<S: StateMachine> Replica<S> {
         }));
     }
 
-    pub(crate) fn send(&self, out: &mut Outbox, to: ReplicaId, frame: Frame) {
-        debug_assert_ne!(to, self.id);
-        out.push(Effect::Send { to, frame });
+    /// Whether `frame` may leave now: while `(view, log_view)` is not durable only the frames
+    /// that ask and advertise nothing leave (RequestStartView, and the requester side of
+    /// repair and state transfer), §8.10 [design].
+    fn may_send(&self, frame: &Frame) -> bool {
+        use wire::Command::*;
+        self.is_vsr_durable()
+            || matches!(
+                frame.command(),
+                Some(RequestStartView | RequestPrepares | RequestStateTransfer | RequestStateChunk)
+            )
     }
 
+    /// Sends `frame` to a peer, behind the durable-before-send gate (a withheld frame is not
+    /// queued: timers regenerate it).
+    pub(crate) fn send(&self, out: &mut Outbox, to: ReplicaId, frame: Frame) {
+        debug_assert_ne!(to, self.id);
+        if self.may_send(&frame) {
+            out.push(Effect::Send { to, frame });
+        }
+    }
+
+    /// Sends `frame` to every peer, behind the same gate.
     pub(crate) fn broadcast(&self, out: &mut Outbox, frame: &Frame) {
+        if !self.may_send(frame) {
+            return;
+        }
         for r in 0..self.n as u8 {
             if r != self.id.0 {
                 out.push(Effect::Send {
