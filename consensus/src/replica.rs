@@ -103,6 +103,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) frame_cache_floor: u64,
     /// Consecutive failed superblock writes.
     pub(crate) persist_failures: u32,
+    /// Primary: ticks since `commit_max` last advanced while the pipeline was non-empty.
+    pub(crate) pipeline_stalled_ticks: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -170,6 +172,7 @@ impl<S: StateMachine> Replica<S> {
             reply_buf: Vec::new(),
             frame_cache_floor: 0,
             persist_failures: 0,
+            pipeline_stalled_ticks: 0,
             config,
         };
 
