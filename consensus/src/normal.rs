@@ -19,6 +19,11 @@ use crate::types::{ClientId, Frame, Now, Plane, ReplicaId, Status};
 
 impl<S: StateMachine> Replica<S> {
     pub(crate) fn on_tick(&mut self, now: Now, out: &mut Outbox) {
+        if self.is_primary() && !self.pipeline.is_empty() {
+            self.pipeline_stalled_ticks += 1;
+        } else {
+            self.pipeline_stalled_ticks = 0;
+        }
         if self.timers.prepare.tick() {
             self.on_prepare_timeout(out);
         }
@@ -681,6 +686,7 @@ impl<S: StateMachine> Replica<S> {
         }
         if commit > before {
             self.commit_max = commit;
+            self.pipeline_stalled_ticks = 0;
             self.commit_pipeline(now, out);
         }
         Ok(())
@@ -851,10 +857,7 @@ impl<S: StateMachine> Replica<S> {
             let frame = frames::restamp(frame, view);
             for r in 0..self.n as u8 {
                 if r != self.id.0 && entry.acks & (1 << r) == 0 {
-                    out.push(Effect::Send {
-                        to: ReplicaId(r),
-                        frame: frame.clone(),
-                    });
+                    self.send(out, ReplicaId(r), frame.clone());
                 }
             }
         }
@@ -875,6 +878,13 @@ impl<S: StateMachine> Replica<S> {
             .commit_message
             .start(self.config.commit_broadcast_ticks);
         if self.ceded || !self.is_vsr_durable() {
+            return;
+        }
+        // [design] Abdication (TigerBeetle-like, not in the reference): a primary whose
+        // pipeline head has waited a whole heartbeat timeout for a quorum stops heartbeating,
+        // so backups that can no longer reach it through acks elect a new primary instead of
+        // following a primary that cannot commit (a primary that sends but never receives).
+        if self.pipeline_stalled_ticks > self.config.heartbeat_timeout_ticks {
             return;
         }
         self.heartbeat_counter += 1;

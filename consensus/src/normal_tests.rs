@@ -302,3 +302,80 @@ fn bug_knob_acks_before_the_append_completes() {
         ]
     );
 }
+
+#[test]
+fn backup_refuses_a_send_messages_stamp_it_cannot_rederive() {
+    use crate::partition::{build_batch, stamp};
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut out = crate::Outbox::new();
+    let mut b = crate::Replica::new(
+        crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group)
+            .validate()
+            .unwrap(),
+        crate::Recovered::fresh(1),
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    let build = |base_offset: u64, partition: u64| {
+        let mut batch = build_batch(&[b"m"]);
+        stamp(&mut batch, partition, base_offset, 1_001);
+        let mut h = PrepareHeader::zeroed();
+        h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+        h.client.set(5);
+        h.op.set(1);
+        h.timestamp.set(1_001);
+        h.operation = Operation::SendMessages.byte();
+        h.group.set(group.0);
+        crate::frames::finish(h, &batch)
+    };
+    assert_eq!(feed(&mut b, 1, &build(7, 3)), (Err(Ignored::Stamp), vec![]));
+    assert_eq!(feed(&mut b, 1, &build(0, 4)), (Err(Ignored::Stamp), vec![]));
+    let good = build(0, 3);
+    assert_eq!(
+        feed(&mut b, 1, &good),
+        (
+            Ok(()),
+            vec![Effect::Append {
+                op: 1,
+                frame: good.clone()
+            }]
+        )
+    );
+    assert_eq!(b.next_offset(), 1);
+}
+
+#[test]
+fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
+    let mut raw = raw(3, 0);
+    raw.prepare_queue_depth = 1;
+    raw.request_queue_depth = 1;
+    let mut out = crate::Outbox::new();
+    let mut p = crate::Replica::new(
+        raw.validate().unwrap(),
+        crate::Recovered::fresh(1),
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    let register = |c| Input::Request(Cluster::request(c, Operation::Register, 0, 0, vec![]));
+    assert_eq!(input(&mut p, register(1)).0, Ok(()));
+    // The same client again while its register is in flight: "not committed yet".
+    let (result, effects) = input(&mut p, register(1));
+    assert_eq!(result, Err(Ignored::Refused));
+    let [Effect::Reply { frame, .. }] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(&frame.body()[8..12], &57u32.to_le_bytes());
+    // A second client parks in the request queue, a third overflows.
+    assert_eq!(input(&mut p, register(2)), (Ok(()), vec![]));
+    assert_eq!(p.request_queue_len(), 1);
+    assert_eq!(
+        input(&mut p, register(3)),
+        (Err(Ignored::QueueFull), vec![])
+    );
+}

@@ -356,22 +356,25 @@ impl<S: StateMachine> Replica<S> {
         if start > ceiling {
             // Nothing in range is retained (or the range is empty after clamping, §17.10).
             if from_op <= ceiling || from_op < floor {
-                out.push(Effect::Send {
-                    to: peer,
-                    frame: self.repair_reply(Command::RangeEvicted, nonce, floor),
-                });
+                self.send(
+                    out,
+                    peer,
+                    self.repair_reply(Command::RangeEvicted, nonce, floor),
+                );
             }
-            out.push(Effect::Send {
-                to: peer,
-                frame: self.repair_reply(Command::RepairDone, nonce, from_op - 1),
-            });
+            self.send(
+                out,
+                peer,
+                self.repair_reply(Command::RepairDone, nonce, from_op - 1),
+            );
             return Ok(());
         }
         if start > from_op {
-            out.push(Effect::Send {
-                to: peer,
-                frame: self.repair_reply(Command::RangeEvicted, nonce, start),
-            });
+            self.send(
+                out,
+                peer,
+                self.repair_reply(Command::RangeEvicted, nonce, start),
+            );
         }
         let end = ceiling.min(start + u64::from(self.config.repair_chunk_max) - 1);
         let mut frames_out: Vec<Option<Frame>> = Vec::new();
@@ -388,15 +391,13 @@ impl<S: StateMachine> Replica<S> {
         if frames_out.iter().all(Option::is_some) {
             let last = start - 1 + frames_out.len() as u64;
             for frame in frames_out.into_iter().flatten() {
-                out.push(Effect::Send {
-                    to: peer,
-                    frame: frames::as_repair(&frame),
-                });
+                self.send(out, peer, frames::as_repair(&frame));
             }
-            out.push(Effect::Send {
-                to: peer,
-                frame: self.repair_reply(Command::RepairDone, nonce, last),
-            });
+            self.send(
+                out,
+                peer,
+                self.repair_reply(Command::RepairDone, nonce, last),
+            );
             return Ok(());
         }
         // Evicted from memory: read the bodies back, then serve the chunk in order.

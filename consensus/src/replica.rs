@@ -103,6 +103,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) frame_cache_floor: u64,
     /// Consecutive failed superblock writes.
     pub(crate) persist_failures: u32,
+    /// Primary: ticks since `commit_max` last advanced while the pipeline was non-empty.
+    pub(crate) pipeline_stalled_ticks: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -170,6 +172,7 @@ impl<S: StateMachine> Replica<S> {
             reply_buf: Vec::new(),
             frame_cache_floor: 0,
             persist_failures: 0,
+            pipeline_stalled_ticks: 0,
             config,
         };
 
@@ -494,12 +497,32 @@ impl<S: StateMachine> Replica<S> {
         }));
     }
 
-    pub(crate) fn send(&self, out: &mut Outbox, to: ReplicaId, frame: Frame) {
-        debug_assert_ne!(to, self.id);
-        out.push(Effect::Send { to, frame });
+    /// Whether `frame` may leave now: while `(view, log_view)` is not durable only the frames
+    /// that ask and advertise nothing leave (RequestStartView, and the requester side of
+    /// repair and state transfer), §8.10 [design].
+    fn may_send(&self, frame: &Frame) -> bool {
+        use wire::Command::*;
+        self.is_vsr_durable()
+            || matches!(
+                frame.command(),
+                Some(RequestStartView | RequestPrepares | RequestStateTransfer | RequestStateChunk)
+            )
     }
 
+    /// Sends `frame` to a peer, behind the durable-before-send gate (a withheld frame is not
+    /// queued: timers regenerate it).
+    pub(crate) fn send(&self, out: &mut Outbox, to: ReplicaId, frame: Frame) {
+        debug_assert_ne!(to, self.id);
+        if self.may_send(&frame) {
+            out.push(Effect::Send { to, frame });
+        }
+    }
+
+    /// Sends `frame` to every peer, behind the same gate.
     pub(crate) fn broadcast(&self, out: &mut Outbox, frame: &Frame) {
+        if !self.may_send(frame) {
+            return;
+        }
         for r in 0..self.n as u8 {
             if r != self.id.0 {
                 out.push(Effect::Send {

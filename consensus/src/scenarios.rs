@@ -467,3 +467,22 @@ fn soak_metadata_two_and_four() {
         soak(seed, 4, GroupId::METADATA, 1500);
     }
 }
+
+#[test]
+fn a_primary_that_can_send_but_not_receive_is_replaced() {
+    let mut c = metadata(3);
+    let session = register(&mut c, 0, 7);
+    // Nothing reaches the primary any more; it still reaches everyone.
+    c.cut[32] = true;
+    c.cut[2 * 32] = true;
+    c.submit(
+        0,
+        Cluster::request(7, Operation::CreateStream, session, 1, vec![1]),
+    );
+    c.ticks(1500);
+    let v = c.replica(1).view();
+    assert!(v >= 1, "the backups elected");
+    let p = (v % 3) as u8;
+    assert!(c.replica(p).is_primary());
+    assert!(c.replica(p).commit_min() >= 1);
+}

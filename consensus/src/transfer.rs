@@ -550,3 +550,7 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "transfer_tests.rs"]
+mod tests;

@@ -615,6 +615,8 @@ impl<S: StateMachine> Replica<S> {
             }
             op -= 1;
         }
+        // Recovered ops the view discarded can never re-commit: the barrier follows the log.
+        self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
             self.journal.truncate_from(from_op);
             out.push(Effect::Truncate { from_op });

@@ -237,3 +237,27 @@ fn a_failed_superblock_write_is_retried_and_withholds_every_send() {
     );
     assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
 }
+
+#[test]
+fn nothing_but_requests_leaves_while_the_view_is_not_durable() {
+    let c = chain(1, 1, 2);
+    let mut b = fresh(3, 2);
+    // Adopt view 1 (superblock write outstanding) and receive its prepares.
+    feed(&mut b, 1, &start_view(1, 1, 1, 0, &c[..1]));
+    assert_ne!(b.vsr_state_durable(), (1, 1));
+    let (result, effects) = feed(&mut b, 1, &c[1]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        effects,
+        vec![Effect::Append {
+            op: 2,
+            frame: c[1].clone()
+        }],
+        "no forward down the chain yet"
+    );
+    // A duplicate is neither re-forwarded nor re-acked; repair is not served.
+    let (_, effects) = feed(&mut b, 1, &c[1]);
+    assert_eq!(effects, vec![]);
+    let (_, effects) = feed(&mut b, 0, &request_prepares(0, 3, 1, 2));
+    assert_eq!(effects, vec![]);
+}
