@@ -106,7 +106,9 @@ pub struct CommittedOp {
 pub struct Checker {
     /// `(group, op) -> prepare` for every op any replica applied.
     pub committed: BTreeMap<(u64, u64), CommittedOp>,
-    replied: BTreeMap<(u64, u64), u128>,
+    /// `(group, op) -> (identity, view)`: ops whose reply reached a client, with the view the
+    /// replying primary stamped (the op was committed in that view or an earlier one).
+    replied: BTreeMap<(u64, u64), (u128, u32)>,
     replies: BTreeMap<(u64, u128, u64, u64), Vec<u8>>,
     bodies: BTreeMap<(u64, u64), (u64, u8)>,
     last: BTreeMap<(u8, u64), Observed>,
@@ -157,7 +159,7 @@ impl Checker {
                 self.committed.insert((group, op), record);
             }
         }
-        if let Some(&reply) = self.replied.get(&(group, op))
+        if let Some(&(reply, _)) = self.replied.get(&(group, op))
             && reply != identity
         {
             let detail = format!(
@@ -221,6 +223,7 @@ impl Checker {
         request: u64,
         op: u64,
         operation: u8,
+        view: u32,
         masked: Vec<u8>,
     ) {
         match self.committed.get(&(group, op)).copied() {
@@ -238,7 +241,9 @@ impl Checker {
                 self.violate(tick, Invariant::ReplyStaysCommitted, detail);
             }
             Some(c) => {
-                self.replied.entry((group, op)).or_insert(c.identity);
+                self.replied
+                    .entry((group, op))
+                    .or_insert((c.identity, view));
             }
         }
         // Partition requests reuse request numbers and are at-least-once (client-plane.md
@@ -267,11 +272,12 @@ impl Checker {
         }
     }
 
-    /// Ops of `group` whose reply reached a client, with the identity committed there.
-    pub fn replied_ops(&self, group: u64) -> impl Iterator<Item = (u64, u128)> + '_ {
+    /// Ops of `group` whose reply reached a client, with the identity committed there and the
+    /// view of the reply.
+    pub fn replied_ops(&self, group: u64) -> impl Iterator<Item = (u64, u128, u32)> + '_ {
         self.replied
             .range((group, 0)..=(group, u64::MAX))
-            .map(|(&(_, op), &id)| (op, id))
+            .map(|(&(_, op), &(id, view))| (op, id, view))
     }
 
     /// A replica became Normal primary of `view` without holding the replied op `op` above its
@@ -285,7 +291,7 @@ impl Checker {
         op: u64,
         held: Option<u128>,
     ) {
-        let expected = self.replied.get(&(group, op)).copied().unwrap_or(0);
+        let expected = self.replied.get(&(group, op)).map_or(0, |r| r.0);
         let detail = format!(
             "group {group:#x}: r{replica} became primary of view {view} holding {held:x?} at replied op {op} (committed {expected:#034x})"
         );

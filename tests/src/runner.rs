@@ -14,11 +14,16 @@ pub struct Overrides {
     pub groups: Option<u8>,
     /// Fault phase length in ticks.
     pub ticks: Option<u64>,
+    /// Turn off injected IO errors on journal and superblock writes.
+    pub no_io_errors: bool,
 }
 
 /// Runs one seed to completion.
 pub fn run_seed(seed: u64, overrides: Overrides, options: Options) -> Report {
-    let swarm = Swarm::from_seed(seed, overrides.replicas, overrides.groups, overrides.ticks);
+    let mut swarm = Swarm::from_seed(seed, overrides.replicas, overrides.groups, overrides.ticks);
+    if overrides.no_io_errors {
+        swarm.write_fail_ppm = 0;
+    }
     Sim::new(seed, swarm, options).run()
 }
 
@@ -33,6 +38,9 @@ pub fn replay_command(seed: u64, overrides: Overrides) -> String {
     }
     if let Some(t) = overrides.ticks {
         s.push_str(&format!(" --ticks {t}"));
+    }
+    if overrides.no_io_errors {
+        s.push_str(" --no-io-errors");
     }
     s
 }

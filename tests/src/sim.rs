@@ -790,8 +790,10 @@ impl Sim {
         let lacks: Vec<(u64, Option<u128>)> = if became_primary {
             self.checker
                 .replied_ops(group)
-                .filter(|&(op, _)| op > replica.commit_min())
-                .filter_map(|(op, identity)| {
+                // A primary of a view after the one the reply came from must hold the op; a
+                // stale primary of an older view cannot commit anything and is not checked.
+                .filter(|&(op, _, view)| op > replica.commit_min() && observed.view > view)
+                .filter_map(|(op, identity, _)| {
                     let held = replica.header(op).map(|h| h.frame.checksum.get());
                     (held != Some(identity)).then_some((op, held))
                 })
@@ -1308,6 +1310,7 @@ impl Sim {
             }
             return;
         }
+        let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
         let mut masked = frame.to_vec();
         masked[0..16].fill(0);
         masked[52..56].fill(0);
@@ -1331,6 +1334,7 @@ impl Sim {
             o.request,
             op,
             o.operation as u8,
+            view,
             masked,
         );
     }

@@ -81,26 +81,26 @@ fn a_seed_replays_bit_for_bit() {
 #[ignore = "open core findings; see the seeds' comments"]
 fn regression_seeds() {
     let seeds = [
-        // Agreement: a primary whose append failed rolls back its pre-advance (§5.2) although
-        // it had already forwarded the prepare (forward-first, §5.3); it then reuses the op
-        // for another request and a backup applies the first prepare at that op.
-        47, 117,
-        // Stall after the same rollback: backups hold the abandoned prepare at that op and
-        // drop the new one as Diverged; the pipeline never gets a quorum.
-        337, 1414,
-        // Stall (n = 2): after the rollback divergence both replicas hold different prepares at
-        // one op with the same log_view; every merge is Deadlocked and the view change
-        // escalates forever.
-        895,
+        // Agreement (IO errors): a primary whose append failed rolls back its pre-advance
+        // (§5.2) although it had already forwarded the prepare (forward-first, §5.3); it then
+        // reuses the op for another request and a backup applies the first prepare there.
+        47, 341,
+        // Agreement (IO errors, partition plane): a primary fail-stops on a failed append after
+        // forwarding op 1; with nothing durable it restarts as a fresh group (Init, §9.1), is
+        // primary of view 0 again and proposes a different op 1.
+        54,
+        // Stalls after the same divergence: backups drop the new prepare as Diverged (n = 5), or
+        // two logs conflict at one log_view and every merge is Deadlocked (n = 2).
+        28, 895,
+        // Hash chain (no IO errors needed): a view change truncates a log down to op 0 but the
+        // next op 1 is built on the old head's identity instead of parent 0.
+        1018, 1173,
         // Stall (n = 2): a restarted primary's recovery barrier (§9.5) stays above a head that
         // the view change truncated; every request is answered 57 forever.
-        170, 959,
-        // Stall: a backup knows commit_max (from a prepare's piggybacked commit) but lacks the
-        // ops; Commit heartbeats do not advance commit_max, so no repair starts (§10.1).
-        1832, 692,
-        // Durable-before-send: a backup re-forwards a duplicate prepare stamped with a view its
-        // superblock does not hold yet (io.rs promises no frame leaves before it is durable).
-        363, 620,
+        464, 1665,
+        // Stall: a backup knows commit_max but lacks ops (or bodies) and no repair starts:
+        // Commit heartbeats do not advance commit_max, which is the only trigger (§10.1).
+        1832, 692, 1260,
     ];
     let mut failing = Vec::new();
     for seed in seeds {
