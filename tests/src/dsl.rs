@@ -30,7 +30,11 @@ impl Scenario {
 
     /// A scenario over an explicit seed and swarm.
     pub fn with(seed: u64, swarm: Swarm) -> Scenario {
-        let mut sim = Sim::new(seed, swarm, Options::default());
+        let options = Options {
+            trace: std::env::var("STRAND_SIM_TRACE").is_ok(),
+            ..Options::default()
+        };
+        let mut sim = Sim::new(seed, swarm, options);
         sim.auto_faults = false;
         sim.auto_submit = false;
         Scenario { sim }

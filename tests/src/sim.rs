@@ -155,6 +155,8 @@ struct Outstanding {
     last_sent: u64,
     /// A transient refusal asked for a retry at this tick (to the target it chose).
     retry_at: Option<u64>,
+    /// "Not committed yet" answers from the current target in a row.
+    not_ready: u64,
     attempts: u32,
 }
 
@@ -1175,6 +1177,7 @@ impl Sim {
             submitted: self.tick,
             last_sent: self.tick,
             retry_at: None,
+            not_ready: 0,
             attempts: 0,
         });
         self.send_outstanding(i);
@@ -1301,7 +1304,17 @@ impl Sim {
                     };
                 }
                 if let Some(o) = c.outstanding.as_mut() {
-                    // Retry (at the target chosen above) after a short pause.
+                    // Retry (at the target chosen above) after a short pause. A replica that
+                    // keeps answering "not committed yet" for a whole retry timeout may be a
+                    // stale primary cut off from its backups: then try the next replica (the
+                    // same (client, session, request) is exactly-once anywhere, §12).
+                    if code == 57 {
+                        o.not_ready += 1;
+                        if o.not_ready * 10 >= self.swarm.client_retry_ticks {
+                            o.not_ready = 0;
+                            c.target = (c.target + 1) % n;
+                        }
+                    }
                     o.retry_at = Some(tick + 10);
                 }
             } else {
