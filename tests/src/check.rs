@@ -26,6 +26,8 @@ pub enum Invariant {
     DurableBeforeSend,
     /// §2.7: replies for `(client, request)` are identical (view bytes masked).
     ReplyDeterminism,
+    /// §12: a metadata request `(client, request)` commits at most once.
+    ExactlyOnce,
     /// §5.10: every committed prepare's parent is the identity of the committed op below it.
     HashChain,
     /// The core's own state is inconsistent (`commit_min > commit_max`, `log_view > view`).
@@ -44,6 +46,7 @@ impl fmt::Display for Invariant {
             Invariant::SinglePrimary => "single-primary",
             Invariant::DurableBeforeSend => "durable-before-send",
             Invariant::ReplyDeterminism => "reply-determinism",
+            Invariant::ExactlyOnce => "exactly-once",
             Invariant::HashChain => "hash-chain",
             Invariant::LocalState => "local-state",
             Invariant::Liveness => "liveness",
@@ -111,6 +114,7 @@ pub struct Checker {
     replied: BTreeMap<(u64, u64), (u128, u32)>,
     replies: BTreeMap<(u64, u128, u64, u64), Vec<u8>>,
     bodies: BTreeMap<(u64, u64), (u64, u8)>,
+    executed: BTreeMap<(u128, u64), u64>,
     last: BTreeMap<(u8, u64), Observed>,
     durable_view: BTreeMap<(u8, u64), (u32, u32)>,
     primaries: BTreeMap<(u64, u32), u8>,
@@ -157,6 +161,24 @@ impl Checker {
             Some(_) => {}
             None => {
                 self.committed.insert((group, op), record);
+                // Metadata requests are exactly-once per (client, request) (consensus.md §12);
+                // Register may commit again (a re-register moves the epoch), partition ops are
+                // at-least-once.
+                let metadata_op =
+                    wire::Operation::from_byte(record.operation).is_some_and(|o| o.is_metadata());
+                if wire::GroupId(group).is_metadata() && metadata_op {
+                    let first = *self
+                        .executed
+                        .entry((record.client, record.request))
+                        .or_insert(op);
+                    if first != op {
+                        let detail = format!(
+                            "client {:#x} request {} committed at op {first} and again at op {op}",
+                            record.client, record.request
+                        );
+                        self.violate(tick, Invariant::ExactlyOnce, detail);
+                    }
+                }
             }
         }
         if let Some(&(reply, _)) = self.replied.get(&(group, op))
