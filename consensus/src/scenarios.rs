@@ -346,6 +346,18 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
             }
         }
         c.tick();
+        if std::env::var("SOAK_TRACE").is_ok() {
+            let state: Vec<String> = (0..n)
+                .map(|r| match c.replicas[r as usize].as_ref() {
+                    Some(x) => format!(
+                        "{}:{:?}/v{}/lv{}/op{}/cm{}/cx{}",
+                        r, x.status, x.view, x.log_view, x.op, x.commit_min, x.commit_max
+                    ),
+                    None => format!("{r}:down"),
+                })
+                .collect();
+            eprintln!("T{t} {}", state.join(" "));
+        }
         for (client, frame) in &c.replies {
             if frame.command() == Some(wire::Command::Reply)
                 && frame.bytes()[208] == Operation::Register.byte()
@@ -462,7 +474,7 @@ fn soak_partition_three() {
 
 #[test]
 fn soak_metadata_two_and_four() {
-    for seed in 300..300 + soak_seeds(4) {
+    for seed in (300..300 + soak_seeds(4)).chain([361]) {
         soak(seed, 2, GroupId::METADATA, 1500);
         soak(seed, 4, GroupId::METADATA, 1500);
     }
@@ -485,4 +497,18 @@ fn a_primary_that_can_send_but_not_receive_is_replaced() {
     let p = (v % 3) as u8;
     assert!(c.replica(p).is_primary());
     assert!(c.replica(p).commit_min() >= 1);
+}
+
+#[test]
+fn debug_seed() {
+    let Ok(seed) = std::env::var("SOAK_SEED") else {
+        return;
+    };
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    soak(seed.parse().unwrap(), 3, group, 1500);
 }
