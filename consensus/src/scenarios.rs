@@ -251,6 +251,7 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
     let mut seen = vec![0u64; n as usize];
     let mut sessions: BTreeMap<u8, u64> = BTreeMap::new();
     let mut request = 0u64;
+    let mut replied_max = 0u64;
     let mut check = |c: &Cluster, seen: &mut Vec<u64>| {
         for r in 0..n {
             let Some(replica) = c.replicas[r as usize].as_ref() else {
@@ -358,6 +359,15 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
                 .collect();
             eprintln!("T{t} {}", state.join(" "));
         }
+        for (_, frame) in &c.replies {
+            let committed = frame.command() == Some(wire::Command::Reply)
+                && u64::from_le_bytes(frame.bytes()[192..200].try_into().unwrap()) != 0;
+            if committed {
+                replied_max = replied_max.max(u64::from_le_bytes(
+                    frame.bytes()[176..184].try_into().unwrap(),
+                ));
+            }
+        }
         for (client, frame) in &c.replies {
             if frame.command() == Some(wire::Command::Reply)
                 && frame.bytes()[208] == Operation::Register.byte()
@@ -391,6 +401,10 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
         }
     }
     let top = c.replica(0).commit_min();
+    assert!(
+        top >= replied_max,
+        "seed {seed}: op {replied_max} was replied, the cluster is at {top}"
+    );
     for r in 0..n {
         if c.replica(r).commit_min() != top {
             let x = c.replica(r);
