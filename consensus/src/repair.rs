@@ -75,6 +75,12 @@ impl<S: StateMachine> Replica<S> {
         // Holes at or below the head: the highest one first (top-down verification).
         let missing =
             |op: u64| self.journal.get(op).is_none() && !self.repair.pending.contains_key(&op);
+        if head.saturating_sub(self.commit_min) > crate::constants::SCAN_MAX {
+            // Far behind: ask from the bottom; the server answers RangeEvicted when it no
+            // longer holds those ops, which starts a state transfer.
+            let from = self.commit_min + 1;
+            return Some((from, head.min(from + chunk - 1)));
+        }
         let mut op = head;
         while op > self.commit_min {
             if missing(op) {

@@ -190,6 +190,7 @@ impl<S: StateMachine> Replica<S> {
             };
             let op = header.op.get();
             if op <= replica.op
+                || !replica.journal.fits(op)
                 || header.group.get() != group.0
                 || !wire::integrity::verify_prepare_identity(header.bytes())
             {
