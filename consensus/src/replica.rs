@@ -461,6 +461,18 @@ impl<S: StateMachine> Replica<S> {
     pub fn is_transferring(&self) -> bool {
         self.transfer.is_active()
     }
+    /// The receiver-side state-transfer stage.
+    pub fn transfer_stage(&self) -> crate::TransferStage {
+        self.transfer.stage
+    }
+    /// Whether this replica ceded the primary role its recovered view gives it (§3).
+    pub fn is_ceded(&self) -> bool {
+        self.ceded
+    }
+    /// Highest view seen on traffic dropped for being ahead of ours (§9.4).
+    pub fn observed_newer_view(&self) -> u32 {
+        self.observed_newer_view
+    }
     /// Number of prepares in the primary's pipeline.
     pub fn pipeline_len(&self) -> usize {
         self.pipeline.len()
