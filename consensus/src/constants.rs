@@ -87,3 +87,10 @@ const _: () = assert!(REPLICAS_MAX <= 128);
 
 /// Headers kept in the in-memory index below `commit_min` (older ones are only on disk).
 pub const HEADERS_RETAINED: u64 = 65_536;
+
+/// The widest op span the in-memory journal index covers (one pointer per slot): a prepare
+/// further above the index base is not journaled until the base moves up (state transfer).
+pub const JOURNAL_SPAN_MAX: u64 = 1 << 24;
+
+/// Ops scanned per repair-window or coverage computation before giving up on the scan.
+pub const SCAN_MAX: u64 = 1 << 16;

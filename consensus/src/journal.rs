@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use wire::header::PrepareHeader;
 
+use crate::constants::JOURNAL_SPAN_MAX;
 use crate::types::Frame;
 
 /// One journaled (or appending) prepare.
@@ -29,7 +30,8 @@ impl Entry {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Journal {
     base: u64,
-    slots: VecDeque<Option<Entry>>,
+    /// Boxed so a hole costs one pointer (a lagging replica's index can be sparse).
+    slots: VecDeque<Option<Box<Entry>>>,
 }
 
 impl Journal {
@@ -55,12 +57,14 @@ impl Journal {
 
     pub fn get(&self, op: u64) -> Option<&Entry> {
         let index = op.checked_sub(self.base)?;
-        self.slots.get(usize::try_from(index).ok()?)?.as_ref()
+        self.slots.get(usize::try_from(index).ok()?)?.as_deref()
     }
 
     pub fn get_mut(&mut self, op: u64) -> Option<&mut Entry> {
         let index = op.checked_sub(self.base)?;
-        self.slots.get_mut(usize::try_from(index).ok()?)?.as_mut()
+        self.slots
+            .get_mut(usize::try_from(index).ok()?)?
+            .as_deref_mut()
     }
 
     pub fn header(&self, op: u64) -> Option<&PrepareHeader> {
@@ -72,7 +76,12 @@ impl Journal {
         self.get(op).is_some_and(|e| e.checksum() == checksum)
     }
 
-    /// Inserts an entry (op must be `>= base` and not held).
+    /// Whether `op` fits the index without growing it beyond [`JOURNAL_SPAN_MAX`] slots.
+    pub fn fits(&self, op: u64) -> bool {
+        op >= self.base && op - self.base < JOURNAL_SPAN_MAX
+    }
+
+    /// Inserts an entry (op must be `>= base`, fit, and not be held).
     pub fn insert(&mut self, entry: Entry) {
         let op = entry.header.op.get();
         assert!(op >= self.base, "insert below the journal base");
@@ -81,7 +90,7 @@ impl Journal {
             self.slots.push_back(None);
         }
         debug_assert!(self.slots[index].is_none(), "insert over a held op");
-        self.slots[index] = Some(entry);
+        self.slots[index] = Some(Box::new(entry));
     }
 
     /// Removes every op `>= from_op`; trailing holes are dropped too.
@@ -120,7 +129,7 @@ impl Journal {
     /// Entries from `op` upward.
     pub fn iter_from(&self, op: u64) -> impl Iterator<Item = &Entry> {
         let skip = usize::try_from(op.saturating_sub(self.base)).unwrap_or(usize::MAX);
-        self.slots.iter().skip(skip).flatten()
+        self.slots.iter().skip(skip).flatten().map(|e| &**e)
     }
 }
 

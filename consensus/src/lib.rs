@@ -50,6 +50,8 @@ mod types;
 mod view_change;
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod scenarios;
 #[cfg(test)]
 mod test_support;

@@ -469,6 +469,10 @@ impl<S: StateMachine> Replica<S> {
     pub(crate) fn journal_prepare(&mut self, now: Now, frame: Frame, out: &mut Outbox) {
         let header = *frame.prepare_header().expect("a prepare");
         let op = header.op.get();
+        if !self.journal.fits(op) {
+            // Too far above the index: only a state transfer (moving the base) can help.
+            return;
+        }
         self.view_headers.remove(&op);
         if self.plane() == Plane::Partition
             && header.operation == Operation::SendMessages.byte()

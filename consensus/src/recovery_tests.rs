@@ -128,3 +128,26 @@ fn recovering_replicas_are_quorum_invisible() {
     );
     let _ = input(&mut b, Input::Tick);
 }
+
+#[test]
+fn recovery_keeps_acked_prepares_above_a_hole() {
+    let c = chain(0, 0, 4);
+    // Op 2 is missing (the replica was still repairing it when it crashed).
+    let frames = vec![c[0].clone(), c[2].clone(), c[3].clone()];
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(3, 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames,
+            incarnation: 1,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(out.drain().count(), 0, "nothing truncated");
+    assert_eq!(b.op(), 4);
+    assert!(b.header(3).is_some() && b.header(4).is_some());
+    assert!(b.header(2).is_none());
+}

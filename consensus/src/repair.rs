@@ -73,10 +73,23 @@ impl<S: StateMachine> Replica<S> {
             .op
             .max(self.vc.decided.as_ref().map_or(0, |m| m.op_head));
         // Holes at or below the head: the highest one first (top-down verification).
+        let missing =
+            |op: u64| self.journal.get(op).is_none() && !self.repair.pending.contains_key(&op);
+        if head.saturating_sub(self.commit_min) > crate::constants::SCAN_MAX {
+            // Far behind: ask from the bottom; the server answers RangeEvicted when it no
+            // longer holds those ops, which starts a state transfer.
+            let from = self.commit_min + 1;
+            return Some((from, head.min(from + chunk - 1)));
+        }
         let mut op = head;
         while op > self.commit_min {
-            if self.journal.get(op).is_none() && !self.repair.pending.contains_key(&op) {
-                let from = op.saturating_sub(chunk - 1).max(self.commit_min + 1);
+            if missing(op) {
+                // The run of holes ending at `op`, at most one chunk long.
+                let floor = op.saturating_sub(chunk - 1).max(self.commit_min + 1);
+                let mut from = op;
+                while from > floor && missing(from - 1) {
+                    from -= 1;
+                }
                 return Some((from, op));
             }
             op -= 1;
@@ -105,9 +118,10 @@ impl<S: StateMachine> Replica<S> {
                 idle_ticks: 0,
             });
             self.timers.repair.start(self.config.repair_retry_ticks);
-        }
-        if let Some(session) = self.repair.session.as_mut() {
-            session.peer = peer;
+        } else {
+            // A session is open: its RepairDone or retry timer asks for the next window; asking
+            // again here on every trigger would ping-pong with the server.
+            return;
         }
         self.request_prepares(out);
     }

@@ -176,24 +176,32 @@ impl<S: StateMachine> Replica<S> {
             config,
         };
 
-        // Journal: the unbroken chain of recovered frames.
+        // Journal: every recovered prepare, holes included. Entries above a hole were acked
+        // (a backup that adopted a view journals live prepares above ops it still repairs), so
+        // dropping them would roll an ack back; the view change verifies them later. Only a
+        // chain break between adjacent entries (corruption) or a bad frame ends the journal.
         let mut watermark = recovered.snapshot_op;
+        let mut chain_end = recovered.snapshot_op;
         let mut last_view = 0u32;
+        let mut kept = 0usize;
         for frame in &recovered.frames {
             let Some(header) = frame.prepare_header().copied() else {
                 break;
             };
             let op = header.op.get();
-            // A snapshot installed by state transfer may not know its own identity (0).
-            let anchored = header.parent.get() == replica.last_checksum
-                || (op == recovered.snapshot_op + 1
-                    && recovered.snapshot_op > 0
-                    && recovered.snapshot_checksum == 0);
-            if op != replica.op + 1
-                || !anchored
+            if op <= replica.op
+                || !replica.journal.fits(op)
                 || header.group.get() != group.0
                 || !wire::integrity::verify_prepare_identity(header.bytes())
             {
+                break;
+            }
+            // A snapshot installed by state transfer may not know its own identity (0).
+            let unknown_anchor = op == recovered.snapshot_op + 1
+                && recovered.snapshot_op > 0
+                && recovered.snapshot_checksum == 0;
+            let adjacent = op == replica.op + 1;
+            if adjacent && header.parent.get() != replica.last_checksum && !unknown_anchor {
                 break;
             }
             replica.journal.insert(Entry {
@@ -201,24 +209,30 @@ impl<S: StateMachine> Replica<S> {
                 frame: Some(frame.clone()),
                 durable: true,
             });
+            kept += 1;
             replica.op = op;
             replica.last_checksum = header.frame.checksum.get();
             replica.last_timestamp = replica.last_timestamp.max(header.timestamp.get());
-            watermark = watermark.max(header.commit.get());
             last_view = last_view.max(header.frame.view.get());
+            if adjacent && chain_end + 1 == op {
+                // Still the unbroken chain from the snapshot: its commit fields are evidence.
+                chain_end = op;
+                watermark = watermark.max(header.commit.get());
+            }
             if plane == Plane::Partition {
                 replica.note_recovered_offsets(&header, frame.body());
             }
         }
-        if replica.op < recovered.snapshot_op + recovered.frames.len() as u64 {
+        if kept < recovered.frames.len() {
             out.push(Effect::Truncate {
                 from_op: replica.op + 1,
             });
         }
         if n == 1 {
-            watermark = replica.op;
+            watermark = chain_end;
         }
-        let watermark = watermark.min(replica.op);
+        // Replay only along the unbroken chain: an op below a hole could be a stale entry.
+        let watermark = watermark.min(chain_end);
         while replica.commit_min < watermark {
             let op = replica.commit_min + 1;
             replica.apply_op(op, false, out);
@@ -446,6 +460,18 @@ impl<S: StateMachine> Replica<S> {
     /// Whether a state transfer is in progress (receiver side).
     pub fn is_transferring(&self) -> bool {
         self.transfer.is_active()
+    }
+    /// The receiver-side state-transfer stage.
+    pub fn transfer_stage(&self) -> crate::TransferStage {
+        self.transfer.stage
+    }
+    /// Whether this replica ceded the primary role its recovered view gives it (§3).
+    pub fn is_ceded(&self) -> bool {
+        self.ceded
+    }
+    /// Highest view seen on traffic dropped for being ahead of ours (§9.4).
+    pub fn observed_newer_view(&self) -> u32 {
+        self.observed_newer_view
     }
     /// Number of prepares in the primary's pipeline.
     pub fn pipeline_len(&self) -> usize {

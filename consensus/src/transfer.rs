@@ -272,7 +272,11 @@ impl<S: StateMachine> Replica<S> {
         if first_incomplete != Some(index)
             || header.offset.get() != session.received[index].len() as u64
             || body.is_empty()
-            || header.offset.get() + body.len() as u64 > session.entries[index].len
+            || header
+                .offset
+                .get()
+                .checked_add(body.len() as u64)
+                .is_none_or(|end| end > session.entries[index].len)
         {
             return Err(Ignored::Scope);
         }

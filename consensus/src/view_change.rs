@@ -327,6 +327,9 @@ impl<S: StateMachine> Replica<S> {
 
     /// The first op in `(commit_min, op_head]` the journal lacks durably, if any.
     fn first_uncovered(&self, op_head: u64) -> Option<u64> {
+        if op_head.saturating_sub(self.commit_min) > crate::constants::SCAN_MAX {
+            return Some(self.commit_min + 1);
+        }
         (self.commit_min + 1..=op_head).find(|op| !self.journal.get(*op).is_some_and(|e| e.durable))
     }
 
