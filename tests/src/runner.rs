@@ -16,6 +16,8 @@ pub struct Overrides {
     pub ticks: Option<u64>,
     /// Turn off injected IO errors on journal and superblock writes.
     pub no_io_errors: bool,
+    /// Let durable entries of the faulty minority vanish (outside the fault model).
+    pub lost_writes: bool,
 }
 
 /// Runs one seed to completion.
@@ -23,6 +25,9 @@ pub fn run_seed(seed: u64, overrides: Overrides, options: Options) -> Report {
     let mut swarm = Swarm::from_seed(seed, overrides.replicas, overrides.groups, overrides.ticks);
     if overrides.no_io_errors {
         swarm.write_fail_ppm = 0;
+    }
+    if overrides.lost_writes {
+        swarm.lose_ppm = 2_000;
     }
     Sim::new(seed, swarm, options).run()
 }
@@ -41,6 +46,9 @@ pub fn replay_command(seed: u64, overrides: Overrides) -> String {
     }
     if overrides.no_io_errors {
         s.push_str(" --no-io-errors");
+    }
+    if overrides.lost_writes {
+        s.push_str(" --lost-writes");
     }
     s
 }

@@ -1021,6 +1021,19 @@ impl Sim {
                 self.trace(format_args!("corrupt r{r} group {group:#x} op {op}"));
             }
         }
+        if self.swarm.lose_ppm > 0
+            && !self.swarm.faulty_replicas.is_empty()
+            && self.prng_crashes.chance_ppm(self.swarm.lose_ppm)
+        {
+            let r = *self.prng_crashes.pick(&self.swarm.faulty_replicas);
+            let group = *self.prng_crashes.pick(&self.groups);
+            if let Some(op) = self.hosts[usize::from(r)]
+                .disk
+                .lose_entry(&mut self.prng_crashes, group)
+            {
+                self.trace(format_args!("lose r{r} group {group:#x} op {op}"));
+            }
+        }
         if self.prng_partitions.chance_ppm(self.swarm.partition_ppm) {
             self.change_partitions();
         }

@@ -62,6 +62,10 @@ pub struct Swarm {
     pub torn_writes: bool,
     /// Probability per tick of a bit flip in a durable journal entry of a faulty replica.
     pub corrupt_ppm: u32,
+    /// Probability per tick that a durable journal entry of a faulty replica silently vanishes
+    /// (a lost write / lying fsync). Off unless asked for: the protocol cannot tell a lost
+    /// entry from one never received, so this is outside the fault model (opt-in experiment).
+    pub lose_ppm: u32,
     /// Replicas allowed disk faults (a minority, `< n/2` so a quorum is always clean).
     pub faulty_replicas: Vec<u8>,
     /// Storage completion latency (mean, max).
@@ -182,6 +186,7 @@ impl Swarm {
             } else {
                 0
             },
+            lose_ppm: 0,
             faulty_replicas,
             disk_latency: (p.range_inclusive(0, 3), 20),
             slow_disk,
@@ -223,6 +228,7 @@ impl Swarm {
             down_max: 0,
             torn_writes: false,
             corrupt_ppm: 0,
+            lose_ppm: 0,
             faulty_replicas: Vec::new(),
             disk_latency: (1, 5),
             slow_disk: None,

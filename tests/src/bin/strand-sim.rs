@@ -13,7 +13,7 @@ use tests::runner::{Overrides, Summary, parse_range, replay_command, run_seed};
 use tests::sim::Options;
 
 const USAGE: &str = "usage: strand-sim (--seed N | --seeds A..B) [--replicas 1-6] [--groups G] \
-[--ticks T] [--no-io-errors] [--json] [--trace] [--keep-going]";
+[--ticks T] [--no-io-errors] [--lost-writes] [--json] [--trace] [--keep-going]";
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
@@ -63,6 +63,7 @@ fn main() -> ExitCode {
                     );
                 }
                 "--no-io-errors" => overrides.no_io_errors = true,
+                "--lost-writes" => overrides.lost_writes = true,
                 "--json" => json = true,
                 "--trace" => options.trace = true,
                 "--keep-going" => keep_going = true,
