@@ -67,7 +67,13 @@ impl Scenario {
         self
     }
 
-    /// Removes every partition and clog.
+    /// Loses every frame of `command` between replicas (`ppm` = 1_000_000) or a share of them.
+    pub fn lose(&mut self, command: wire::Command, ppm: u32) -> &mut Self {
+        self.sim.net.lose_command(command, ppm);
+        self
+    }
+
+    /// Removes every partition, clog and command filter.
     pub fn heal(&mut self) -> &mut Self {
         self.sim.net.heal();
         self

@@ -106,6 +106,8 @@ pub struct Network {
     last_delivery: BTreeMap<Link, u64>,
     blocked: BTreeSet<Link>,
     clogged: BTreeMap<Link, u64>,
+    /// Per-command loss between replicas: command byte -> loss rate (ppm).
+    command_loss: BTreeMap<u8, u32>,
     down: BTreeSet<Node>,
     sequence: u64,
     /// Counters.
@@ -123,6 +125,7 @@ impl Network {
             last_delivery: BTreeMap::new(),
             blocked: BTreeSet::new(),
             clogged: BTreeMap::new(),
+            command_loss: BTreeMap::new(),
             down: BTreeSet::new(),
             sequence: 0,
             stats: NetStats::default(),
@@ -176,6 +179,17 @@ impl Network {
     }
 
     fn put_on_wire(&mut self, now: u64, link: Link, frame: Vec<u8>) {
+        let between_replicas = matches!(link, (Node::Replica(_), Node::Replica(_)));
+        let command_loss = frame
+            .get(60)
+            .filter(|_| between_replicas)
+            .and_then(|c| self.command_loss.get(c))
+            .copied()
+            .unwrap_or(0);
+        if command_loss > 0 && self.prng.chance_ppm(command_loss) {
+            self.stats.dropped_loss += 1;
+            return;
+        }
         if self.prng.chance_ppm(self.config.loss_ppm) {
             self.stats.dropped_loss += 1;
             return;
@@ -255,15 +269,22 @@ impl Network {
         self.clogged.insert((from, to), extra_ticks);
     }
 
-    /// Removes every partition and clog.
+    /// Loses frames of `command` between replicas with probability `ppm` (a per-command filter;
+    /// 1_000_000 drops them all). Cleared by `heal`.
+    pub fn lose_command(&mut self, command: wire::Command, ppm: u32) {
+        self.command_loss.insert(command.byte(), ppm);
+    }
+
+    /// Removes every partition, clog and command filter.
     pub fn heal(&mut self) {
         self.blocked.clear();
         self.clogged.clear();
+        self.command_loss.clear();
     }
 
     /// True when no partition or clog is in place.
     pub fn is_healed(&self) -> bool {
-        self.blocked.is_empty() && self.clogged.is_empty()
+        self.blocked.is_empty() && self.clogged.is_empty() && self.command_loss.is_empty()
     }
 
     /// Marks a node down (crashed): its queues and in-flight frames toward it are lost.
