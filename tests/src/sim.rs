@@ -86,6 +86,8 @@ pub struct Report {
     pub heal_ticks: u64,
     /// Unreported appends torn by crashes.
     pub torn_writes: u64,
+    /// Journal entries recovery truncated after a gap, torn entry or chain break.
+    pub recovery_truncations: u64,
     /// Nodes that refused to boot after interior journal corruption.
     pub boot_refusals: u64,
     /// Durable journal entries corrupted by the fault schedule.
@@ -422,6 +424,27 @@ impl Sim {
                 && disk.intact(op).is_some()
                 && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
                     if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
+            if !valid && self.options.trace {
+                let why = if op != expect_op {
+                    format!("gap: op {expect_op} missing")
+                } else if disk.intact(op).is_none() {
+                    "checksum".to_string()
+                } else {
+                    let p = wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT)
+                        .ok()
+                        .map(|m| {
+                            u128::from_le_bytes(m.header_bytes()[128..144].try_into().expect("16"))
+                        });
+                    format!(
+                        "chain: parent {p:x?} expected {parent:#x} view {}",
+                        u32::from_le_bytes(bytes[52..56].try_into().expect("4"))
+                    )
+                };
+                eprintln!(
+                    "[{} t{}] r{r} recovery at op {op}: {why}",
+                    self.seed, self.tick
+                );
+            }
             if !valid {
                 let damaged = op == expect_op && disk.journal.range(op + 1..).next().is_some();
                 let readable = disk.intact(op).is_some();
@@ -435,7 +458,12 @@ impl Sim {
             recovered.frames.push(Frame::new(bytes.clone()));
         }
         if let Some(op) = cut {
+            let dropped = disk.journal.range(op..).count();
             host.disk.truncate_now(group, op);
+            self.report.recovery_truncations += dropped as u64;
+            self.trace(format_args!(
+                "r{r} group {group:#x}: recovery stops at op {op} (gap, torn or chain break), {dropped} entries truncated"
+            ));
         }
         Some(recovered)
     }

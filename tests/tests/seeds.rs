@@ -92,6 +92,11 @@ fn regression_seeds() {
         // Stalls after the same divergence: backups drop the new prepare as Diverged (n = 5), or
         // two logs conflict at one log_view and every merge is Deadlocked (n = 2).
         28, 895,
+        // Committed op lost (no IO errors needed): a backup whose journal starts above a hole
+        // (ops 1..16 never filled) acks and durably holds ops 26..43; on restart the recovery
+        // contract (`Recovered::frames` consecutive from the snapshot) truncates them all, so
+        // after the primary's node is lost the new primary lacks committed ops (journal.md G3).
+        2614,
         // Hash chain (no IO errors needed): a view change truncates a log down to op 0 but the
         // next op 1 is built on the old head's identity instead of parent 0.
         1018, 1173,
