@@ -88,6 +88,8 @@ pub struct Summary {
     pub torn_writes: u64,
     /// Sum of corrupted journal entries.
     pub entries_corrupted: u64,
+    /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
+    pub recovery_truncations: u64,
     /// Sum of boot refusals.
     pub boot_refusals: u64,
     /// Sum of `Effect::Fatal`.
@@ -117,6 +119,7 @@ impl Summary {
         self.torn_writes += report.torn_writes;
         self.entries_corrupted += report.entries_corrupted;
         self.boot_refusals += report.boot_refusals;
+        self.recovery_truncations += report.recovery_truncations;
         self.fatals += report.fatals;
         self.ticks += report.ticks;
         self.heal_ticks_max = self.heal_ticks_max.max(report.heal_ticks);
@@ -152,6 +155,7 @@ impl Summary {
             "torn_writes": self.torn_writes,
             "entries_corrupted": self.entries_corrupted,
             "boot_refusals": self.boot_refusals,
+            "recovery_truncations": self.recovery_truncations,
             "fatals": self.fatals,
             "ticks": self.ticks,
             "heal_ticks_max": self.heal_ticks_max,
