@@ -537,6 +537,12 @@ impl<S: StateMachine> Replica<S> {
         checksum: u128,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
+        // The completion of an append whose entry a truncation removed: storage executes in
+        // order, so it precedes the completion of any re-append of the same prepare.
+        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
+            self.stale_appends.swap_remove(i);
+            return Err(Ignored::StaleCompletion);
+        }
         let entry = self.journal.get_mut(op).ok_or(Ignored::StaleCompletion)?;
         if entry.checksum() != checksum {
             return Err(Ignored::StaleCompletion);
@@ -583,7 +589,8 @@ impl<S: StateMachine> Replica<S> {
             && self.plane() == Plane::Metadata;
         if rollback {
             let dropped = self.pipeline.pop_tail().expect("checked tail");
-            self.journal.truncate_from(op);
+            let stale = self.journal.truncate_from(op);
+            self.stale_appends.extend(stale);
             self.op = op - 1;
             self.last_checksum = dropped.header.parent.get();
             out.push(Effect::Truncate { from_op: op });

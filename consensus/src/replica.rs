@@ -105,6 +105,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) persist_failures: u32,
     /// Primary: ticks since `commit_max` last advanced while the pipeline was non-empty.
     pub(crate) pipeline_stalled_ticks: u64,
+    /// Appends in flight whose entries were truncated: their completions prove nothing.
+    pub(crate) stale_appends: Vec<(u64, u128)>,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -173,6 +175,7 @@ impl<S: StateMachine> Replica<S> {
             frame_cache_floor: 0,
             persist_failures: 0,
             pipeline_stalled_ticks: 0,
+            stale_appends: Vec::new(),
             config,
         };
 

@@ -621,7 +621,8 @@ impl<S: StateMachine> Replica<S> {
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
-            self.journal.truncate_from(from_op);
+            let stale = self.journal.truncate_from(from_op);
+            self.stale_appends.extend(stale);
             out.push(Effect::Truncate { from_op });
             if self.op >= from_op {
                 self.op = self.journal.head().max(self.commit_min);
