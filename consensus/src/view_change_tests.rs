@@ -201,13 +201,7 @@ fn status_timeout_escalates_to_the_next_view() {
 fn bug_knob_sends_view_scoped_frames_before_they_are_durable() {
     let mut raw = raw(3, 1);
     raw.bug_knobs.skip_durable_before_send = true;
-    let mut out = crate::Outbox::new();
-    let mut b = crate::Replica::new(
-        raw.validate().unwrap(),
-        crate::Recovered::fresh(1),
-        crate::DigestStateMachine::default(),
-        &mut out,
-    );
+    let mut b = boot(raw);
     let effects = tick_until_effects(&mut b, 1000);
     assert_eq!(sends_of(&effects, Command::StartViewChange), 2);
 }
