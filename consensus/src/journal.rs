@@ -93,17 +93,26 @@ impl Journal {
         self.slots[index] = Some(Box::new(entry));
     }
 
-    /// Removes every op `>= from_op`; trailing holes are dropped too.
-    pub fn truncate_from(&mut self, from_op: u64) {
-        if from_op < self.base {
-            self.slots.clear();
+    /// Removes every op `>= from_op`; trailing holes are dropped too. Returns the
+    /// `(op, identity)` of removed entries whose append had not completed yet.
+    pub fn truncate_from(&mut self, from_op: u64) -> Vec<(u64, u128)> {
+        let keep = if from_op < self.base {
+            0
         } else {
-            let keep = usize::try_from(from_op - self.base).unwrap_or(usize::MAX);
-            self.slots.truncate(keep);
+            usize::try_from(from_op - self.base).unwrap_or(usize::MAX)
+        };
+        let mut in_flight = Vec::new();
+        while self.slots.len() > keep {
+            if let Some(Some(entry)) = self.slots.pop_back()
+                && !entry.durable
+            {
+                in_flight.push((entry.header.op.get(), entry.checksum()));
+            }
         }
         while matches!(self.slots.back(), Some(None)) {
             self.slots.pop_back();
         }
+        in_flight
     }
 
     /// Forgets every op `< op` (compaction of the index; the durable journal may keep them).
@@ -160,10 +169,10 @@ mod tests {
         assert_eq!(j.contiguous_from(1), 1);
         j.insert(entry(2));
         assert_eq!(j.contiguous_from(1), 3);
-        j.truncate_from(2);
+        let _ = j.truncate_from(2);
         assert_eq!(j.head(), 1);
         j.insert(entry(4));
-        j.truncate_from(4);
+        let _ = j.truncate_from(4);
         assert_eq!(j.head(), 1, "trailing holes are dropped");
         j.trim_below(2);
         assert_eq!(j.base(), 2);

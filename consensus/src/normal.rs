@@ -56,7 +56,7 @@ impl<S: StateMachine> Replica<S> {
             && !self.transfer.is_active()
             && self.commit_min == self.commit_max
             && self.commit_max >= self.recovery_barrier
-            && self.durable == (self.view, self.log_view)
+            && self.is_vsr_durable_strict()
     }
 
     fn deny(&self, request: &ClientRequest, code: u32, out: &mut Outbox) {
@@ -101,7 +101,7 @@ impl<S: StateMachine> Replica<S> {
         match self.plane() {
             Plane::Metadata => self.preflight_metadata(operation, &request, out)?,
             Plane::Partition => {
-                if self.durable != (self.view, self.log_view) {
+                if !self.is_vsr_durable_strict() {
                     self.deny(&request, codes::TRANSIENT_NOT_ACCEPTED, out);
                     return Err(Ignored::Refused);
                 }
@@ -537,6 +537,12 @@ impl<S: StateMachine> Replica<S> {
         checksum: u128,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
+        // The completion of an append whose entry a truncation removed: storage executes in
+        // order, so it precedes the completion of any re-append of the same prepare.
+        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
+            self.stale_appends.swap_remove(i);
+            return Err(Ignored::StaleCompletion);
+        }
         let entry = self.journal.get_mut(op).ok_or(Ignored::StaleCompletion)?;
         if entry.checksum() != checksum {
             return Err(Ignored::StaleCompletion);
@@ -573,28 +579,11 @@ impl<S: StateMachine> Replica<S> {
         if !self.journal.has(op, checksum) {
             return Err(Ignored::StaleCompletion);
         }
-        // Roll back the pre-advance only if nothing moved since (§5.2); otherwise fail-stop.
-        let rollback = self.is_primary()
-            && self.op == op
-            && self
-                .pipeline
-                .tail()
-                .is_some_and(|t| t.checksum() == checksum)
-            && self.plane() == Plane::Metadata;
-        if rollback {
-            let dropped = self.pipeline.pop_tail().expect("checked tail");
-            self.journal.truncate_from(op);
-            self.op = op - 1;
-            self.last_checksum = dropped.header.parent.get();
-            out.push(Effect::Truncate { from_op: op });
-            if self.pipeline.is_empty() {
-                self.timers.prepare.stop();
-            }
-            Ok(())
-        } else {
-            out.push(Effect::Fatal(FatalReason::AppendFailed { op }));
-            Ok(())
-        }
+        // [design] Always fail-stop. The rollback of §5.2 assumes persist-before-forward;
+        // Strand forwards first (§5.3), so a backup may already hold this prepare and reusing
+        // the op for another request would fork the log.
+        out.push(Effect::Fatal(FatalReason::AppendFailed { op }));
+        Ok(())
     }
 
     pub(crate) fn on_vsr_persisted(
@@ -607,6 +596,7 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::StaleCompletion);
         }
         self.durable = (view, log_view);
+        self.superblock_written = true;
         self.persist_failures = 0;
         self.timers.persist_retry.stop();
         if self.persisting == Some((view, log_view)) {
@@ -957,9 +947,11 @@ impl<S: StateMachine> Replica<S> {
         if commit > self.commit_max {
             self.commit_max = commit;
             self.commit_journal(now, out);
-            if self.commit_min < self.commit_max {
-                self.start_repair(self.primary_index(self.view), out);
-            }
+        }
+        // Behind (the commit point may have come from a prepare): repair from the primary.
+        // An open session keeps its own pace.
+        if self.commit_min < self.commit_max {
+            self.start_repair(self.primary_index(self.view), out);
         }
         if fresh {
             Ok(())

@@ -282,13 +282,7 @@ fn heartbeat_timeout_starts_a_view_change_gated_on_the_superblock() {
 fn bug_knob_acks_before_the_append_completes() {
     let mut raw = raw(3, 2);
     raw.bug_knobs.ack_before_append = true;
-    let mut out = crate::Outbox::new();
-    let mut b = crate::Replica::new(
-        raw.validate().unwrap(),
-        crate::Recovered::fresh(1),
-        crate::DigestStateMachine::default(),
-        &mut out,
-    );
+    let mut b = boot(raw);
     let c = chain(0, 0, 1);
     let (_, effects) = feed(&mut b, 1, &c[0]);
     assert_eq!(
@@ -313,15 +307,7 @@ fn backup_refuses_a_send_messages_stamp_it_cannot_rederive() {
         partition: 3,
     })
     .unwrap();
-    let mut out = crate::Outbox::new();
-    let mut b = crate::Replica::new(
-        crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group)
-            .validate()
-            .unwrap(),
-        crate::Recovered::fresh(1),
-        crate::DigestStateMachine::default(),
-        &mut out,
-    );
+    let mut b = boot(crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group));
     let build = |base_offset: u64, partition: u64| {
         let mut batch = build_batch(&[b"m"]);
         stamp(&mut batch, partition, base_offset, 1_001);
@@ -355,13 +341,7 @@ fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
     let mut raw = raw(3, 0);
     raw.prepare_queue_depth = 1;
     raw.request_queue_depth = 1;
-    let mut out = crate::Outbox::new();
-    let mut p = crate::Replica::new(
-        raw.validate().unwrap(),
-        crate::Recovered::fresh(1),
-        crate::DigestStateMachine::default(),
-        &mut out,
-    );
+    let mut p = boot(raw);
     let register = |c| Input::Request(Cluster::request(c, Operation::Register, 0, 0, vec![]));
     assert_eq!(input(&mut p, register(1)).0, Ok(()));
     // The same client again while its register is in flight: "not committed yet".
@@ -377,5 +357,72 @@ fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
     assert_eq!(
         input(&mut p, register(3)),
         (Err(Ignored::QueueFull), vec![])
+    );
+}
+
+#[test]
+fn a_failed_append_stops_the_process_even_as_primary() {
+    let mut p = fresh(3, 0);
+    let (_, effects) = input(
+        &mut p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    let Effect::Append { frame, .. } = effects[1].clone() else {
+        panic!()
+    };
+    let h = frame.prepare_header().unwrap();
+    let (_, effects) = input(
+        &mut p,
+        Input::Done(Completion::AppendFailed {
+            op: 1,
+            checksum: h.frame.checksum.get(),
+        }),
+    );
+    assert_eq!(
+        effects,
+        vec![Effect::Fatal(crate::FatalReason::AppendFailed { op: 1 })]
+    );
+}
+
+#[test]
+fn a_fresh_group_acts_only_after_its_first_superblock() {
+    let mut out = crate::Outbox::new();
+    let mut p = crate::Replica::new(
+        raw(3, 0).validate().unwrap(),
+        crate::Recovered::fresh(3),
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(
+        out.drain().collect::<Vec<_>>(),
+        vec![Effect::PersistVsrState(crate::VsrState::default())]
+    );
+    let (result, effects) = input(
+        &mut p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    assert_eq!(result, Err(Ignored::Refused));
+    assert!(matches!(effects.as_slice(), [Effect::Reply { .. }]));
+    // No heartbeat either.
+    for _ in 0..60 {
+        let (_, effects) = input(&mut p, Input::Tick);
+        assert!(effects.iter().all(|e| !matches!(e, Effect::Send { .. })));
+    }
+}
+
+#[test]
+fn a_heartbeat_starts_repair_when_the_commit_point_came_from_a_prepare() {
+    let c = chain(0, 0, 3);
+    let mut b = fresh(3, 2);
+    // Op 3 arrives first (a gap): its commit field says 2 is committed.
+    let third = prepare(0, 0, 3, checksum(&c[1]), 2, &[3]);
+    feed(&mut b, 1, &third);
+    assert_eq!((b.commit_max(), b.commit_min()), (2, 0));
+    // The heartbeat does not advance commit_max, but the replica is behind: repair.
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 2, 1));
+    let (to, frame) = sent(&effects[0]);
+    assert_eq!(
+        (to, frame.command()),
+        (0, Some(wire::Command::RequestPrepares))
     );
 }

@@ -71,10 +71,6 @@ impl Pipeline {
         });
     }
 
-    pub fn pop_tail(&mut self) -> Option<Prepared> {
-        self.entries.pop_back()
-    }
-
     pub fn pop_head(&mut self) -> Option<Prepared> {
         self.entries.pop_front()
     }

@@ -151,3 +151,14 @@ fn recovery_keeps_acked_prepares_above_a_hole() {
     assert!(b.header(3).is_some() && b.header(4).is_some());
     assert!(b.header(2).is_none());
 }
+
+#[test]
+fn a_group_that_wrote_its_superblock_restarts_recovering() {
+    let b = restarted(3, 0, 0, &[], 4);
+    assert_eq!(
+        b.status(),
+        Status::Recovering,
+        "even the view-0 primary cedes"
+    );
+    assert!(b.is_ceded());
+}

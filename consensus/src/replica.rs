@@ -105,6 +105,13 @@ pub struct Replica<S: StateMachine> {
     pub(crate) persist_failures: u32,
     /// Primary: ticks since `commit_max` last advanced while the pipeline was non-empty.
     pub(crate) pipeline_stalled_ticks: u64,
+    /// Appends in flight whose entries were truncated: their completions prove nothing.
+    pub(crate) stale_appends: Vec<(u64, u128)>,
+    /// A superblock for this group exists on disk. A fresh group writes one before it sends
+    /// anything, so a restart after any send is a restart with a prior life (§9.1).
+    pub(crate) superblock_written: bool,
+    /// Identity of the prepare at `snapshot_op` (0 for op 0, or unknown after a transfer).
+    pub(crate) snapshot_checksum: u128,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -173,6 +180,9 @@ impl<S: StateMachine> Replica<S> {
             frame_cache_floor: 0,
             persist_failures: 0,
             pipeline_stalled_ticks: 0,
+            stale_appends: Vec::new(),
+            superblock_written: recovered.superblock.is_some(),
+            snapshot_checksum: recovered.snapshot_checksum,
             config,
         };
 
@@ -248,6 +258,10 @@ impl<S: StateMachine> Replica<S> {
         }
         debug_assert!(replica.log_view <= replica.view);
         replica.durable = (replica.view, replica.log_view);
+        if !replica.superblock_written {
+            // Nothing leaves before the group's superblock exists (see `superblock_written`).
+            replica.persist_vsr_state(out);
+        }
         if replica.commit_min < replica.op && plane == Plane::Metadata {
             replica.recovery_barrier = replica.op;
         }
@@ -500,19 +514,36 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// The identity of the prepare at `op` as far as the log knows it: journaled, or the
+    /// snapshot's (0 at op 0). `None` when unknown.
+    pub(crate) fn checksum_at(&self, op: u64) -> Option<u128> {
+        if let Some(entry) = self.journal.get(op) {
+            return Some(entry.checksum());
+        }
+        if op == self.snapshot_op {
+            return Some(self.snapshot_checksum);
+        }
+        None
+    }
+
     /// Whether view-scoped frames may leave (§8.10).
     pub(crate) fn is_vsr_durable(&self) -> bool {
         #[cfg(feature = "bug-knobs")]
         if self.config.bug_knobs.skip_durable_before_send {
             return true;
         }
-        self.durable == (self.view, self.log_view)
+        self.is_vsr_durable_strict()
+    }
+
+    /// The superblock records exactly the in-memory pair (never bypassed by bug knobs).
+    pub(crate) fn is_vsr_durable_strict(&self) -> bool {
+        self.superblock_written && self.durable == (self.view, self.log_view)
     }
 
     /// Requests a superblock write of the in-memory pair unless it is durable or in flight.
     pub(crate) fn persist_vsr_state(&mut self, out: &mut Outbox) {
         let pair = (self.view, self.log_view);
-        if self.durable == pair || self.persisting == Some(pair) {
+        if (self.superblock_written && self.durable == pair) || self.persisting == Some(pair) {
             return;
         }
         self.persisting = Some(pair);

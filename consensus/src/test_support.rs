@@ -23,15 +23,27 @@ pub fn raw(n: u8, r: u8) -> RawConfig {
     RawConfig::new(CLUSTER, ReplicaId(r), n, GroupId::METADATA)
 }
 
-/// A fresh replica `r` of `n` on the metadata group; boot effects discarded.
+/// A fresh replica `r` of `n` on the metadata group, its first superblock written.
 pub fn fresh(n: u8, r: u8) -> R {
+    boot(raw(n, r))
+}
+
+/// A fresh replica from `raw`, its first superblock written; boot effects discarded.
+pub fn boot(raw: RawConfig) -> R {
     let mut out = Outbox::new();
-    Replica::new(
-        raw(n, r).validate().unwrap(),
+    let mut r = Replica::new(
+        raw.validate().unwrap(),
         Recovered::fresh(7),
         DigestStateMachine::default(),
         &mut out,
-    )
+    );
+    assert_eq!(
+        out.drain().collect::<Vec<_>>(),
+        vec![Effect::PersistVsrState(crate::VsrState::default())],
+        "a fresh group writes its superblock first"
+    );
+    persisted(&mut r);
+    r
 }
 
 pub fn sender(r: u8, view: u32) -> Sender {

@@ -91,6 +91,8 @@ impl Cluster {
             cluster.replicas.push(Some(replica));
             cluster.execute(ReplicaId(r));
         }
+        // Fresh groups write their first superblock before anything else.
+        cluster.run();
         cluster
     }
 

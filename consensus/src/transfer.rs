@@ -357,6 +357,7 @@ impl<S: StateMachine> Replica<S> {
         self.commit_min = commit_op;
         self.commit_max = self.commit_max.max(commit_op);
         self.snapshot_op = commit_op;
+        self.snapshot_checksum = 0;
         self.journal.trim_below(commit_op + 1);
         self.repair.pending.retain(|op, _| *op > commit_op);
         self.view_headers.retain(|op, _| *op > commit_op);

@@ -317,8 +317,8 @@ impl<S: StateMachine> Replica<S> {
         self.op = merged.op_head;
         if let Some(head) = merged.headers.get(&merged.op_head) {
             self.last_checksum = head.frame.checksum.get();
-        } else if let Some(head) = self.journal.get(merged.op_head) {
-            self.last_checksum = head.checksum();
+        } else if let Some(checksum) = self.checksum_at(merged.op_head) {
+            self.last_checksum = checksum;
         }
         self.vc.decided = Some(merged);
         self.timers.do_view_change.stop();
@@ -384,16 +384,10 @@ impl<S: StateMachine> Replica<S> {
         self.ceded = false;
         self.log_view = self.view;
         self.op = merged.op_head;
-        self.last_checksum = self.journal.get(self.op).map_or_else(
-            || {
-                if self.op == self.snapshot_op {
-                    self.last_checksum
-                } else {
-                    0
-                }
-            },
-            |e| e.checksum(),
-        );
+        match self.checksum_at(self.op) {
+            Some(checksum) => self.last_checksum = checksum,
+            None => self.transfer.anchor_unknown = true,
+        }
         if let Some(head) = self.journal.get(self.op) {
             self.last_timestamp = self.last_timestamp.max(head.header.timestamp.get());
         }
@@ -621,14 +615,15 @@ impl<S: StateMachine> Replica<S> {
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
-            self.journal.truncate_from(from_op);
+            let stale = self.journal.truncate_from(from_op);
+            self.stale_appends.extend(stale);
             out.push(Effect::Truncate { from_op });
             if self.op >= from_op {
                 self.op = self.journal.head().max(self.commit_min);
-                self.last_checksum = self
-                    .journal
-                    .get(self.op)
-                    .map_or(self.last_checksum, |e| e.checksum());
+                match self.checksum_at(self.op) {
+                    Some(checksum) => self.last_checksum = checksum,
+                    None => self.transfer.anchor_unknown = true,
+                }
             }
             self.recompute_next_offset();
         }

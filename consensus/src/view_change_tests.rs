@@ -201,13 +201,7 @@ fn status_timeout_escalates_to_the_next_view() {
 fn bug_knob_sends_view_scoped_frames_before_they_are_durable() {
     let mut raw = raw(3, 1);
     raw.bug_knobs.skip_durable_before_send = true;
-    let mut out = crate::Outbox::new();
-    let mut b = crate::Replica::new(
-        raw.validate().unwrap(),
-        crate::Recovered::fresh(1),
-        crate::DigestStateMachine::default(),
-        &mut out,
-    );
+    let mut b = boot(raw);
     let effects = tick_until_effects(&mut b, 1000);
     assert_eq!(sends_of(&effects, Command::StartViewChange), 2);
 }
@@ -260,4 +254,30 @@ fn nothing_but_requests_leaves_while_the_view_is_not_durable() {
     assert_eq!(effects, vec![]);
     let (_, effects) = feed(&mut b, 0, &request_prepares(0, 3, 1, 2));
     assert_eq!(effects, vec![]);
+}
+
+#[test]
+fn the_completion_of_a_truncated_append_does_not_make_its_re_append_durable() {
+    use crate::io::{Completion, Input};
+    let ours = chain(0, 0, 2);
+    let mut b = fresh(3, 2);
+    journal(&mut b, &ours[..1]);
+    // Op 2 arrives; its append is still in flight when view 1 discards it.
+    feed(&mut b, 1, &ours[1]);
+    let theirs = prepare(1, 1, 2, checksum(&ours[0]), 0, b"other");
+    feed(
+        &mut b,
+        1,
+        &start_view(1, 1, 2, 0, &[ours[0].clone(), theirs.clone()]),
+    );
+    persisted(&mut b);
+    let stale = Input::Done(Completion::Appended {
+        op: 2,
+        checksum: checksum(&ours[1]),
+    });
+    assert_eq!(
+        input(&mut b, stale),
+        (Err(Ignored::StaleCompletion), vec![])
+    );
+    assert!(!b.is_durable(2));
 }
