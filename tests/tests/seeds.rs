@@ -80,32 +80,20 @@ fn a_seed_replays_bit_for_bit() {
 #[test]
 #[ignore = "open core findings; see the seeds' comments"]
 fn regression_seeds() {
+    // Earlier findings, fixed in the core since (kept as regressions in `fixed_seeds`): 47, 341
+    // (rollback after a forwarded append), 54 (fresh restart reusing op 1), 28, 895 (stalls after
+    // that divergence), 1018, 1173 (parent after truncating to op 0), 464, 1665 (recovery
+    // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614.
     let seeds = [
-        // Agreement (IO errors): a primary whose append failed rolls back its pre-advance
-        // (§5.2) although it had already forwarded the prepare (forward-first, §5.3); it then
-        // reuses the op for another request and a backup applies the first prepare there.
-        47, 341,
-        // Agreement (IO errors, partition plane): a primary fail-stops on a failed append after
-        // forwarding op 1; with nothing durable it restarts as a fresh group (Init, §9.1), is
-        // primary of view 0 again and proposes a different op 1.
-        54,
-        // Stalls after the same divergence: backups drop the new prepare as Diverged (n = 5), or
-        // two logs conflict at one log_view and every merge is Deadlocked (n = 2).
-        28, 895,
-        // Committed op lost (no IO errors needed): a backup whose journal starts above a hole
-        // (ops 1..16 never filled) acks and durably holds ops 26..43; on restart the recovery
-        // contract (`Recovered::frames` consecutive from the snapshot) truncates them all, so
-        // after the primary's node is lost the new primary lacks committed ops (journal.md G3).
-        2614,
-        // Hash chain (no IO errors needed): a view change truncates a log down to op 0 but the
-        // next op 1 is built on the old head's identity instead of parent 0.
-        1018, 1173,
-        // Stall (n = 2): a restarted primary's recovery barrier (§9.5) stays above a head that
-        // the view change truncated; every request is answered 57 forever.
-        464, 1665,
-        // Stall: a backup knows commit_max but lacks ops (or bodies) and no repair starts:
-        // Commit heartbeats do not advance commit_max, which is the only trigger (§10.1).
-        1832, 692, 1260,
+        // Committed op lost: a replica's journal has a hole below entries it acked (ops filled
+        // out of order, or a journal that starts above the snapshot); on restart the recovery
+        // contract (`Recovered::frames` consecutive from the snapshot) truncates everything
+        // above the hole, and a later primary lacks a committed op (journal.md G3).
+        2585, 4926,
+        // Stall: n = 3 with one node gone for good (boot refused); the decided log of a view
+        // holds ops whose only body was on that node, the others hold the header without the
+        // body (no nack, no copy), so every merge waits for the missing replica (§8.6).
+        3783,
     ];
     let mut failing = Vec::new();
     for seed in seeds {
@@ -123,4 +111,25 @@ fn regression_seeds() {
         }
     }
     assert!(failing.is_empty(), "still failing: {failing:?}");
+}
+
+/// Seeds that found core bugs the core has fixed since: they must keep passing.
+#[test]
+fn fixed_seeds() {
+    let mut failing = Vec::new();
+    for seed in [
+        47, 341, 54, 28, 895, 1018, 1173, 464, 1665, 1832, 692, 1260, 2614, 363, 620,
+    ] {
+        let options = Options {
+            stop_at_violation: true,
+            ..Options::default()
+        };
+        let report = run_seed(seed, Overrides::default(), options);
+        if let Some(v) = report.violations.first() {
+            eprintln!("seed {seed}: {v}");
+            eprintln!("replay: {}", replay_command(seed, Overrides::default()));
+            failing.push(seed);
+        }
+    }
+    assert!(failing.is_empty(), "fixed seeds fail again: {failing:?}");
 }
