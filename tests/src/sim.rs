@@ -469,6 +469,10 @@ impl Sim {
     }
 
     fn crash(&mut self, r: u8, why: &str) {
+        // Only the faulty minority tears writes: repair appends below the head can put a torn
+        // entry before complete ones, which recovery must treat as interior corruption (boot
+        // refused), and more than f nodes gone for good is outside what VSR can survive.
+        let may_tear = self.swarm.torn_writes && self.swarm.faulty_replicas.contains(&r);
         let host = &mut self.hosts[usize::from(r)];
         if !host.up {
             return;
@@ -482,8 +486,7 @@ impl Sim {
                 Self::install_checkpoint(host, &c);
             }
         }
-        host.disk
-            .crash(&mut self.prng_crashes, self.swarm.torn_writes);
+        host.disk.crash(&mut self.prng_crashes, may_tear);
         self.net.set_down(Node::Replica(r), true);
         self.report.crashes += 1;
         self.trace(format_args!("crash r{r} ({why})"));

@@ -182,7 +182,7 @@ impl Swarm {
             torn_writes: crashes,
             // Bit flips in durable interior entries of the faulty minority (detected at boot).
             corrupt_ppm: if crashes && faulty_count > 0 {
-                p.range_inclusive(100, 1_000) as u32
+                p.range_inclusive(100, 10_000) as u32
             } else {
                 0
             },
