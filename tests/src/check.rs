@@ -302,6 +302,24 @@ impl Checker {
             .map(|(&(_, op), &(id, view))| (op, id, view))
     }
 
+    /// A replica sent a DoViewChange revealing `log_view` while its superblock durably holds
+    /// `durable_log_view` (§8.10 gates the pair, not only the view).
+    pub fn on_log_view_send(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        log_view: u32,
+        durable_log_view: u32,
+    ) {
+        if log_view > durable_log_view {
+            let detail = format!(
+                "group {group:#x}: r{replica} sent DoViewChange with log_view {log_view}, durable log_view is {durable_log_view}"
+            );
+            self.violate(tick, Invariant::DurableBeforeSend, detail);
+        }
+    }
+
     /// A replica became Normal primary of `view` without holding the replied op `op` above its
     /// commit point (it holds `held` there instead): a later primary lost a committed op.
     pub fn on_primary_lacks(

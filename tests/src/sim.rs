@@ -770,6 +770,20 @@ impl Sim {
                 durable_view,
             );
         }
+        if command == Command::DoViewChange
+            && let Ok(Message::DoViewChange { header, .. }) =
+                wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        {
+            // Without a superblock the recovered log_view is 0 (§9.1).
+            let durable_log_view = disk.and_then(|d| d.superblock).map_or(0, |s| s.log_view);
+            self.checker.on_log_view_send(
+                self.tick,
+                r,
+                group,
+                header.log_view.get(),
+                durable_log_view,
+            );
+        }
         if command == Command::PrepareOk
             && let Ok(Message::PrepareOk(ok)) =
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)

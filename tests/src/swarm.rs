@@ -58,7 +58,7 @@ pub struct Swarm {
     pub down_ticks: (u64, u64),
     /// Most replicas down at once during the fault phase.
     pub down_max: u8,
-    /// Whether a crash may tear the last landed unreported append.
+    /// Whether a crash may tear the last landed unreported append (on the faulty minority).
     pub torn_writes: bool,
     /// Probability per tick of a bit flip in a durable journal entry of a faulty replica.
     pub corrupt_ppm: u32,
