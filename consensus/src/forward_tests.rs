@@ -70,3 +70,48 @@ fn forward_times_out_with_a_transient_error() {
     assert_eq!(&frame.body()[8..12], &57u32.to_le_bytes());
     let _ = ReplicaId(0);
 }
+
+#[test]
+fn the_primary_answers_a_forward_it_cannot_take_with_an_outcome() {
+    use wire::decode::RegisterOutcome;
+    use wire::header::{ForwardRegisterHeader, ForwardRegisterResultHeader, FrameHeader, Layout};
+    let forward = |to_view: u32| {
+        let mut h = ForwardRegisterHeader::zeroed();
+        h.frame = FrameHeader::new(Command::ForwardRegister, sender(1, to_view));
+        h.client.set(42);
+        h.nonce.set(1 << 64 | 5);
+        h.user_id.set(3);
+        crate::frames::finish(h, &[])
+    };
+    // A backup is not the primary.
+    let mut b = fresh(3, 2);
+    let (result, effects) = feed(&mut b, 1, &forward(0));
+    assert_eq!(result, Ok(()));
+    let (to, frame) = sent(&effects[0]);
+    let h = ForwardRegisterResultHeader::view(frame.bytes()).unwrap();
+    assert_eq!(to, 1);
+    assert_eq!(h.outcome, RegisterOutcome::NotPrimary as u8);
+    assert_eq!((h.epoch.get(), h.watermark.get()), (0, 0));
+    // The primary proposes it; a second forward for the same client is InProgress.
+    let mut p = fresh(3, 0);
+    let (_, effects) = feed(&mut p, 1, &forward(0));
+    assert!(matches!(effects.last(), Some(crate::Effect::Append { .. })));
+    let (_, effects) = feed(&mut p, 1, &forward(0));
+    let h = ForwardRegisterResultHeader::view(sent(&effects[0]).1.bytes()).unwrap();
+    assert_eq!(h.outcome, RegisterOutcome::InProgress as u8);
+}
+
+#[test]
+fn unmatched_forward_results_are_dropped() {
+    use wire::header::{ForwardRegisterResultHeader, FrameHeader, Layout};
+    let mut h = ForwardRegisterResultHeader::zeroed();
+    h.frame = FrameHeader::new(Command::ForwardRegisterResult, sender(0, 0));
+    h.client.set(42);
+    h.nonce.set(77);
+    let frame = crate::frames::finish(h, &[]);
+    let mut b = fresh(3, 1);
+    assert_eq!(
+        feed(&mut b, 0, &frame),
+        (Err(crate::Ignored::Nonce), vec![])
+    );
+}

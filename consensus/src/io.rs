@@ -15,9 +15,13 @@
 //!   [`Effect::Read`], [`Effect::Checkpoint`]) of one group must be executed **in emission
 //!   order**; their completions may arrive later, in any order relative to network input, but
 //!   completions of appends arrive in op order.
-//! - After a restart the driver hands back [`Recovered`]: the superblock fields and the
-//!   journaled prepares of the unbroken chain, in op order, above the snapshot the state
-//!   machine was restored from. The core rebuilds everything else from them.
+//! - A fresh group (no superblock) first asks for a superblock write of `(0, 0)` and sends
+//!   nothing before it completes, so a replica that ever sent a frame restarts with a prior
+//!   life.
+//! - After a restart the driver hands back [`Recovered`]: the superblock fields and every
+//!   journaled prepare above the snapshot the state machine was restored from, in op order
+//!   (holes allowed: entries above a hole may have been acknowledged and must be kept). The
+//!   core rebuilds everything else from them; it replays only the unbroken chain.
 
 use wire::header::RequestHeader;
 
@@ -278,8 +282,9 @@ pub struct Recovered {
     pub snapshot_checksum: u128,
     /// Timestamp of the prepare at `snapshot_op` (floor for later prepares); 0 if none.
     pub snapshot_timestamp: u64,
-    /// Journaled prepare frames above `snapshot_op`, consecutive, in op order, hash-chained
-    /// (the driver stops at the first gap or chain break and truncates there).
+    /// Journaled prepare frames above `snapshot_op`, in op order, each sealed. Holes are
+    /// allowed and must not be truncated (the core keeps entries above a hole); the core
+    /// stops at a chain break between adjacent entries and asks for a `Truncate` there.
     pub frames: Vec<Frame>,
     /// Serialized client table of the snapshot (metadata plane; empty = none).
     pub client_table: Vec<u8>,

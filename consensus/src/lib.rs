@@ -12,16 +12,20 @@
 //! (and recently committed ones) stay in memory; older committed bodies are read back with
 //! [`Effect::Read`].
 //!
-//! Map (spec: `shared/spec/consensus.md`):
+//! Map (spec: `shared/spec/consensus.md`; choices: `docs/decisions.md` 12-27):
 //! - [`config`]: [`RawConfig`] → [`Config`] validation; [`constants`]: limits and defaults.
 //! - [`io`]: [`Input`], [`Completion`], [`Effect`], [`Outbox`], [`Recovered`].
-//! - [`replica`]: the [`Replica`] state, `new`, `step`, accessors, invariants.
-//! - `normal`: admission, prepare, chain replication, PrepareOk, commit, apply, reply, heartbeats.
-//! - `view_change` and `merge`: SVC, DVC, the §8.6 merge, StartView, the durable gate.
-//! - `recovery`: Recovering, RequestStartView, incarnation, election fallback.
-//! - `repair`: RequestPrepares / RepairPrepare / RepairDone / RangeEvicted.
-//! - `transfer`: state transfer; `client_table`: sessions (§12); `forward`: §13.
-//! - [`quorum`]: the flexible quorums of §4.
+//! - [`replica`]: the [`Replica`] state, `new` (recovery), `step`, accessors, invariants.
+//! - `normal`: admission, prepare, chain replication, PrepareOk, commit, apply, reply,
+//!   heartbeats, retransmission, abdication.
+//! - `view_change`: SVC, DVC, StartView, log reconciliation, the durable gate's re-sends;
+//!   `merge`: the §8.6 merge as a pure, property-tested function.
+//! - `recovery`: Recovering, RequestStartView probes, incarnation guard, election fallback.
+//! - `repair`: RequestPrepares / RepairPrepare / RepairDone / RangeEvicted, both sides.
+//! - `transfer`: state transfer, both sides; `client_table`: sessions (§12); `forward`: §13;
+//!   `partition`: the SendMessages batch, stamp and re-derivation (§5.6).
+//! - [`quorum`]: the flexible quorums of §4; [`testing`]: a tiny reference driver (one thread,
+//!   perfect or lossy network, immediate storage) for tests and benchmarks.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

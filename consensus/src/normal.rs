@@ -122,6 +122,10 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
+        if let Err(code) = self.sm.preflight(operation, &request.body) {
+            self.deny(&request, code, out);
+            return Err(Ignored::Refused);
+        }
         self.admit(now, request, out)
     }
 

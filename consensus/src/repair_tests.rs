@@ -144,3 +144,30 @@ fn repair_frames_without_a_session_are_dropped() {
         (Err(Ignored::Nonce), vec![])
     );
 }
+
+#[test]
+fn range_evicted_turns_repair_into_state_transfer() {
+    let mut b = fresh(3, 2);
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 50, 1));
+    let (_, request) = sent(&effects[0]);
+    let nonce = u128::from_le_bytes(request.bytes()[128..144].try_into().unwrap());
+    let (result, effects) = feed(
+        &mut b,
+        0,
+        &repair_reply(Command::RangeEvicted, 0, nonce, 30),
+    );
+    assert_eq!(result, Ok(()));
+    let (to, frame) = sent(&effects[0]);
+    assert_eq!(
+        (to, frame.command()),
+        (0, Some(Command::RequestStateTransfer))
+    );
+    assert!(b.is_transferring());
+    // While transferring it neither acks nor serves.
+    let c = chain(0, 0, 1);
+    assert_eq!(feed(&mut b, 0, &c[0]).0, Err(Ignored::Transferring));
+    assert_eq!(
+        feed(&mut b, 1, &request_prepares(1, 3, 1, 1)).0,
+        Err(Ignored::Transferring)
+    );
+}

@@ -53,6 +53,14 @@ pub trait StateMachine {
         }
     }
 
+    /// Primary-only check before replication (§5.1): `Err(code)` refuses the request with that
+    /// client-plane error code (e.g. a consumer-offset delete of an offset that does not exist),
+    /// nothing enters the pipeline. Called after the core's own preflight. Default: accept.
+    fn preflight(&self, operation: wire::Operation, body: &[u8]) -> Result<(), u32> {
+        let _ = (operation, body);
+        Ok(())
+    }
+
     /// Applies committed `op` (the prepare `header` and its body) and writes the reply body
     /// into `reply` (cleared by the caller). Business rejections are deterministic no-ops whose
     /// result rides the reply. Register/Logout never reach this (the core's client table

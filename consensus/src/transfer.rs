@@ -228,6 +228,15 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Malformed);
         }
         let commit_op = header.commit_op.get();
+        if self.plane() == Plane::Partition
+            && (commit_op > header.commit_max.get()
+                || header.frame.view.get() < self.view
+                || header.commit_max.get() < self.commit_max)
+        {
+            // A sender behind us, or an offer beyond its own commit point (§11.2 step 3).
+            self.fall_back_to_repair(out);
+            return Err(Ignored::Scope);
+        }
         if commit_op <= self.commit_min {
             // Nothing to gain: journal repair covers the rest.
             self.fall_back_to_repair(out);

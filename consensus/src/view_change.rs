@@ -489,12 +489,10 @@ impl<S: StateMachine> Replica<S> {
         if view == self.log_view && op < self.commit_min {
             return Err(Ignored::StartViewRejected);
         }
-        // Never truncate or un-acknowledge what we acked in the current log_view (§17.11).
-        if self.status == Status::Normal
-            && self.log_view == self.view
-            && view == self.view
-            && op < self.op
-        {
+        // Never truncate or un-acknowledge what we acked in the current log_view (§17.11), in
+        // any status: every prepare of that view came from its primary, so an announcement of
+        // the same view with a lower head is an old one (delayed broadcast or probe answer).
+        if view == self.log_view && op < self.op {
             return Err(Ignored::StartViewRejected);
         }
         let empty = suffix.is_none_or(|s| s.is_empty());
