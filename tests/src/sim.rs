@@ -416,54 +416,34 @@ impl Sim {
             return Some(recovered);
         };
         recovered.superblock = disk.superblock;
+        // Every entry above the snapshot, holes allowed (entries above a hole may have been
+        // acknowledged; the core replays only the unbroken chain and asks for a Truncate at a
+        // chain break). A damaged entry (checksum, or not a prepare of this op and group) is a
+        // torn tail when nothing follows it, else interior corruption: boot is refused.
         let first = recovered.snapshot_op + 1;
-        let mut parent = recovered.snapshot_checksum;
         let mut cut = None;
-        for (expect_op, (&op, bytes)) in (first..).zip(disk.journal.range(first..)) {
-            let valid = op == expect_op
-                && disk.intact(op).is_some()
+        for (&op, bytes) in disk.journal.range(first..) {
+            let valid = disk.intact(op).is_some()
                 && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
-                    if header.parent.get() == parent && header.op.get() == op && header.group.get() == group);
-            if !valid && self.options.trace {
-                let why = if op != expect_op {
-                    format!("gap: op {expect_op} missing")
-                } else if disk.intact(op).is_none() {
-                    "checksum".to_string()
-                } else {
-                    let p = wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT)
-                        .ok()
-                        .map(|m| {
-                            u128::from_le_bytes(m.header_bytes()[128..144].try_into().expect("16"))
-                        });
-                    format!(
-                        "chain: parent {p:x?} expected {parent:#x} view {}",
-                        u32::from_le_bytes(bytes[52..56].try_into().expect("4"))
-                    )
-                };
+                    if header.op.get() == op && header.group.get() == group);
+            if valid {
+                recovered.frames.push(Frame::new(bytes.clone()));
+                continue;
+            }
+            if self.options.trace {
                 eprintln!(
-                    "[{} t{}] r{r} recovery at op {op}: {why}",
+                    "[{} t{}] r{r} recovery: damaged entry at op {op}",
                     self.seed, self.tick
                 );
             }
-            if !valid {
-                let damaged = op == expect_op && disk.journal.range(op + 1..).next().is_some();
-                let readable = disk.intact(op).is_some();
-                if damaged && !readable {
-                    return None; // damage followed by a complete entry: interior corruption
-                }
-                cut = Some(op);
-                break;
+            if disk.journal.range(op + 1..).next().is_some() {
+                return None;
             }
-            parent = identity_of(bytes);
-            recovered.frames.push(Frame::new(bytes.clone()));
+            cut = Some(op);
         }
         if let Some(op) = cut {
-            let dropped = disk.journal.range(op..).count();
             host.disk.truncate_now(group, op);
-            self.report.recovery_truncations += dropped as u64;
-            self.trace(format_args!(
-                "r{r} group {group:#x}: recovery stops at op {op} (gap, torn or chain break), {dropped} entries truncated"
-            ));
+            self.report.recovery_truncations += 1;
         }
         Some(recovered)
     }

@@ -83,14 +83,13 @@ fn regression_seeds() {
     // Earlier findings, fixed in the core since (kept as regressions in `fixed_seeds`): 47, 341
     // (rollback after a forwarded append), 54 (fresh restart reusing op 1), 28, 895 (stalls after
     // that divergence), 1018, 1173 (parent after truncating to op 0), 464, 1665 (recovery
-    // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614. (2585 and 3783
-    // no longer reproduce their findings after the swarm changed; 4926 and 4866 do.)
+    // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614, 4926 (acked
+    // entries above a journal hole lost at recovery).
     let seeds = [
-        // Committed op lost: a replica's journal has a hole below entries it acked (ops filled
-        // out of order, or a journal that starts above the snapshot); on restart the recovery
-        // contract (`Recovered::frames` consecutive from the snapshot) truncates everything
-        // above the hole, and a later primary lacks a committed op (journal.md G3).
-        4926,
+        // Stall (n = 1): an append fails, the node fail-stops, and every restart fail-stops
+        // again with "committed op 1 missing from the primary's journal": the recovered commit
+        // point is above the recovered journal head.
+        4322,
         // Stall: n = 3 with one node gone for good (boot refused); the surviving two hold the
         // top ops of a partition group as headers without bodies or not at all (no copy, one
         // nack short of Q_nack), so every merge waits for the missing replica (§8.6).
