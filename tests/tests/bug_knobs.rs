@@ -2,7 +2,7 @@
 //! `bug-knobs` feature) the simulator finds a violation within a bounded seed range.
 //! Run: `cargo test -p tests --features bug-knobs --test bug_knobs` (CI does). The loosened
 //! nack quorum needs a view change that discards a committed op: at the time of writing seed
-//! 186 finds it (about 25 s in a debug build); the search is bounded by 1,000 seeds.
+//! 34 finds it (seconds in a debug build); the search is bounded by 1,000 seeds.
 #![cfg(feature = "bug-knobs")]
 
 use consensus::BugKnobs;
