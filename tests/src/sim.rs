@@ -769,11 +769,23 @@ impl Sim {
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
             let op = ok.op.get();
+            // An entry the fault schedule corrupted after it was written is excused: the
+            // replica cannot know (a latent sector error), and recovery or reads catch it.
+            let corrupted =
+                disk.is_some_and(|d| d.journal.contains_key(&op) && d.intact(op).is_none());
             let durable = disk
-                .and_then(|d| d.journal.get(&op))
+                .and_then(|d| d.intact(op))
                 .map(|bytes| identity_of(bytes));
-            self.checker
-                .on_prepare_ok(self.tick, r, group, op, ok.prepare_checksum.get(), durable);
+            if !corrupted {
+                self.checker.on_prepare_ok(
+                    self.tick,
+                    r,
+                    group,
+                    op,
+                    ok.prepare_checksum.get(),
+                    durable,
+                );
+            }
         }
     }
 
