@@ -282,11 +282,6 @@ impl Network {
         self.command_loss.clear();
     }
 
-    /// True when no partition or clog is in place.
-    pub fn is_healed(&self) -> bool {
-        self.blocked.is_empty() && self.clogged.is_empty() && self.command_loss.is_empty()
-    }
-
     /// Marks a node down (crashed): its queues and in-flight frames toward it are lost.
     pub fn set_down(&mut self, node: Node, down: bool) {
         if down {

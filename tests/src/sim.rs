@@ -22,7 +22,7 @@ use crate::machine::{SimMachine, send_messages_batch, send_messages_request};
 use crate::net::{NetConfig, Network, Node};
 use crate::prng::{Prng, Stream};
 use crate::storage::{Disk, Write};
-use crate::swarm::{Profile, Swarm};
+use crate::swarm::Swarm;
 
 /// Cluster name of every simulated cluster.
 pub const CLUSTER_NAME: &str = "strand-sim";
@@ -1560,11 +1560,6 @@ impl Sim {
             .filter(|v| v.invariant == crate::check::Invariant::Liveness)
             .count() as u64;
         self.report
-    }
-
-    /// The swarm profile.
-    pub fn profile(&self) -> Profile {
-        self.swarm.profile
     }
 }
 

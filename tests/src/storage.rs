@@ -302,25 +302,6 @@ impl<S: Clone> Disk<S> {
         Some(op)
     }
 
-    /// Flips one bit of a random durable journal entry of `group` (a latent sector error that a
-    /// checksum must catch). Returns the op hit.
-    pub fn corrupt_entry(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
-        let disk = self.groups.get_mut(&group)?;
-        if disk.journal.is_empty() {
-            return None;
-        }
-        let ops: Vec<u64> = disk.journal.keys().copied().collect();
-        let op = *prng.pick(&ops);
-        let frame = disk.journal.get_mut(&op).expect("picked");
-        if frame.is_empty() {
-            return None;
-        }
-        let byte = prng.below(frame.len() as u64) as usize;
-        frame[byte] ^= 1 << prng.below(8);
-        self.stats.corrupted += 1;
-        Some(op)
-    }
-
     /// Removes a durable entry as a lying fsync would. This breaks the durability contract the
     /// protocol relies on (an acked op disappears), so schedules use it only when asked to.
     pub fn lose_entry(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
