@@ -304,6 +304,9 @@ impl Sim {
             },
             swarm,
         };
+        // The swarm is the seed's whole fault configuration: printing it records the schedule
+        // next to the seed (simulation.md §4) in case the generator changes later.
+        sim.trace(format_args!("swarm {:?}", sim.swarm));
         for r in 0..sim.swarm.replicas {
             sim.start_host(r);
         }
