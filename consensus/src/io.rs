@@ -290,6 +290,11 @@ pub struct Recovered {
     pub client_table: Vec<u8>,
     /// Partition plane: the persisted `offset_frontier` (next offset to mint, at least).
     pub offset_frontier: u64,
+    /// The node lost this group's state after having run it (its data directory was wiped
+    /// after a refused boot, journal.md G3). It may have acknowledged prepares it no longer
+    /// holds, so it must not vote before it has adopted a view: it joins Recovering and never
+    /// takes the probe-exhausted election fallback (§9.3) until a StartView arrives.
+    pub lost_state: bool,
     /// Fresh random non-zero value per boot, supplied by the caller. The metadata group uses
     /// it as its incarnation (§9.3); every group seeds its PRNG with it.
     pub incarnation: u128,
@@ -306,6 +311,18 @@ impl Recovered {
 
     /// Whether the group has a prior life (superblock or journal entries, §9.1).
     pub fn has_prior_life(&self) -> bool {
-        self.superblock.is_some() || !self.frames.is_empty() || self.snapshot_op > 0
+        self.superblock.is_some()
+            || !self.frames.is_empty()
+            || self.snapshot_op > 0
+            || self.lost_state
+    }
+
+    /// A node whose data directory was wiped and that rejoins (see `lost_state`).
+    pub fn wiped(incarnation: u128) -> Recovered {
+        Recovered {
+            lost_state: true,
+            incarnation,
+            ..Recovered::default()
+        }
     }
 }

@@ -47,7 +47,7 @@ impl<S: StateMachine> Replica<S> {
         match self.status {
             Status::Recovering => {
                 self.probe_attempts += 1;
-                if self.probe_attempts >= self.config.view_probe_attempts_max {
+                if self.probe_attempts >= self.config.view_probe_attempts_max && !self.lost_state {
                     self.transfer.abandon();
                     self.start_view_change_to(self.view + 1, out);
                     return;
@@ -97,3 +97,34 @@ impl<S: StateMachine> Replica<S> {
 #[cfg(test)]
 #[path = "recovery_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+mod lost_state_tests {
+    use crate::io::{Effect, Outbox, Recovered};
+    use crate::test_support::*;
+    use crate::types::Status;
+
+    #[test]
+    fn a_wiped_replica_probes_forever_and_never_elects() {
+        let mut out = Outbox::new();
+        let mut b = crate::Replica::new(
+            raw(3, 1).validate().unwrap(),
+            Recovered::wiped(5),
+            crate::DigestStateMachine::default(),
+            &mut out,
+        );
+        assert_eq!(b.status(), Status::Recovering);
+        persisted(&mut b);
+        for _ in 0..20 {
+            let effects = tick_until_effects(&mut b, 100);
+            assert_eq!(effects, broadcast(3, 1, &request_start_view(1, 0, 5)));
+        }
+        assert_eq!(b.status(), Status::Recovering);
+        // Adopting a view ends it.
+        let c = chain(0, 0, 1);
+        let (result, _) = feed(&mut b, 0, &start_view(0, 0, 1, 0, &c));
+        assert_eq!(result, Ok(()));
+        assert!(!b.lost_state);
+        let _ = Effect::Truncate { from_op: 0 };
+    }
+}

@@ -112,6 +112,9 @@ pub struct Replica<S: StateMachine> {
     pub(crate) superblock_written: bool,
     /// Identity of the prepare at `snapshot_op` (0 for op 0, or unknown after a transfer).
     pub(crate) snapshot_checksum: u128,
+    /// The node lost acknowledged state (see `Recovered::lost_state`): no election fallback
+    /// until a StartView is adopted.
+    pub(crate) lost_state: bool,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -183,6 +186,7 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
+            lost_state: recovered.lost_state,
             config,
         };
 

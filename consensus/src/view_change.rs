@@ -540,6 +540,7 @@ impl<S: StateMachine> Replica<S> {
         self.log_view = view;
         self.status = Status::Normal;
         self.ceded = false;
+        self.lost_state = false;
         self.commit_max = self.commit_max.max(header.commit.get());
         self.vc = ViewChangeState::default();
         self.pipeline.clear();
