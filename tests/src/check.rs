@@ -410,6 +410,12 @@ impl Checker {
         }
     }
 
+    /// A replica's data directory was wiped: its durable view starts over (the operator's
+    /// choice, not a regression).
+    pub fn on_wipe(&mut self, replica: u8) {
+        self.durable_view.retain(|(r, _), _| *r != replica);
+    }
+
     /// A replica restarted: its in-memory state starts a new life.
     pub fn on_restart(&mut self, replica: u8) {
         self.last.retain(|(r, _), _| *r != replica);

@@ -90,6 +90,8 @@ pub struct Summary {
     pub entries_corrupted: u64,
     /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
     pub recovery_truncations: u64,
+    /// Sum of wiped nodes rejoining.
+    pub wiped_rejoins: u64,
     /// Sum of boot refusals.
     pub boot_refusals: u64,
     /// Sum of `Effect::Fatal`.
@@ -119,6 +121,7 @@ impl Summary {
         self.torn_writes += report.torn_writes;
         self.entries_corrupted += report.entries_corrupted;
         self.boot_refusals += report.boot_refusals;
+        self.wiped_rejoins += report.wiped_rejoins;
         self.recovery_truncations += report.recovery_truncations;
         self.fatals += report.fatals;
         self.ticks += report.ticks;
@@ -155,6 +158,7 @@ impl Summary {
             "torn_writes": self.torn_writes,
             "entries_corrupted": self.entries_corrupted,
             "boot_refusals": self.boot_refusals,
+            "wiped_rejoins": self.wiped_rejoins,
             "recovery_truncations": self.recovery_truncations,
             "fatals": self.fatals,
             "ticks": self.ticks,

@@ -89,6 +89,8 @@ pub struct Report {
     pub torn_writes: u64,
     /// Journal entries recovery truncated after a gap, torn entry or chain break.
     pub recovery_truncations: u64,
+    /// Wiped nodes that rejoined (`Recovered::wiped`).
+    pub wiped_rejoins: u64,
     /// Nodes that refused to boot after interior journal corruption.
     pub boot_refusals: u64,
     /// Durable journal entries corrupted by the fault schedule.
@@ -144,8 +146,9 @@ struct Host {
     /// Peers this host's bus currently reports connected (as told to the replicas).
     connected: BTreeSet<u8>,
     slow: bool,
-    /// Refused to boot (interior journal corruption): down for good.
-    refused: bool,
+    /// Refused to boot (interior journal corruption) and was wiped: the next start rejoins
+    /// with `Recovered::wiped`.
+    wiped: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -252,7 +255,7 @@ impl Sim {
                 live: BTreeMap::new(),
                 connected: (0..swarm.replicas).filter(|&p| p != id).collect(),
                 slow: swarm.slow_disk == Some(id),
-                refused: false,
+                wiped: false,
             })
             .collect();
         let mut prng_identity = Prng::new(seed, Stream::Identity);
@@ -349,19 +352,34 @@ impl Sim {
     fn start_host(&mut self, r: u8) {
         let groups = self.groups.clone();
         let mut recovered_groups = Vec::new();
-        for &group in &groups {
+        let wiped = self.hosts[usize::from(r)].wiped;
+        if wiped {
+            // Rejoin from a clean directory: nothing on disk, but a prior life that may have
+            // acknowledged prepares (the core must not vote before adopting a view).
+            self.hosts[usize::from(r)].wiped = false;
+            self.checker.on_wipe(r);
+            self.report.wiped_rejoins += 1;
+            self.trace(format_args!("r{r} rejoins from a wiped directory"));
+            for &group in &groups {
+                let incarnation = self.prng_identity.next_u128_nonzero();
+                recovered_groups.push((group, Recovered::wiped(incarnation)));
+            }
+        }
+        for &group in groups.iter().filter(|_| !wiped) {
             match self.recover(r, group) {
                 Some(recovered) => recovered_groups.push((group, recovered)),
                 None => {
-                    // Interior corruption: the journal refuses boot (journal.md G3). The node
-                    // stays down; the operator's rejoin from a clean directory is not modelled
-                    // (the core has no way to join without a prior life but with lost state).
+                    // Interior corruption: the journal refuses boot (journal.md G3). The
+                    // operator wipes the data directory and the node rejoins a while later.
+                    let delay = self.prng_crashes.range_inclusive(50, 500);
                     let host = &mut self.hosts[usize::from(r)];
-                    host.refused = true;
-                    host.restart_at = 0;
+                    host.wiped = true;
+                    host.disk = Disk::default();
+                    host.snapshots.clear();
+                    host.restart_at = self.tick + delay;
                     self.report.boot_refusals += 1;
                     self.trace(format_args!(
-                        "r{r} refuses boot: interior journal corruption in group {group:#x}"
+                        "r{r} refuses boot: interior journal corruption in group {group:#x}; wiped, rejoins in {delay} ticks"
                     ));
                     return;
                 }
@@ -837,8 +855,15 @@ impl Sim {
                 // stale primary of an older view cannot commit anything and is not checked.
                 .filter(|&(op, _, view)| op > replica.commit_min() && observed.view > view)
                 .filter_map(|(op, identity, _)| {
+                    // Holding another prepare there is always wrong. Lacking the op is wrong
+                    // only above commit_max: at or below it the primary knows the op committed,
+                    // can never re-propose it (its head is at least commit_max) and repairs it.
                     let held = replica.header(op).map(|h| h.frame.checksum.get());
-                    (held != Some(identity)).then_some((op, held))
+                    let wrong = match held {
+                        Some(h) => h != identity,
+                        None => op > replica.commit_max(),
+                    };
+                    wrong.then_some((op, held))
                 })
                 .collect()
         } else {
@@ -1015,7 +1040,7 @@ impl Sim {
     fn restart_due(&mut self) {
         for r in 0..self.swarm.replicas {
             let host = &self.hosts[usize::from(r)];
-            if !host.up && !host.refused && host.restart_at != 0 && host.restart_at <= self.tick {
+            if !host.up && host.restart_at != 0 && host.restart_at <= self.tick {
                 self.trace(format_args!("restart r{r}"));
                 self.hosts[usize::from(r)].restart_at = 0;
                 self.start_host(r);
@@ -1137,7 +1162,7 @@ impl Sim {
         };
         for r in 0..self.swarm.replicas {
             let host = &mut self.hosts[usize::from(r)];
-            if !host.up && !host.refused {
+            if !host.up {
                 host.restart_at = self.tick;
             }
         }
@@ -1154,7 +1179,7 @@ impl Sim {
 
     fn group_converged(&self, group: u64) -> bool {
         let mut first: Option<(u32, u64)> = None;
-        for host in self.hosts.iter().filter(|h| !h.refused) {
+        for host in &self.hosts {
             let Some(live) = host.live.get(&group) else {
                 return false;
             };

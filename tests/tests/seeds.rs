@@ -86,6 +86,11 @@ fn regression_seeds() {
     // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614, 4926 (acked
     // entries above a journal hole lost at recovery).
     let seeds = [
+        // Committed op lost: a node refuses boot (interior corruption), is wiped and rejoins
+        // with `Recovered::wiped`, then crashes again before it adopted a view. The next boot
+        // finds a superblock and an empty journal and no longer knows it lost state
+        // (`lost_state` is not durable), so it votes with an empty log and nacks committed ops.
+        3347, 1566, 4443,
         // Stall (n = 1): an append fails, the node fail-stops, and every restart fail-stops
         // again with "committed op 1 missing from the primary's journal": the recovered commit
         // point is above the recovered journal head.
