@@ -90,11 +90,14 @@ fn regression_seeds() {
         // with `Recovered::wiped`, then crashes again before it adopted a view. The next boot
         // finds a superblock and an empty journal and no longer knows it lost state
         // (`lost_state` is not durable), so it votes with an empty log and nacks committed ops.
-        3347, 1566, 4443,
+        3347, 1566, 4443, 7060,
+        // Committed op missing at a later primary, also after a wiped rejoin, but the rejoined
+        // node does not crash again: cause not isolated yet.
+        8750, 9037,
         // Stall (n = 1): an append fails, the node fail-stops, and every restart fail-stops
         // again with "committed op 1 missing from the primary's journal": the recovered commit
         // point is above the recovered journal head.
-        4322,
+        4322, 6046, 8386,
         // Stall: n = 3 with one node gone for good (boot refused); the surviving two hold the
         // top ops of a partition group as headers without bodies or not at all (no copy, one
         // nack short of Q_nack), so every merge waits for the missing replica (§8.6).
