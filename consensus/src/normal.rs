@@ -555,6 +555,7 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Duplicate);
         }
         entry.durable = true;
+        self.advance_durable_prefix(out);
         if self.is_primary() {
             if self
                 .pipeline
@@ -596,17 +597,22 @@ impl<S: StateMachine> Replica<S> {
         log_view: u32,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
+        let Some(write) = self.take_write(view, log_view) else {
+            return Err(Ignored::StaleCompletion);
+        };
         if (view, log_view) < self.durable {
             return Err(Ignored::StaleCompletion);
         }
         self.durable = (view, log_view);
+        self.lost_state_durable = write.2;
         self.superblock_written = true;
         self.persist_failures = 0;
         self.timers.persist_retry.stop();
-        if self.persisting == Some((view, log_view)) {
+        if self.persisting == Some(write) {
             self.persisting = None;
         }
-        if self.durable != (self.view, self.log_view) {
+        if (self.durable, self.lost_state_durable) != ((self.view, self.log_view), self.lost_state)
+        {
             // An older write landed; the newer one is (or will be) in flight.
             self.persist_vsr_state(out);
             return Ok(());
@@ -987,6 +993,26 @@ impl<S: StateMachine> Replica<S> {
         if self.n == 1 {
             self.commit_max = self.op;
             self.commit_pipeline(Now::default(), out);
+        }
+    }
+
+    /// Advances the durable prefix and clears `lost_state` once the log of the adopted view is
+    /// durably held (decision 28).
+    pub(crate) fn advance_durable_prefix(&mut self, out: &mut Outbox) {
+        while self
+            .journal
+            .get(self.durable_prefix + 1)
+            .is_some_and(|e| e.durable)
+        {
+            self.durable_prefix += 1;
+        }
+        if self.lost_state
+            && self.lost_until > 0
+            && self.durable_prefix >= self.lost_until
+            && self.checkpoint_durable >= self.snapshot_op
+        {
+            self.lost_state = false;
+            self.persist_vsr_state(out);
         }
     }
 

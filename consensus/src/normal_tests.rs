@@ -272,7 +272,8 @@ fn heartbeat_timeout_starts_a_view_change_gated_on_the_superblock() {
         vec![Effect::PersistVsrState(crate::VsrState {
             view: 1,
             log_view: 0,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
 }

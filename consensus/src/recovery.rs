@@ -120,11 +120,26 @@ mod lost_state_tests {
             assert_eq!(effects, broadcast(3, 1, &request_start_view(1, 0, 5)));
         }
         assert_eq!(b.status(), Status::Recovering);
-        // Adopting a view ends it.
+        // Adopting a view is not enough: the flag goes once the view's log is durable here.
         let c = chain(0, 0, 1);
         let (result, _) = feed(&mut b, 0, &start_view(0, 0, 1, 0, &c));
         assert_eq!(result, Ok(()));
+        assert!(b.lost_state);
+        let _ = feed(&mut b, 0, &c[0]);
+        let h = c[0].prepare_header().unwrap();
+        let (_, effects) = input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Appended {
+                op: 1,
+                checksum: h.frame.checksum.get(),
+            }),
+        );
         assert!(!b.lost_state);
-        let _ = Effect::Truncate { from_op: 0 };
+        assert!(effects.contains(&Effect::PersistVsrState(crate::VsrState {
+            view: 0,
+            log_view: 0,
+            commit_max: 0,
+            lost_state: false,
+        })));
     }
 }

@@ -55,7 +55,8 @@ fn recovering_replica_probes_then_elects_when_nobody_answers() {
         vec![Effect::PersistVsrState(VsrState {
             view: 1,
             log_view: 0,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
     assert_eq!(b.status(), Status::ViewChange);
@@ -161,4 +162,23 @@ fn a_group_that_wrote_its_superblock_restarts_recovering() {
         "even the view-0 primary cedes"
     );
     assert!(b.is_ceded());
+}
+
+#[test]
+fn a_solo_replica_truncates_at_the_first_hole() {
+    let c = chain(0, 0, 3);
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(1, 0).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames: vec![c[0].clone(), c[2].clone()],
+            incarnation: 1,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!((b.op(), b.commit_min()), (1, 1));
+    assert!(out.drain().any(|e| e == Effect::Truncate { from_op: 2 }));
 }

@@ -51,7 +51,11 @@ pub struct Replica<S: StateMachine> {
     /// The pair the superblock records (§8.10).
     pub(crate) durable: (u32, u32),
     /// The last superblock write requested, if its completion is outstanding.
-    pub(crate) persisting: Option<(u32, u32)>,
+    pub(crate) persisting: Option<(u32, u32, bool)>,
+    /// Superblock writes in flight, oldest first: `(view, log_view, lost_state)`.
+    pub(crate) writes: VecDeque<(u32, u32, bool)>,
+    /// The `lost_state` flag the superblock records.
+    pub(crate) lost_state_durable: bool,
     pub(crate) status: Status,
     pub(crate) ceded: bool,
     pub(crate) observed_newer_view: u32,
@@ -112,9 +116,15 @@ pub struct Replica<S: StateMachine> {
     pub(crate) superblock_written: bool,
     /// Identity of the prepare at `snapshot_op` (0 for op 0, or unknown after a transfer).
     pub(crate) snapshot_checksum: u128,
-    /// The node lost acknowledged state (see `Recovered::lost_state`): no election fallback
-    /// until a StartView is adopted.
+    /// The node lost acknowledged state (see `VsrState::lost_state`): it never sends a
+    /// DoViewChange nor takes the election fallback until it durably holds the log up to
+    /// `lost_until`, the head of the latest view it adopted.
     pub(crate) lost_state: bool,
+    pub(crate) lost_until: u64,
+    /// Highest op such that every op above the snapshot up to it is durably journaled.
+    pub(crate) durable_prefix: u64,
+    /// The snapshot op the driver confirmed durable (`Completion::Checkpointed`).
+    pub(crate) checkpoint_durable: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -150,6 +160,8 @@ impl<S: StateMachine> Replica<S> {
             log_view: 0,
             durable: (0, 0),
             persisting: None,
+            writes: VecDeque::new(),
+            lost_state_durable: false,
             status: Status::Normal,
             ceded: false,
             observed_newer_view: 0,
@@ -186,7 +198,11 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
-            lost_state: recovered.lost_state,
+            lost_state: recovered.lost_state
+                || recovered.superblock.is_some_and(|sb| sb.lost_state),
+            lost_until: 0,
+            durable_prefix: recovered.snapshot_op,
+            checkpoint_durable: recovered.snapshot_op,
             config,
         };
 
@@ -218,6 +234,10 @@ impl<S: StateMachine> Replica<S> {
             if adjacent && header.parent.get() != replica.last_checksum && !unknown_anchor {
                 break;
             }
+            // A solo replica acks nothing but its own appends: nothing above a hole committed.
+            if n == 1 && !adjacent {
+                break;
+            }
             replica.journal.insert(Entry {
                 header,
                 frame: Some(frame.clone()),
@@ -245,6 +265,7 @@ impl<S: StateMachine> Replica<S> {
         if n == 1 {
             watermark = chain_end;
         }
+        replica.advance_durable_prefix(out);
         // Replay only along the unbroken chain: an op below a hole could be a stale entry.
         let watermark = watermark.min(chain_end);
         while replica.commit_min < watermark {
@@ -262,6 +283,7 @@ impl<S: StateMachine> Replica<S> {
         }
         debug_assert!(replica.log_view <= replica.view);
         replica.durable = (replica.view, replica.log_view);
+        replica.lost_state_durable = recovered.superblock.is_some_and(|sb| sb.lost_state);
         if !replica.superblock_written {
             // Nothing leaves before the group's superblock exists (see `superblock_written`).
             replica.persist_vsr_state(out);
@@ -388,7 +410,10 @@ impl<S: StateMachine> Replica<S> {
                 self.on_vsr_persisted(view, log_view, out)
             }
             Completion::VsrStatePersistFailed { view, log_view } => {
-                if self.persisting == Some((view, log_view)) {
+                let Some(write) = self.take_write(view, log_view) else {
+                    return Err(Ignored::StaleCompletion);
+                };
+                if self.persisting == Some(write) {
                     self.persisting = None;
                     // Retry with backoff; the withheld sends follow the eventual success.
                     self.persist_failures = self.persist_failures.saturating_add(1);
@@ -544,18 +569,33 @@ impl<S: StateMachine> Replica<S> {
         self.superblock_written && self.durable == (self.view, self.log_view)
     }
 
-    /// Requests a superblock write of the in-memory pair unless it is durable or in flight.
+    /// Requests a superblock write of the in-memory state unless it is durable or in flight.
     pub(crate) fn persist_vsr_state(&mut self, out: &mut Outbox) {
-        let pair = (self.view, self.log_view);
-        if (self.superblock_written && self.durable == pair) || self.persisting == Some(pair) {
+        let want = (self.view, self.log_view, self.lost_state);
+        let durable = (self.durable.0, self.durable.1, self.lost_state_durable);
+        if (self.superblock_written && durable == want) || self.persisting == Some(want) {
             return;
         }
-        self.persisting = Some(pair);
+        self.persisting = Some(want);
+        self.writes.push_back(want);
         out.push(Effect::PersistVsrState(VsrState {
             view: self.view,
             log_view: self.log_view,
             commit_max: self.commit_max,
+            lost_state: self.lost_state,
         }));
+    }
+
+    /// Removes the oldest in-flight write of `(view, log_view)` (completions arrive in order).
+    pub(crate) fn take_write(&mut self, view: u32, log_view: u32) -> Option<(u32, u32, bool)> {
+        let i = self
+            .writes
+            .iter()
+            .position(|w| (w.0, w.1) == (view, log_view))?;
+        let write = self.writes.remove(i)?;
+        // Writes before it completed or failed without a completion we can match: drop them.
+        self.writes.drain(..i);
+        Some(write)
     }
 
     /// Whether `frame` may leave now: while `(view, log_view)` is not durable only the frames

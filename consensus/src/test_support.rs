@@ -238,6 +238,7 @@ pub fn restarted(n: u8, r: u8, view: u32, frames: &[Frame], incarnation: u128) -
                 view,
                 log_view: view,
                 commit_max: 0,
+                lost_state: false,
             }),
             frames: frames.to_vec(),
             incarnation,

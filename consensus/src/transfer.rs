@@ -367,6 +367,7 @@ impl<S: StateMachine> Replica<S> {
         self.commit_max = self.commit_max.max(commit_op);
         self.snapshot_op = commit_op;
         self.snapshot_checksum = 0;
+        self.durable_prefix = self.durable_prefix.max(commit_op);
         self.journal.trim_below(commit_op + 1);
         self.repair.pending.retain(|op, _| *op > commit_op);
         self.view_headers.retain(|op, _| *op > commit_op);
@@ -394,10 +395,11 @@ impl<S: StateMachine> Replica<S> {
     }
 
     pub(crate) fn on_checkpointed(&mut self, op: u64, out: &mut Outbox) -> Result<(), Ignored> {
-        let _ = out;
         if op > self.snapshot_op {
             return Err(Ignored::StaleCompletion);
         }
+        self.checkpoint_durable = self.checkpoint_durable.max(op);
+        self.advance_durable_prefix(out);
         Ok(())
     }
 

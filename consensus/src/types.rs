@@ -62,6 +62,10 @@ pub struct VsrState {
     pub log_view: u32,
     /// A lower bound of `commit_max` (informational on recovery).
     pub commit_max: u64,
+    /// The replica may have acknowledged prepares it no longer holds (it rejoined after its
+    /// state was wiped) and must not vote in a view change until it durably holds the log of
+    /// a view it adopted. Survives restarts until the core clears it.
+    pub lost_state: bool,
 }
 
 /// One whole frame (header and body), immutable and cheap to clone (broadcasts share it).

@@ -135,7 +135,9 @@ impl<S: StateMachine> Replica<S> {
     /// Sends own DVC once SVCs from a view-change quorum (own included) are recorded (the
     /// `Q_vc` rule of §4), evaluated after every change of the SVC set or the view.
     fn maybe_send_do_view_change(&mut self, out: &mut Outbox) {
-        if self.status != Status::ViewChange
+        // A replica that lost acknowledged state never votes (decision 28).
+        if self.lost_state
+            || self.status != Status::ViewChange
             || self.vc.sent_dvc
             || (self.vc.svc_from.count_ones() as usize) < quorum::view_change(self.n)
             || !self.is_vsr_durable()
@@ -269,7 +271,7 @@ impl<S: StateMachine> Replica<S> {
                 slots,
             },
         );
-        if !self.vc.dvcs.contains_key(&self.id.0) {
+        if !self.vc.dvcs.contains_key(&self.id.0) && !self.lost_state {
             // Record our own DVC (without broadcasting it if the trigger has not fired).
             let (_, dvc) = self.build_do_view_change();
             self.vc.dvcs.insert(self.id.0, dvc);
@@ -540,7 +542,6 @@ impl<S: StateMachine> Replica<S> {
         self.log_view = view;
         self.status = Status::Normal;
         self.ceded = false;
-        self.lost_state = false;
         self.commit_max = self.commit_max.max(header.commit.get());
         self.vc = ViewChangeState::default();
         self.pipeline.clear();
@@ -564,6 +565,10 @@ impl<S: StateMachine> Replica<S> {
             .collect();
         let ticks = self.config.heartbeat_timeout_ticks;
         self.timers.normal_heartbeat.start(ticks);
+        if self.lost_state {
+            self.lost_until = self.lost_until.max(op);
+            self.advance_durable_prefix(out);
+        }
         self.persist_vsr_state(out);
         if self.is_vsr_durable() {
             self.send_gated(out);
@@ -616,6 +621,7 @@ impl<S: StateMachine> Replica<S> {
         if let Some(from_op) = cut {
             let stale = self.journal.truncate_from(from_op);
             self.stale_appends.extend(stale);
+            self.durable_prefix = self.durable_prefix.min(from_op - 1);
             out.push(Effect::Truncate { from_op });
             if self.op >= from_op {
                 self.op = self.journal.head().max(self.commit_min);

@@ -64,7 +64,8 @@ fn svc_quorum_triggers_the_dvc_and_the_primary_elect_starts_the_view() {
         vec![Effect::PersistVsrState(VsrState {
             view: 1,
             log_view: 1,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
     let effects = persisted(&mut b);
@@ -89,7 +90,8 @@ fn a_newer_svc_joins_the_view_change_without_sending_before_durable() {
         vec![Effect::PersistVsrState(VsrState {
             view: 4,
             log_view: 0,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
     // Durable: SVC, and the DVC because own + replica 0 make Q_vc = 2.
@@ -112,7 +114,8 @@ fn backup_adopts_a_start_view_and_reacks_its_suffix_after_persisting() {
         vec![Effect::PersistVsrState(VsrState {
             view: 1,
             log_view: 1,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
     assert_eq!(
@@ -226,7 +229,8 @@ fn a_failed_superblock_write_is_retried_and_withholds_every_send() {
         vec![Effect::PersistVsrState(VsrState {
             view: 1,
             log_view: 0,
-            commit_max: 0
+            commit_max: 0,
+            lost_state: false,
         })]
     );
     assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
