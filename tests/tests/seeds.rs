@@ -84,23 +84,13 @@ fn regression_seeds() {
     // (rollback after a forwarded append), 54 (fresh restart reusing op 1), 28, 895 (stalls after
     // that divergence), 1018, 1173 (parent after truncating to op 0), 464, 1665 (recovery
     // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614, 4926 (acked
-    // entries above a journal hole lost at recovery).
+    // entries above a journal hole lost at recovery), 3347, 1566, 4443, 7060, 8750, 9037
+    // (lost_state was not durable across a second crash), 4322, 6046, 8386 (n = 1 crash loop
+    // after a failed append).
     let seeds = [
-        // Committed op lost: a node refuses boot (interior corruption), is wiped and rejoins
-        // with `Recovered::wiped`, then crashes again before it adopted a view. The next boot
-        // finds a superblock and an empty journal and no longer knows it lost state
-        // (`lost_state` is not durable), so it votes with an empty log and nacks committed ops.
-        3347, 1566, 4443, 7060,
-        // Committed op missing at a later primary, also after a wiped rejoin, but the rejoined
-        // node does not crash again: cause not isolated yet.
-        8750, 9037,
-        // Stall (n = 1): an append fails, the node fail-stops, and every restart fail-stops
-        // again with "committed op 1 missing from the primary's journal": the recovered commit
-        // point is above the recovered journal head.
-        4322, 6046, 8386,
-        // Stall: n = 3 with one node gone for good (boot refused); the surviving two hold the
-        // top ops of a partition group as headers without bodies or not at all (no copy, one
-        // nack short of Q_nack), so every merge waits for the missing replica (§8.6).
+        // Stall (n = 3): in one partition group a wiped node (r0) waits in Recovering for a
+        // StartView while r1 (head 61, commit_min 0: bodies missing low in its journal) and r2
+        // (head 58) escalate view changes forever at log_view 0. Cause not isolated yet.
         4866,
     ];
     let mut failing = Vec::new();
