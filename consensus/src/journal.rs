@@ -18,6 +18,9 @@ pub(crate) struct Entry {
     pub frame: Option<Frame>,
     /// `Completion::Appended` arrived for this identity.
     pub durable: bool,
+    /// Known to be the current view's prepare at this op (directly or through the hash chain
+    /// from a verified op above). Unverified entries are never applied (decision 13).
+    pub verified: bool,
 }
 
 impl Entry {
@@ -155,6 +158,7 @@ mod tests {
             header,
             frame: None,
             durable: true,
+            verified: true,
         }
     }
 

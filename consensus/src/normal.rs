@@ -304,6 +304,7 @@ impl<S: StateMachine> Replica<S> {
             header,
             frame: Some(frame.clone()),
             durable: false,
+            verified: true,
         });
         self.pipeline.push(header);
         self.op = op;
@@ -490,6 +491,7 @@ impl<S: StateMachine> Replica<S> {
             header,
             frame: Some(frame.clone()),
             durable: false,
+            verified: true,
         });
         if op == self.op + 1 {
             self.op = op;
@@ -503,6 +505,56 @@ impl<S: StateMachine> Replica<S> {
             self.send_prepare_ok_unchecked(op, out);
         }
         let _ = now;
+        self.verify_below_op(op, out);
+    }
+
+    /// A verified op names its predecessor: verify the unverified entries below it along the
+    /// chain; a proven-stale entry is cut together with the unverified run it belongs to.
+    pub(crate) fn verify_below_op(&mut self, op: u64, out: &mut Outbox) {
+        let Some(mut expected) = self.journal.get(op).map(|e| e.header.parent.get()) else {
+            return;
+        };
+        let mut below = op - 1;
+        while below > self.commit_min {
+            match self.journal.get_mut(below) {
+                Some(e) if e.verified => return,
+                Some(e) if e.checksum() == expected => {
+                    e.verified = true;
+                    expected = e.header.parent.get();
+                    below -= 1;
+                }
+                Some(_) => {
+                    let mut from = below;
+                    while from - 1 > self.commit_min
+                        && self.journal.get(from - 1).is_some_and(|e| !e.verified)
+                    {
+                        from -= 1;
+                    }
+                    self.cut_journal(from, out);
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Truncates the journal from `from_op`; ops of the view's log that were journaled there
+    /// stay described (no nack in a later DVC) and are repaired again.
+    pub(crate) fn cut_journal(&mut self, from_op: u64, out: &mut Outbox) {
+        let described: Vec<PrepareHeader> = self
+            .journal
+            .iter_from(from_op)
+            .filter(|e| e.verified && e.header.op.get() > self.commit_min)
+            .map(|e| e.header)
+            .collect();
+        let stale = self.journal.truncate_from(from_op);
+        self.stale_appends.extend(stale);
+        self.durable_prefix = self.durable_prefix.min(from_op - 1);
+        out.push(Effect::Truncate { from_op });
+        for header in described {
+            self.view_headers.insert(header.op.get(), header);
+        }
+        self.recompute_next_offset();
     }
 
     /// PrepareOk for journaled `op` to the primary of our view, gated by durability of the op
@@ -737,11 +789,10 @@ impl<S: StateMachine> Replica<S> {
         let mut progressed = false;
         while self.commit_min < self.commit_max {
             let op = self.commit_min + 1;
-            if self
+            if !self
                 .journal
                 .get(op)
-                .and_then(|e| e.frame.as_ref())
-                .is_none()
+                .is_some_and(|e| e.verified && e.frame.is_some())
             {
                 break;
             }

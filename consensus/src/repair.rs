@@ -220,8 +220,25 @@ impl<S: StateMachine> Replica<S> {
         if !in_plane {
             return Err(Ignored::Plane);
         }
-        if self.journal.get(op).is_some() {
-            return Err(Ignored::Duplicate);
+        if let Some(held) = self.journal.get(op) {
+            let checksum = header.frame.checksum.get();
+            if held.verified || self.expected_checksum(op) != Some(checksum) {
+                return Err(Ignored::Duplicate);
+            }
+            if held.checksum() == checksum {
+                // Our unverified entry is the view's: verify it and what chains below it.
+                self.journal.get_mut(op).expect("held").verified = true;
+                self.verify_below_op(op, out);
+                return Ok(());
+            }
+            // Proven stale: cut it (and the unverified run it belongs to), then journal.
+            let mut from = op;
+            while from - 1 > self.commit_min
+                && self.journal.get(from - 1).is_some_and(|e| !e.verified)
+            {
+                from -= 1;
+            }
+            self.cut_journal(from, out);
         }
         self.check_stamp(header, body, false)?;
         let mut bytes = frames::whole(header, body).bytes().to_vec();

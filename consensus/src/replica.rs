@@ -242,6 +242,7 @@ impl<S: StateMachine> Replica<S> {
                 header,
                 frame: Some(frame.clone()),
                 durable: true,
+                verified: true,
             });
             kept += 1;
             replica.op = op;

@@ -172,12 +172,14 @@ impl<S: StateMachine> Replica<S> {
             {
                 if let Some(entry) = self.journal.get(o) {
                     body.extend_from_slice(entry.header.bytes());
-                    present |= 1 << i;
+                    if entry.verified {
+                        present |= 1 << i;
+                    }
                     slots.insert(
                         o,
                         Slot::Held {
                             header: entry.header,
-                            present: true,
+                            present: entry.verified,
                         },
                     );
                 } else if let Some(header) = self.view_headers.get(&o) {
@@ -332,7 +334,12 @@ impl<S: StateMachine> Replica<S> {
         if op_head.saturating_sub(self.commit_min) > crate::constants::SCAN_MAX {
             return Some(self.commit_min + 1);
         }
-        (self.commit_min + 1..=op_head).find(|op| !self.journal.get(*op).is_some_and(|e| e.durable))
+        (self.commit_min + 1..=op_head).find(|op| {
+            !self
+                .journal
+                .get(*op)
+                .is_some_and(|e| e.durable && e.verified)
+        })
     }
 
     /// Starts the decided view once every op is journaled durably, else (re)drives repair.
@@ -606,11 +613,21 @@ impl<S: StateMachine> Replica<S> {
             }
             let described = headers.get(&op);
             let want = described.map(|h| h.frame.checksum.get()).or(expected);
-            match self.journal.get(op) {
-                Some(e) if Some(e.checksum()) == want => expected = Some(e.header.parent.get()),
-                Some(_) => {
+            match self.journal.get_mut(op) {
+                Some(e) if Some(e.checksum()) == want => {
+                    e.verified = true;
+                    expected = Some(e.header.parent.get());
+                }
+                Some(_) if want.is_some() => {
+                    // Proven stale: another prepare is the view's at this op.
                     cut = Some(op);
                     expected = described.map(|h| h.parent.get());
+                }
+                Some(e) => {
+                    // Below a hole: unknown for now, kept but never applied until the chain
+                    // from above verifies it (cutting it would also cut acked entries above).
+                    e.verified = false;
+                    expected = None;
                 }
                 None => expected = described.map(|h| h.parent.get()),
             }
@@ -636,7 +653,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Partition plane: after a truncation, the next offset is the end of the highest journaled
     /// SendMessages batch (never below what was already applied).
-    fn recompute_next_offset(&mut self) {
+    pub(crate) fn recompute_next_offset(&mut self) {
         if self.plane() != crate::types::Plane::Partition {
             return;
         }
@@ -693,7 +710,7 @@ impl<S: StateMachine> Replica<S> {
         if op == self.op {
             return Some(self.last_checksum);
         }
-        if let Some(above) = self.journal.get(op + 1) {
+        if let Some(above) = self.journal.get(op + 1).filter(|e| e.verified) {
             return Some(above.header.parent.get());
         }
         self.view_headers.get(&(op + 1)).map(|h| h.parent.get())

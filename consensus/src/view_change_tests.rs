@@ -285,3 +285,42 @@ fn the_completion_of_a_truncated_append_does_not_make_its_re_append_durable() {
     );
     assert!(!b.is_durable(2));
 }
+
+#[test]
+fn entries_below_a_hole_wait_for_the_chain_instead_of_being_cut() {
+    let c = chain(0, 0, 5);
+    let mut b = fresh(3, 2);
+    journal(&mut b, &c[..2]);
+    // View 1 describes ops 4..5 (commit 4); op 3 is a hole here, ops 1-2 cannot be checked yet.
+    let (result, effects) = feed(&mut b, 1, &start_view(1, 1, 5, 4, &c[3..]));
+    assert_eq!(result, Ok(()));
+    assert!(!effects.iter().any(|e| matches!(e, Effect::Truncate { .. })));
+    persisted(&mut b);
+    assert_eq!(b.commit_min(), 0, "unverified entries are not applied");
+    // Op 3 arrives by repair: it verifies ops 1-2 through the chain and everything applies.
+    let repair = crate::frames::as_repair(&c[2]);
+    let session_nonce = b.repair.session.as_ref().map(|s| s.nonce).unwrap();
+    let (result, _) = feed(&mut b, 1, &repair);
+    assert_eq!(result, Ok(()));
+    let (_, _) = feed(
+        &mut b,
+        1,
+        &repair_reply(Command::RepairDone, 1, session_nonce, 3),
+    );
+    assert!(b.journal.get(1).unwrap().verified);
+    assert_eq!(b.commit_min(), 3);
+}
+
+#[test]
+fn a_stale_run_below_a_hole_is_cut_once_proven() {
+    let c = chain(1, 1, 5);
+    let stale = chain(0, 0, 2);
+    let mut b = fresh(3, 2);
+    journal(&mut b, &stale);
+    feed(&mut b, 1, &start_view(1, 1, 5, 4, &c[3..]));
+    persisted(&mut b);
+    let (result, effects) = feed(&mut b, 1, &crate::frames::as_repair(&c[2]));
+    assert_eq!(result, Ok(()));
+    assert!(effects.contains(&Effect::Truncate { from_op: 1 }));
+    assert!(b.header(1).is_none());
+}
