@@ -1,0 +1,302 @@
+//! Per-group configuration: [`RawConfig`] (every field with the spec default) becomes a
+//! [`Config`] only through [`RawConfig::validate`], so holding a `Config` proves it was checked.
+
+use thiserror::Error;
+
+use crate::constants::*;
+use crate::types::{GroupId, Plane, ReplicaId};
+
+/// Unchecked configuration of one replica of one group. Build with [`RawConfig::new`], adjust
+/// fields, then [`RawConfig::validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawConfig {
+    /// Cluster id (`wire::cluster_id(name)`).
+    pub cluster: u128,
+    /// This replica's id.
+    pub replica: ReplicaId,
+    /// Roster size `n` (1..=32).
+    pub replica_count: u8,
+    /// The group this replica runs: [`GroupId::METADATA`] or a packed partition key.
+    pub group: GroupId,
+    /// Prepare queue depth (1..=127, default 32). Set equal on every node.
+    pub prepare_queue_depth: usize,
+    /// Request queue depth (default 2 × prepare depth).
+    pub request_queue_depth: usize,
+    /// Prepare retransmit base interval in ticks (default 25).
+    pub prepare_retransmit_ticks: u64,
+    /// Commit heartbeat interval in ticks (default 50).
+    pub commit_broadcast_ticks: u64,
+    /// Backup heartbeat timeout in ticks (default 500).
+    pub heartbeat_timeout_ticks: u64,
+    /// SVC/DVC retransmit interval in ticks (default 50).
+    pub view_change_retransmit_ticks: u64,
+    /// View change escalation timeout in ticks (default 500).
+    pub view_change_status_timeout_ticks: u64,
+    /// RequestStartView probe interval in ticks (default 100).
+    pub request_start_view_ticks: u64,
+    /// Probe firings before electing (1..=100, default 5).
+    pub view_probe_attempts_max: u32,
+    /// Repair / transfer idle retry in ticks (default 100).
+    pub repair_retry_ticks: u64,
+    /// Forwarded register/logout wait in ticks (default 500).
+    pub forward_timeout_ticks: u64,
+    /// RepairPrepares per RequestPrepares (default 128, `< peer_queue_capacity`).
+    pub repair_chunk_max: u32,
+    /// The bus's per-peer queue capacity (only validated against `repair_chunk_max`).
+    pub peer_queue_capacity: u32,
+    /// Largest frame, header included (default 64 MiB).
+    pub max_message_size: usize,
+    /// Client table capacity (metadata plane; 2..=65536, default 8192). Set equal everywhere.
+    pub clients_table_max: usize,
+    /// Committed frames kept in memory below `commit_min` before reading through the journal.
+    pub frame_cache_committed: u64,
+    /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
+    /// older ops are answered RangeEvicted (state transfer takes over).
+    pub headers_retained: u64,
+    /// Deliberately wrong behaviour for checker self-tests.
+    #[cfg(feature = "bug-knobs")]
+    pub bug_knobs: BugKnobs,
+}
+
+/// Switches that break named safety rules so the simulator can prove its checkers bite.
+/// Only with the `bug-knobs` feature; all off by default.
+#[cfg(feature = "bug-knobs")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BugKnobs {
+    /// Send PrepareOk as soon as the append is *requested*, before `Completion::Appended`
+    /// (breaks journal.md G1: acked but not durable).
+    pub ack_before_append: bool,
+    /// Use `Q_nack - 1` (at least 1) as the nack quorum in the DVC merge (can discard a
+    /// committed op).
+    pub loosen_nack_quorum: bool,
+    /// Send view-scoped frames without waiting for `VsrStatePersisted` (breaks §8.10).
+    pub skip_durable_before_send: bool,
+}
+
+impl RawConfig {
+    /// Spec defaults for one replica of `group`.
+    pub fn new(cluster: u128, replica: ReplicaId, replica_count: u8, group: GroupId) -> RawConfig {
+        RawConfig {
+            cluster,
+            replica,
+            replica_count,
+            group,
+            prepare_queue_depth: PREPARE_QUEUE_DEPTH_DEFAULT,
+            request_queue_depth: REQUEST_QUEUE_DEPTH_DEFAULT,
+            prepare_retransmit_ticks: PREPARE_RETRANSMIT_TICKS_DEFAULT,
+            commit_broadcast_ticks: COMMIT_BROADCAST_TICKS_DEFAULT,
+            heartbeat_timeout_ticks: HEARTBEAT_TIMEOUT_TICKS_DEFAULT,
+            view_change_retransmit_ticks: VIEW_CHANGE_RETRANSMIT_TICKS_DEFAULT,
+            view_change_status_timeout_ticks: VIEW_CHANGE_STATUS_TIMEOUT_TICKS_DEFAULT,
+            request_start_view_ticks: REQUEST_START_VIEW_TICKS_DEFAULT,
+            view_probe_attempts_max: VIEW_PROBE_ATTEMPTS_MAX_DEFAULT,
+            repair_retry_ticks: REPAIR_RETRY_TICKS_DEFAULT,
+            forward_timeout_ticks: FORWARD_TIMEOUT_TICKS_DEFAULT,
+            repair_chunk_max: REPAIR_CHUNK_MAX_DEFAULT,
+            peer_queue_capacity: PEER_QUEUE_CAPACITY_DEFAULT,
+            max_message_size: wire::MAX_MESSAGE_SIZE_DEFAULT,
+            clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
+            frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
+            headers_retained: HEADERS_RETAINED,
+            #[cfg(feature = "bug-knobs")]
+            bug_knobs: BugKnobs::default(),
+        }
+    }
+
+    /// Checks ranges and the relations between fields (§6 validation rules, §10.3).
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        use ConfigError::*;
+        let n = usize::from(self.replica_count);
+        if n == 0 || n > REPLICAS_MAX {
+            return Err(ReplicaCount(self.replica_count));
+        }
+        if self.replica.0 >= self.replica_count {
+            return Err(ReplicaOutsideRoster {
+                replica: self.replica.0,
+                replica_count: self.replica_count,
+            });
+        }
+        let plane = match self.group.kind() {
+            wire::GroupKind::Metadata => Plane::Metadata,
+            wire::GroupKind::Partition(_) => Plane::Partition,
+            wire::GroupKind::Invalid => return Err(Group(self.group.0)),
+        };
+        if self.prepare_queue_depth == 0 || self.prepare_queue_depth > PIPELINE_PREPARE_QUEUE_MAX {
+            return Err(PrepareQueueDepth(self.prepare_queue_depth));
+        }
+        if self.request_queue_depth > REQUEST_QUEUE_DEPTH_MAX {
+            return Err(RequestQueueDepth(self.request_queue_depth));
+        }
+        let intervals = [
+            ("prepare_retransmit_ticks", self.prepare_retransmit_ticks),
+            ("commit_broadcast_ticks", self.commit_broadcast_ticks),
+            ("heartbeat_timeout_ticks", self.heartbeat_timeout_ticks),
+            (
+                "view_change_retransmit_ticks",
+                self.view_change_retransmit_ticks,
+            ),
+            (
+                "view_change_status_timeout_ticks",
+                self.view_change_status_timeout_ticks,
+            ),
+            ("request_start_view_ticks", self.request_start_view_ticks),
+            ("repair_retry_ticks", self.repair_retry_ticks),
+            ("forward_timeout_ticks", self.forward_timeout_ticks),
+        ];
+        for (name, ticks) in intervals {
+            if ticks == 0 {
+                return Err(ZeroInterval(name));
+            }
+        }
+        if self.heartbeat_timeout_ticks < 4 * self.commit_broadcast_ticks {
+            return Err(HeartbeatTooShort);
+        }
+        if self.view_change_status_timeout_ticks < 4 * self.view_change_retransmit_ticks {
+            return Err(ViewChangeStatusTooShort);
+        }
+        if !(1..=100).contains(&self.view_probe_attempts_max) {
+            return Err(ProbeAttempts(self.view_probe_attempts_max));
+        }
+        if self.repair_chunk_max == 0 || self.repair_chunk_max >= self.peer_queue_capacity {
+            return Err(RepairChunk {
+                repair_chunk_max: self.repair_chunk_max,
+                peer_queue_capacity: self.peer_queue_capacity,
+            });
+        }
+        if self.max_message_size < 2 * wire::HEADER_SIZE * SUFFIX_ENTRIES_MAX {
+            return Err(MaxMessageSize(self.max_message_size));
+        }
+        if self.clients_table_max < 2 || self.clients_table_max > CLIENTS_TABLE_MAX {
+            return Err(ClientsTableMax(self.clients_table_max));
+        }
+        if self.headers_retained < self.frame_cache_committed {
+            return Err(HeadersRetained(self.headers_retained));
+        }
+        Ok(Config { raw: self, plane })
+    }
+}
+
+/// A validated configuration (see [`RawConfig`] for the fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    raw: RawConfig,
+    plane: Plane,
+}
+
+impl Config {
+    /// The validated fields.
+    pub fn raw(&self) -> &RawConfig {
+        &self.raw
+    }
+
+    /// The plane, derived from the group id.
+    pub fn plane(&self) -> Plane {
+        self.plane
+    }
+
+    /// Roster size as `usize`.
+    pub fn n(&self) -> usize {
+        usize::from(self.raw.replica_count)
+    }
+}
+
+impl std::ops::Deref for Config {
+    type Target = RawConfig;
+    fn deref(&self) -> &RawConfig {
+        &self.raw
+    }
+}
+
+/// Why a [`RawConfig`] is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// `replica_count` outside 1..=32.
+    #[error("replica_count {0} is outside 1..=32")]
+    ReplicaCount(u8),
+    /// `replica >= replica_count`.
+    #[error("replica id {replica} is outside a roster of {replica_count}")]
+    ReplicaOutsideRoster {
+        /// The id.
+        replica: u8,
+        /// The roster size.
+        replica_count: u8,
+    },
+    /// The group value names neither the metadata group nor a partition.
+    #[error("group {0:#x} is not a valid group key")]
+    Group(u64),
+    /// `prepare_queue_depth` outside 1..=127.
+    #[error("prepare_queue_depth {0} is outside 1..=127")]
+    PrepareQueueDepth(usize),
+    /// `request_queue_depth` above the limit.
+    #[error("request_queue_depth {0} is above 254")]
+    RequestQueueDepth(usize),
+    /// An interval is zero.
+    #[error("{0} must not be zero")]
+    ZeroInterval(&'static str),
+    /// `heartbeat_timeout < 4 × commit_broadcast`.
+    #[error("heartbeat_timeout_ticks must be at least 4 × commit_broadcast_ticks")]
+    HeartbeatTooShort,
+    /// `view_change_status_timeout < 4 × view_change_retransmit`.
+    #[error("view_change_status_timeout_ticks must be at least 4 × view_change_retransmit_ticks")]
+    ViewChangeStatusTooShort,
+    /// `view_probe_attempts_max` outside 1..=100.
+    #[error("view_probe_attempts_max {0} is outside 1..=100")]
+    ProbeAttempts(u32),
+    /// `repair_chunk_max` zero or not below the peer queue.
+    #[error(
+        "repair_chunk_max {repair_chunk_max} must be in 1..peer_queue_capacity ({peer_queue_capacity})"
+    )]
+    RepairChunk {
+        /// Configured chunk.
+        repair_chunk_max: u32,
+        /// Configured queue.
+        peer_queue_capacity: u32,
+    },
+    /// `max_message_size` cannot carry a full suffix.
+    #[error("max_message_size {0} cannot carry a full view-change suffix")]
+    MaxMessageSize(usize),
+    /// `headers_retained` below `frame_cache_committed`.
+    #[error("headers_retained {0} is below frame_cache_committed")]
+    HeadersRetained(u64),
+    /// `clients_table_max` outside 2..=65536.
+    #[error("clients_table_max {0} is outside 2..=65536")]
+    ClientsTableMax(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawConfig {
+        RawConfig::new(1, ReplicaId(0), 3, GroupId::METADATA)
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let config = raw().validate().unwrap();
+        assert_eq!(config.plane(), Plane::Metadata);
+        assert_eq!(config.prepare_queue_depth, 32);
+    }
+
+    #[test]
+    fn relations_are_checked() {
+        let mut r = raw();
+        r.repair_chunk_max = 256;
+        assert!(matches!(r.validate(), Err(ConfigError::RepairChunk { .. })));
+        let mut r = raw();
+        r.heartbeat_timeout_ticks = 100;
+        assert_eq!(r.validate(), Err(ConfigError::HeartbeatTooShort));
+        let mut r = raw();
+        r.replica = ReplicaId(3);
+        assert!(matches!(
+            r.validate(),
+            Err(ConfigError::ReplicaOutsideRoster { .. })
+        ));
+        let mut r = raw();
+        r.group = GroupId(1 << 62);
+        assert!(matches!(r.validate(), Err(ConfigError::Group(_))));
+        let mut r = raw();
+        r.prepare_queue_depth = 128;
+        assert_eq!(r.validate(), Err(ConfigError::PrepareQueueDepth(128)));
+    }
+}

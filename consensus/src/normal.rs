@@ -1,0 +1,1094 @@
+//! Normal operation (§5): admission, prepares, chain replication, PrepareOk, commit, apply,
+//! reply, Commit heartbeats and prepare retransmission.
+
+use wire::Operation;
+use wire::decode::EvictionReason;
+use wire::header::{CommitHeader, FrameHeader, Layout, PrepareHeader, PrepareOkHeader};
+
+use crate::client_table::Verdict;
+use crate::constants::PREPARE_RETRANSMIT_BACKOFF_EXPONENT_MAX;
+use crate::frames::{self, codes};
+use crate::ignored::Ignored;
+use crate::io::{ClientRequest, Effect, FatalReason, Outbox};
+use crate::journal::Entry;
+use crate::partition;
+use crate::quorum;
+use crate::replica::Replica;
+use crate::state_machine::StateMachine;
+use crate::types::{ClientId, Frame, Now, Plane, ReplicaId, Status};
+
+impl<S: StateMachine> Replica<S> {
+    pub(crate) fn on_tick(&mut self, now: Now, out: &mut Outbox) {
+        if self.is_primary() && !self.pipeline.is_empty() {
+            self.pipeline_stalled_ticks += 1;
+        } else {
+            self.pipeline_stalled_ticks = 0;
+        }
+        if self.timers.prepare.tick() {
+            self.on_prepare_timeout(out);
+        }
+        if self.timers.commit_message.tick() {
+            self.on_commit_message_timeout(out);
+        }
+        if self.timers.normal_heartbeat.tick() {
+            self.on_normal_heartbeat_timeout(out);
+        }
+        self.tick_view_change(out);
+        if self.timers.request_start_view.tick() {
+            self.on_request_start_view_timeout(out);
+        }
+        if self.timers.repair.tick() {
+            self.on_repair_timeout(out);
+        }
+        if self.timers.persist_retry.tick() {
+            self.persist_vsr_state(out);
+        }
+        self.tick_transfer(out);
+        self.tick_forwards(now, out);
+    }
+
+    // ---- admission (§5.1) -------------------------------------------------------------------
+
+    /// Whether this primary may admit new client requests: caught up (§5.1) and with its view
+    /// durable (§8.10).
+    pub(crate) fn is_caught_up_primary(&self) -> bool {
+        self.is_primary()
+            && !self.transfer.is_active()
+            && self.commit_min == self.commit_max
+            && self.commit_max >= self.recovery_barrier
+            && self.is_vsr_durable_strict()
+    }
+
+    fn deny(&self, request: &ClientRequest, code: u32, out: &mut Outbox) {
+        let client = ClientId(request.header.client.get());
+        let frame = match self.plane() {
+            Plane::Metadata => frames::reply_denied_result(&request.header, self.commit_max, code),
+            Plane::Partition => {
+                frames::reply_denied_status(self.sender(), &request.header, self.commit_max, code)
+            }
+        };
+        out.push(Effect::Reply { client, frame });
+    }
+
+    pub(crate) fn on_request(
+        &mut self,
+        now: Now,
+        request: ClientRequest,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let operation = Operation::from_byte(request.header.operation).ok_or(Ignored::Malformed)?;
+        if request.header.client.get() == 0 {
+            return Err(Ignored::Malformed);
+        }
+        let in_plane = match self.plane() {
+            Plane::Metadata => operation.is_metadata_plane() && !operation.is_internal(),
+            Plane::Partition => operation.is_partition(),
+        };
+        if !in_plane {
+            return Err(Ignored::Plane);
+        }
+        if !self.is_primary() || self.transfer.is_active() {
+            if self.plane() == Plane::Metadata
+                && matches!(operation, Operation::Register | Operation::Logout)
+                && self.status == Status::Normal
+                && !self.is_primary()
+            {
+                return self.forward_session(now, request, out);
+            }
+            self.deny(&request, codes::TRANSIENT_NOT_ACCEPTED, out);
+            return Err(Ignored::NotPrimary);
+        }
+        match self.plane() {
+            Plane::Metadata => self.preflight_metadata(operation, &request, out)?,
+            Plane::Partition => {
+                if !self.is_vsr_durable_strict() {
+                    self.deny(&request, codes::TRANSIENT_NOT_ACCEPTED, out);
+                    return Err(Ignored::Refused);
+                }
+                if operation == Operation::SendMessages {
+                    let batch =
+                        partition::batch_of_request(&request.body).ok_or(Ignored::Malformed)?;
+                    if let Err(error) = partition::check(batch) {
+                        let code = match error {
+                            partition::BatchError::Shape => codes::INVALID_MESSAGES_COUNT,
+                            partition::BatchError::MessageChecksum => {
+                                codes::INVALID_MESSAGE_CHECKSUM
+                            }
+                            partition::BatchError::BatchChecksum => codes::INVALID_BATCH_CHECKSUM,
+                        };
+                        self.deny(&request, code, out);
+                        return Err(Ignored::Refused);
+                    }
+                }
+            }
+        }
+        if let Err(code) = self.sm.preflight(operation, &request.body) {
+            self.deny(&request, code, out);
+            return Err(Ignored::Refused);
+        }
+        self.admit(now, request, out)
+    }
+
+    /// Metadata preflight, in the order of §5.1: in-flight dedup, catch-up gate, table check.
+    fn preflight_metadata(
+        &mut self,
+        operation: Operation,
+        request: &ClientRequest,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let client = request.header.client.get();
+        let in_flight = self
+            .pipeline
+            .iter()
+            .any(|p| p.header.client.get() == client)
+            || self
+                .requests
+                .iter()
+                .any(|r| r.header.client.get() == client);
+        if in_flight || !self.is_caught_up_primary() {
+            self.deny(request, codes::TRANSIENT_NOT_COMMITTED, out);
+            return Err(Ignored::Refused);
+        }
+        if operation == Operation::Register {
+            let user = request.header.user_id.get();
+            if self
+                .clients
+                .owner(client)
+                .is_some_and(|owner| owner != user)
+            {
+                self.deny(request, codes::CLIENT_ID_OWNED_BY_ANOTHER_USER, out);
+                return Err(Ignored::Refused);
+            }
+            return Ok(());
+        }
+        let verdict = self.clients.check(
+            client,
+            request.header.session.get(),
+            request.header.request.get(),
+            request.header.request_checksum.get(),
+        );
+        match verdict {
+            Verdict::New => Ok(()),
+            Verdict::Replay(frame) => {
+                out.push(Effect::Reply {
+                    client: ClientId(client),
+                    frame: Frame::new(frame),
+                });
+                Err(Ignored::Duplicate)
+            }
+            Verdict::AlreadyApplied => {
+                self.deny(request, codes::REQUEST_ALREADY_APPLIED, out);
+                Err(Ignored::Refused)
+            }
+            Verdict::NoSession | Verdict::Fenced => {
+                let reason = if verdict == Verdict::NoSession {
+                    EvictionReason::NoSession
+                } else {
+                    EvictionReason::SessionTooLow
+                };
+                out.push(Effect::Reply {
+                    client: ClientId(client),
+                    frame: frames::eviction(self.sender(), client, reason),
+                });
+                Err(Ignored::Refused)
+            }
+            Verdict::Drop => Err(Ignored::Refused),
+        }
+    }
+
+    /// Two-queue admission (§5.1 step 3).
+    fn admit(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) -> Result<(), Ignored> {
+        if self.requests.is_empty() && self.pipeline.len() < self.config.prepare_queue_depth {
+            self.propose(now, request, out);
+            Ok(())
+        } else if self.requests.len() < self.config.request_queue_depth {
+            self.requests.push_back(request);
+            Ok(())
+        } else {
+            Err(Ignored::QueueFull)
+        }
+    }
+
+    /// Promotes parked requests into free prepare slots, re-running the preflight (§5.8).
+    pub(crate) fn promote_requests(&mut self, now: Now, out: &mut Outbox) {
+        while self.pipeline.len() < self.config.prepare_queue_depth {
+            let Some(request) = self.requests.pop_front() else {
+                break;
+            };
+            if !self.is_primary() {
+                self.requests.clear();
+                break;
+            }
+            let forwarded = self
+                .forwards
+                .proposals
+                .contains_key(&request.header.client.get());
+            if self.plane() == Plane::Metadata && !forwarded {
+                let operation = Operation::from_byte(request.header.operation)
+                    .expect("admitted requests carry a valid operation");
+                let client = request.header.client.get();
+                // The in-flight check must not count the request itself (it left the queue).
+                if self
+                    .pipeline
+                    .iter()
+                    .any(|p| p.header.client.get() == client)
+                    || !self.is_caught_up_primary()
+                {
+                    self.deny(&request, codes::TRANSIENT_NOT_COMMITTED, out);
+                    continue;
+                }
+                if operation != Operation::Register {
+                    let verdict = self.clients.check(
+                        client,
+                        request.header.session.get(),
+                        request.header.request.get(),
+                        request.header.request_checksum.get(),
+                    );
+                    if verdict != Verdict::New {
+                        self.deny(&request, codes::TRANSIENT_NOT_COMMITTED, out);
+                        continue;
+                    }
+                }
+            }
+            self.propose(now, request, out);
+        }
+    }
+
+    // ---- projection (§5.2, §5.3) ------------------------------------------------------------
+
+    pub(crate) fn propose(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
+        debug_assert!(self.is_primary());
+        let operation = Operation::from_byte(request.header.operation)
+            .expect("admitted requests carry a valid operation");
+        let op = self.op + 1;
+        let timestamp = now.realtime_us.max(self.last_timestamp + 1);
+        let (operation, body) = match self.plane() {
+            Plane::Metadata if matches!(operation, Operation::Register | Operation::Logout) => {
+                (operation, request.body)
+            }
+            Plane::Metadata => {
+                let projection = self.sm.project(operation, &request.body);
+                (projection.operation, projection.body)
+            }
+            Plane::Partition if operation == Operation::SendMessages => {
+                let mut batch = partition::batch_of_request(&request.body)
+                    .expect("checked at admission")
+                    .to_vec();
+                let partition_id = u64::from(self.group.fields().partition);
+                partition::stamp(&mut batch, partition_id, self.next_offset, timestamp);
+                let count = partition::check(&batch)
+                    .expect("stamping keeps a checked batch valid")
+                    .message_count;
+                self.next_offset += u64::from(count);
+                (operation, batch)
+            }
+            Plane::Partition => (operation, request.body),
+        };
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(wire::Command::Prepare, self.sender());
+        header.client = request.header.client;
+        header.parent.set(self.last_checksum);
+        header.request_checksum = request.header.request_checksum;
+        header.op.set(op);
+        header.commit.set(self.commit_max);
+        header.timestamp.set(timestamp);
+        header.request = request.header.request;
+        header.operation = operation.byte();
+        header.group.set(self.group.0);
+        header.user_id = request.header.user_id;
+        let frame = frames::finish(header, &body);
+        let header = *frame.prepare_header().expect("a prepare");
+
+        // Pre-advance, atomically (§5.2).
+        self.journal.insert(Entry {
+            header,
+            frame: Some(frame.clone()),
+            durable: false,
+            verified: true,
+        });
+        self.pipeline.push(header);
+        self.op = op;
+        self.last_checksum = header.frame.checksum.get();
+        self.last_timestamp = timestamp;
+        if !self.timers.prepare.is_running() {
+            self.start_prepare_timer();
+        }
+        // Forward first, append in parallel; only the PrepareOk claims durability (§5.3).
+        if let Some(next) = self.next_hop(self.view) {
+            self.send(out, next, frame.clone());
+        }
+        out.push(Effect::Append { op, frame });
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.ack_before_append {
+            let _ = self.record_ack(op, header.frame.checksum.get(), self.id, now, out);
+        }
+    }
+
+    /// Chain replication next hop (§5.4): skip disconnected peers, stop before the primary.
+    pub(crate) fn next_hop(&self, prepare_view: u32) -> Option<ReplicaId> {
+        let primary = self.primary_index(prepare_view);
+        for k in 1..self.n {
+            let candidate = ReplicaId(((self.id.0 as usize + k) % self.n) as u8);
+            if candidate == primary {
+                return None;
+            }
+            if self.is_connected(candidate) {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    // ---- backup: Prepare (§5.5) -------------------------------------------------------------
+
+    pub(crate) fn ignore_prepare(&mut self, header: &PrepareHeader) -> Result<(), Ignored> {
+        let operation = Operation::from_byte(header.operation).ok_or(Ignored::Malformed)?;
+        let in_plane = match self.plane() {
+            Plane::Metadata => operation.is_metadata_plane(),
+            Plane::Partition => operation.is_partition(),
+        };
+        if !in_plane {
+            return Err(Ignored::Plane);
+        }
+        if self.transfer.is_active() {
+            return Err(Ignored::Transferring);
+        }
+        if self.status != Status::Normal {
+            return Err(Ignored::Status);
+        }
+        let view = header.frame.view.get();
+        if view > self.view {
+            self.observed_newer_view = self.observed_newer_view.max(view);
+            return Err(Ignored::ViewNew);
+        }
+        if view < self.view {
+            return Err(Ignored::ViewOld);
+        }
+        if self.primary_index(self.view) == self.id {
+            return Err(Ignored::NotBackup);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_prepare(
+        &mut self,
+        now: Now,
+        header: &PrepareHeader,
+        body: &[u8],
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        self.ignore_prepare(header)?;
+        self.commit_max = self.commit_max.max(header.commit.get());
+        let result = self.accept_prepare(now, header, body, out);
+        self.commit_journal(now, out);
+        result
+    }
+
+    fn accept_prepare(
+        &mut self,
+        now: Now,
+        header: &PrepareHeader,
+        body: &[u8],
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let op = header.op.get();
+        let checksum = header.frame.checksum.get();
+        if op <= self.commit_min {
+            // Already executed here: never forwarded, but re-acked, because a new primary may
+            // have started its view with a commit point below ours and needs our ack to
+            // commit the op again.
+            if self.journal.has(op, checksum) {
+                self.send_prepare_ok(op, out);
+            }
+            return Err(Ignored::Committed);
+        }
+        if let Some(entry) = self.journal.get(op) {
+            if entry.checksum() != checksum {
+                return Err(Ignored::Diverged);
+            }
+            if self.plane() == Plane::Partition
+                && entry.frame.as_ref().is_some_and(|f| f.body() != body)
+            {
+                return Err(Ignored::Diverged);
+            }
+            // The same prepare again: re-forward with the current view, re-ack this op only.
+            if let Some(frame) = entry.frame.clone()
+                && let Some(next) = self.next_hop(self.view)
+            {
+                self.send(out, next, frames::restamp(&frame, self.view));
+            }
+            self.send_prepare_ok(op, out);
+            return Err(Ignored::Duplicate);
+        }
+        if op <= self.op {
+            // A hole below the head (after a StartView): fill it only with the view's prepare.
+            if self.expected_checksum(op) != Some(checksum) {
+                return Err(Ignored::Gap);
+            }
+            self.check_stamp(header, body, false)?;
+            self.journal_prepare(now, frames::whole(header, body), out);
+            return Ok(());
+        }
+        if op != self.op + 1 {
+            return Err(Ignored::Gap);
+        }
+        // After a state-transfer install the head's identity is unknown; a prepare of our
+        // current view (the primary's own log) anchors it.
+        if header.parent.get() != self.last_checksum && !self.transfer.anchor_unknown {
+            return Err(Ignored::ChainBreak);
+        }
+        self.check_stamp(header, body, true)?;
+        let frame = frames::whole(header, body);
+        if op > self.commit_min
+            && let Some(next) = self.next_hop(header.frame.view.get())
+        {
+            self.send(out, next, frame.clone());
+        }
+        self.journal_prepare(now, frame, out);
+        Ok(())
+    }
+
+    /// Partition SendMessages re-derivation (§5.6). `live`: the prepare extends the head, so
+    /// its stamp must equal our counter; repaired/filled ones carry their embedded stamp.
+    pub(crate) fn check_stamp(
+        &self,
+        header: &PrepareHeader,
+        body: &[u8],
+        live: bool,
+    ) -> Result<(), Ignored> {
+        if self.plane() != Plane::Partition || header.operation != Operation::SendMessages.byte() {
+            return Ok(());
+        }
+        let batch = partition::check(body).map_err(|_| Ignored::Stamp)?;
+        if batch.partition_id != u64::from(self.group.fields().partition)
+            || batch.base_timestamp != header.timestamp.get()
+            || (live && batch.base_offset != self.next_offset)
+        {
+            return Err(Ignored::Stamp);
+        }
+        Ok(())
+    }
+
+    /// Journals a verified prepare (append requested, not yet durable) and advances the head
+    /// along the contiguous frontier (§5.5 steps 10-12, §10.4).
+    pub(crate) fn journal_prepare(&mut self, now: Now, frame: Frame, out: &mut Outbox) {
+        let header = *frame.prepare_header().expect("a prepare");
+        let op = header.op.get();
+        if !self.journal.fits(op) {
+            // Too far above the index: only a state transfer (moving the base) can help.
+            return;
+        }
+        self.view_headers.remove(&op);
+        if self.plane() == Plane::Partition
+            && header.operation == Operation::SendMessages.byte()
+            && let Ok(batch) = partition::check(frame.body())
+        {
+            self.next_offset = self
+                .next_offset
+                .max(batch.base_offset + u64::from(batch.message_count));
+        }
+        self.journal.insert(Entry {
+            header,
+            frame: Some(frame.clone()),
+            durable: false,
+            verified: true,
+        });
+        if op == self.op + 1 {
+            self.op = op;
+            self.last_checksum = header.frame.checksum.get();
+            self.transfer.anchor_unknown = false;
+        }
+        self.last_timestamp = self.last_timestamp.max(header.timestamp.get());
+        out.push(Effect::Append { op, frame });
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.ack_before_append {
+            self.send_prepare_ok_unchecked(op, out);
+        }
+        let _ = now;
+        self.verify_below_op(op, out);
+    }
+
+    /// A verified op names its predecessor: verify the unverified entries below it along the
+    /// chain; a proven-stale entry is cut together with the unverified run it belongs to.
+    pub(crate) fn verify_below_op(&mut self, op: u64, out: &mut Outbox) {
+        let Some(mut expected) = self.journal.get(op).map(|e| e.header.parent.get()) else {
+            return;
+        };
+        let mut below = op - 1;
+        while below > self.commit_min {
+            match self.journal.get_mut(below) {
+                Some(e) if e.verified => return,
+                Some(e) if e.checksum() == expected => {
+                    e.verified = true;
+                    expected = e.header.parent.get();
+                    below -= 1;
+                }
+                Some(_) => {
+                    let mut from = below;
+                    while from - 1 > self.commit_min
+                        && self.journal.get(from - 1).is_some_and(|e| !e.verified)
+                    {
+                        from -= 1;
+                    }
+                    self.cut_journal(from, out);
+                    return;
+                }
+                None => return,
+            }
+        }
+    }
+
+    /// Truncates the journal from `from_op`; ops of the view's log that were journaled there
+    /// stay described (no nack in a later DVC) and are repaired again.
+    pub(crate) fn cut_journal(&mut self, from_op: u64, out: &mut Outbox) {
+        let described: Vec<PrepareHeader> = self
+            .journal
+            .iter_from(from_op)
+            .filter(|e| e.verified && e.header.op.get() > self.commit_min)
+            .map(|e| e.header)
+            .collect();
+        let stale = self.journal.truncate_from(from_op);
+        self.stale_appends.extend(stale);
+        self.durable_prefix = self.durable_prefix.min(from_op - 1);
+        out.push(Effect::Truncate { from_op });
+        for header in described {
+            self.view_headers.insert(header.op.get(), header);
+        }
+        self.recompute_next_offset();
+    }
+
+    /// PrepareOk for journaled `op` to the primary of our view, gated by durability of the op
+    /// and of `(view, log_view)` (§5.5 step 13, §8.10).
+    pub(crate) fn send_prepare_ok(&mut self, op: u64, out: &mut Outbox) {
+        if self.status != Status::Normal
+            || self.transfer.is_active()
+            || self.primary_index(self.view) == self.id
+            || !self.is_vsr_durable()
+        {
+            return;
+        }
+        if !self.journal.get(op).is_some_and(|e| e.durable) {
+            return;
+        }
+        self.send_prepare_ok_unchecked(op, out);
+    }
+
+    fn send_prepare_ok_unchecked(&mut self, op: u64, out: &mut Outbox) {
+        let Some(entry) = self.journal.get(op) else {
+            return;
+        };
+        let frame = frames::prepare_ok(self.sender(), &entry.header, self.commit_max);
+        let primary = self.primary_index(self.view);
+        if primary != self.id {
+            self.send(out, primary, frame);
+        }
+    }
+
+    // ---- completions ------------------------------------------------------------------------
+
+    pub(crate) fn on_appended(
+        &mut self,
+        now: Now,
+        op: u64,
+        checksum: u128,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        // The completion of an append whose entry a truncation removed: storage executes in
+        // order, so it precedes the completion of any re-append of the same prepare.
+        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
+            self.stale_appends.swap_remove(i);
+            return Err(Ignored::StaleCompletion);
+        }
+        let entry = self.journal.get_mut(op).ok_or(Ignored::StaleCompletion)?;
+        if entry.checksum() != checksum {
+            return Err(Ignored::StaleCompletion);
+        }
+        if entry.durable {
+            return Err(Ignored::Duplicate);
+        }
+        entry.durable = true;
+        self.advance_durable_prefix(out);
+        if self.is_primary() {
+            if self
+                .pipeline
+                .get(op)
+                .is_some_and(|p| p.checksum() == checksum)
+            {
+                let _ = self.record_ack(op, checksum, self.id, now, out);
+            }
+        } else if self.status == Status::Normal {
+            if op > self.commit_min {
+                self.send_prepare_ok(op, out);
+            }
+            self.commit_journal(now, out);
+        } else if self.status == Status::ViewChange {
+            self.try_start_pending_view(now, out);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_append_failed(
+        &mut self,
+        op: u64,
+        checksum: u128,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        if !self.journal.has(op, checksum) {
+            return Err(Ignored::StaleCompletion);
+        }
+        // [design] Always fail-stop. The rollback of §5.2 assumes persist-before-forward;
+        // Strand forwards first (§5.3), so a backup may already hold this prepare and reusing
+        // the op for another request would fork the log.
+        out.push(Effect::Fatal(FatalReason::AppendFailed { op }));
+        Ok(())
+    }
+
+    pub(crate) fn on_vsr_persisted(
+        &mut self,
+        view: u32,
+        log_view: u32,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let Some(write) = self.take_write(view, log_view) else {
+            return Err(Ignored::StaleCompletion);
+        };
+        if (view, log_view) < self.durable {
+            return Err(Ignored::StaleCompletion);
+        }
+        self.durable = (view, log_view);
+        self.lost_state_durable = write.2;
+        self.superblock_written = true;
+        self.persist_failures = 0;
+        self.timers.persist_retry.stop();
+        if self.persisting == Some(write) {
+            self.persisting = None;
+        }
+        if (self.durable, self.lost_state_durable) != ((self.view, self.log_view), self.lost_state)
+        {
+            // An older write landed; the newer one is (or will be) in flight.
+            self.persist_vsr_state(out);
+            return Ok(());
+        }
+        self.send_gated(out);
+        Ok(())
+    }
+
+    // ---- primary: PrepareOk and commit (§5.7) -----------------------------------------------
+
+    pub(crate) fn on_prepare_ok(
+        &mut self,
+        now: Now,
+        header: &PrepareOkHeader,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        if !self.is_primary() || self.transfer.is_active() {
+            return Err(Ignored::NotPrimary);
+        }
+        let view = header.frame.view.get();
+        if view < self.view {
+            return Err(Ignored::ViewOld);
+        }
+        if view > self.view {
+            self.observed_newer_view = self.observed_newer_view.max(view);
+            return Err(Ignored::ViewNew);
+        }
+        let replica = ReplicaId(header.frame.replica);
+        if replica == self.id {
+            return Err(Ignored::WrongSender);
+        }
+        let op = header.op.get();
+        let checksum = header.prepare_checksum.get();
+        if self
+            .pipeline
+            .get(op)
+            .is_none_or(|p| p.checksum() != checksum)
+        {
+            return Err(Ignored::UnknownPrepare);
+        }
+        self.record_ack(op, checksum, replica, now, out)
+    }
+
+    /// Records an ack; commits the quorum-reached prefix and applies it (§5.7 steps 4-7).
+    pub(crate) fn record_ack(
+        &mut self,
+        op: u64,
+        checksum: u128,
+        replica: ReplicaId,
+        now: Now,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let q = quorum::replication(self.n);
+        let entry = self.pipeline.get_mut(op).ok_or(Ignored::UnknownPrepare)?;
+        debug_assert_eq!(entry.checksum(), checksum);
+        let bit = 1u32 << replica.0;
+        if entry.acks & bit != 0 {
+            return Err(Ignored::Duplicate);
+        }
+        entry.acks |= bit;
+        if entry.acks.count_ones() as usize >= q {
+            entry.quorum = true;
+        }
+        let before = self.commit_max;
+        let mut commit = self.commit_max;
+        for p in self.pipeline.iter() {
+            if p.op() <= commit {
+                continue;
+            }
+            if p.op() == commit + 1 && p.quorum {
+                commit = p.op();
+            } else {
+                break;
+            }
+        }
+        if commit > before {
+            self.commit_max = commit;
+            self.pipeline_stalled_ticks = 0;
+            self.commit_pipeline(now, out);
+        }
+        Ok(())
+    }
+
+    /// Primary: apply every pipeline head with `op <= commit_max`, reply, promote (§5.8).
+    pub(crate) fn commit_pipeline(&mut self, now: Now, out: &mut Outbox) {
+        let mut popped = false;
+        while self.commit_min < self.commit_max {
+            let op = self.commit_min + 1;
+            if self
+                .journal
+                .get(op)
+                .and_then(|e| e.frame.as_ref())
+                .is_none()
+            {
+                out.push(Effect::Fatal(FatalReason::CommittedOpMissing { op }));
+                return;
+            }
+            self.apply_op(op, true, out);
+            if self.pipeline.head().is_some_and(|p| p.op() == op) {
+                self.pipeline.pop_head();
+                popped = true;
+            }
+        }
+        if self.pipeline.is_empty() {
+            self.timers.prepare.stop();
+        } else if popped {
+            self.start_prepare_timer();
+        }
+        self.trim_frame_cache();
+        self.promote_requests(now, out);
+    }
+
+    /// Backup commit walk (§5.8): apply in order up to `commit_max`, stopping at a gap.
+    pub(crate) fn commit_journal(&mut self, now: Now, out: &mut Outbox) {
+        if self.transfer.is_active() || self.status == Status::Recovering {
+            return;
+        }
+        if self.is_primary() {
+            self.commit_pipeline(now, out);
+            return;
+        }
+        let mut progressed = false;
+        while self.commit_min < self.commit_max {
+            let op = self.commit_min + 1;
+            if !self
+                .journal
+                .get(op)
+                .is_some_and(|e| e.verified && e.frame.is_some())
+            {
+                break;
+            }
+            self.apply_op(op, false, out);
+            progressed = true;
+        }
+        if progressed {
+            self.trim_frame_cache();
+            self.repair_progress();
+        }
+    }
+
+    /// Applies committed `op` (`commit_min + 1`, frame cached) to the client table or the state
+    /// machine; the primary replies (§5.8).
+    pub(crate) fn apply_op(&mut self, op: u64, reply: bool, out: &mut Outbox) {
+        assert_eq!(
+            op,
+            self.commit_min + 1,
+            "commit_min advances one op at a time"
+        );
+        let entry = self.journal.get(op).expect("applied ops are journaled");
+        let header = entry.header;
+        let frame = entry.frame.clone().expect("applied ops are cached");
+        let body = frame.body();
+        let operation = Operation::from_byte(header.operation).unwrap_or(Operation::Reserved);
+        let client = header.client.get();
+        self.reply_buf.clear();
+        match (self.plane(), operation) {
+            (Plane::Metadata, Operation::Register) => {
+                self.clients.register(client, header.user_id.get(), op);
+                // Success body: [0] user_id, session, protocol version, server version.
+                self.reply_buf.extend_from_slice(&0u32.to_le_bytes());
+                self.reply_buf
+                    .extend_from_slice(&header.user_id.get().to_le_bytes());
+                self.reply_buf.extend_from_slice(&op.to_le_bytes());
+                self.reply_buf.extend_from_slice(&0x2C00u32.to_le_bytes());
+                self.reply_buf.push(6);
+                self.reply_buf.extend_from_slice(b"0.11.0");
+            }
+            (Plane::Metadata, Operation::Logout) => {
+                self.clients.logout(client);
+            }
+            (_, Operation::Reserved) => {}
+            (Plane::Partition, Operation::SendMessages) => {
+                if let Ok(batch) = partition::check(body) {
+                    self.applied_offset_end = self
+                        .applied_offset_end
+                        .max(batch.base_offset + u64::from(batch.message_count));
+                }
+                self.sm.apply(&header, body, &mut self.reply_buf);
+            }
+            _ => {
+                self.sm.apply(&header, body, &mut self.reply_buf);
+            }
+        }
+        self.commit_min = op;
+        let frame_out = (client != 0).then(|| frames::reply_committed(&header, &self.reply_buf));
+        if let Some(reply_frame) = frame_out {
+            if self.plane() == Plane::Metadata
+                && !matches!(operation, Operation::Register | Operation::Logout)
+            {
+                self.clients.commit(
+                    client,
+                    header.request.get(),
+                    header.request_checksum.get(),
+                    op,
+                    reply_frame.bytes(),
+                );
+            }
+            if reply && !self.complete_forward(client, op, out) {
+                out.push(Effect::Reply {
+                    client: ClientId(client),
+                    frame: reply_frame,
+                });
+            }
+        }
+    }
+
+    // ---- heartbeats and retransmission (§5.9, §6) --------------------------------------------
+
+    /// (Re)starts the prepare timer at its base with `attempts = 0`.
+    pub(crate) fn start_prepare_timer(&mut self) {
+        self.prepare_attempts = 0;
+        self.timers
+            .prepare
+            .start(self.config.prepare_retransmit_ticks);
+    }
+
+    fn on_prepare_timeout(&mut self, out: &mut Outbox) {
+        if !self.is_primary() || self.pipeline.is_empty() {
+            return;
+        }
+        self.prepare_attempts += 1;
+        let base = self.config.prepare_retransmit_ticks;
+        let exponent = self
+            .prepare_attempts
+            .min(PREPARE_RETRANSMIT_BACKOFF_EXPONENT_MAX);
+        let delay = (base << exponent).min(16 * base);
+        let wait = delay + self.prng.up_to(delay);
+        self.timers.prepare.start(wait);
+
+        let view = self.view;
+        let mut self_acks = Vec::new();
+        for entry in self.pipeline.iter() {
+            if entry.quorum || entry.op() <= self.commit_max {
+                continue;
+            }
+            let Some(journaled) = self.journal.get(entry.op()) else {
+                continue;
+            };
+            if entry.acks & (1 << self.id.0) == 0 && journaled.durable {
+                self_acks.push((entry.op(), entry.checksum()));
+            }
+            let Some(frame) = journaled.frame.as_ref() else {
+                continue;
+            };
+            let frame = frames::restamp(frame, view);
+            for r in 0..self.n as u8 {
+                if r != self.id.0 && entry.acks & (1 << r) == 0 {
+                    self.send(out, ReplicaId(r), frame.clone());
+                }
+            }
+        }
+        for (op, checksum) in self_acks {
+            let _ = self.record_ack(op, checksum, self.id, Now::default(), out);
+        }
+    }
+
+    fn on_commit_message_timeout(&mut self, out: &mut Outbox) {
+        if self.primary_index(self.view) != self.id || self.status != Status::Normal {
+            return;
+        }
+        if self.observed_newer_view > self.view {
+            self.enter_recovering();
+            return;
+        }
+        self.timers
+            .commit_message
+            .start(self.config.commit_broadcast_ticks);
+        if self.ceded || !self.is_vsr_durable() {
+            return;
+        }
+        // [design] Abdication (TigerBeetle-like, not in the reference): a primary whose
+        // pipeline head has waited a whole heartbeat timeout for a quorum stops heartbeating,
+        // so backups that can no longer reach it through acks elect a new primary instead of
+        // following a primary that cannot commit (a primary that sends but never receives).
+        if self.pipeline_stalled_ticks > self.config.heartbeat_timeout_ticks {
+            return;
+        }
+        self.heartbeat_counter += 1;
+        let frame = frames::commit(
+            self.sender(),
+            self.group.0,
+            self.commit_min,
+            self.heartbeat_counter,
+        );
+        self.broadcast(out, &frame);
+    }
+
+    fn on_normal_heartbeat_timeout(&mut self, out: &mut Outbox) {
+        if self.status != Status::Normal || self.is_primary() {
+            return;
+        }
+        if self.observed_newer_view > self.view {
+            self.enter_recovering();
+            return;
+        }
+        self.start_view_change_to(self.view + 1, out);
+    }
+
+    pub(crate) fn on_commit(
+        &mut self,
+        now: Now,
+        header: &CommitHeader,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let view = header.frame.view.get();
+        let sender = ReplicaId(header.frame.replica);
+        if view > self.view {
+            self.observed_newer_view = self.observed_newer_view.max(view);
+            return Err(Ignored::ViewNew);
+        }
+        if self.status != Status::Normal {
+            return Err(Ignored::Status);
+        }
+        if self.primary_index(self.view) == self.id {
+            if view < self.view && !self.ceded {
+                // A primary of an older view missed our view change: correct it (§5.9).
+                self.send_start_view_to(Some(sender), 0, out);
+                return Ok(());
+            }
+            return Err(Ignored::NotBackup);
+        }
+        if view < self.view {
+            return Err(Ignored::ViewOld);
+        }
+        if sender != self.primary_index(view) {
+            return Err(Ignored::WrongSender);
+        }
+        if self.transfer.is_active() {
+            return Err(Ignored::Transferring);
+        }
+        let counter = header.timestamp_monotonic.get();
+        let fresh = (view, counter) > self.heartbeat_accepted;
+        if fresh {
+            self.heartbeat_accepted = (view, counter);
+            self.heartbeat_counter = self.heartbeat_counter.max(counter);
+            self.timers
+                .normal_heartbeat
+                .start(self.config.heartbeat_timeout_ticks);
+        }
+        let commit = header.commit.get();
+        if commit > self.commit_max {
+            self.commit_max = commit;
+            self.commit_journal(now, out);
+        }
+        // Behind (the commit point may have come from a prepare): repair from the primary.
+        // An open session keeps its own pace.
+        if self.commit_min < self.commit_max {
+            self.start_repair(self.primary_index(self.view), out);
+        }
+        if fresh {
+            Ok(())
+        } else {
+            Err(Ignored::StaleHeartbeat)
+        }
+    }
+
+    /// A solo replica, a fresh group's view-0 primary, or a recovered primary-by-index of a
+    /// solo cluster starts leading at boot: re-pipeline the uncommitted suffix (§9.5).
+    pub(crate) fn start_view_as_recovered_primary(&mut self, out: &mut Outbox) {
+        let _ = out;
+        self.pipeline.clear();
+        for op in self.commit_min + 1..=self.op {
+            if let Some(entry) = self.journal.get(op) {
+                let header = entry.header;
+                self.pipeline.push(header);
+                let p = self.pipeline.get_mut(op).expect("just pushed");
+                p.acks |= 1 << self.id.0;
+                p.quorum = quorum::replication(self.n) <= 1;
+            }
+        }
+        if !self.pipeline.is_empty() {
+            self.start_prepare_timer();
+        }
+        self.timers
+            .commit_message
+            .start(self.config.commit_broadcast_ticks);
+        if self.n == 1 {
+            self.commit_max = self.op;
+            self.commit_pipeline(Now::default(), out);
+        }
+    }
+
+    /// Advances the durable prefix and clears `lost_state` once the log of the adopted view is
+    /// durably held (decision 28).
+    pub(crate) fn advance_durable_prefix(&mut self, out: &mut Outbox) {
+        while self
+            .journal
+            .get(self.durable_prefix + 1)
+            .is_some_and(|e| e.durable)
+        {
+            self.durable_prefix += 1;
+        }
+        if self.lost_state
+            && self.lost_until > 0
+            && self.durable_prefix >= self.lost_until
+            && self.checkpoint_durable >= self.snapshot_op
+        {
+            self.lost_state = false;
+            self.persist_vsr_state(out);
+        }
+    }
+
+    /// Partition plane: raise `next_offset` over a recovered SendMessages batch (journal.md §6).
+    pub(crate) fn note_recovered_offsets(&mut self, header: &PrepareHeader, body: &[u8]) {
+        if header.operation == Operation::SendMessages.byte()
+            && let Ok(batch) = partition::check(body)
+        {
+            self.next_offset = self
+                .next_offset
+                .max(batch.base_offset + u64::from(batch.message_count));
+        }
+    }
+
+    /// Answer to an `Effect::Read`: serve pending repair requests with the frame.
+    pub(crate) fn on_read(
+        &mut self,
+        op: u64,
+        frame: Option<Frame>,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        self.serve_read(op, frame, out)
+    }
+}
+
+#[cfg(test)]
+#[path = "normal_tests.rs"]
+mod tests;

@@ -1,0 +1,429 @@
+//! Handler tests for normal operation: one replica in a given state, one input, the exact
+//! effects out.
+
+// Setup steps feed inputs whose outcome the test does not inspect.
+#![allow(unused_must_use)]
+use wire::Operation;
+use wire::header::{Layout, ReplyHeader};
+
+use crate::Ignored;
+use crate::io::{Completion, Effect, Input};
+use crate::test_support::*;
+use crate::testing::Cluster;
+use crate::types::{ClientId, ReplicaId, Status};
+
+fn appended(frame: &crate::Frame) -> Input<'static> {
+    let h = frame.prepare_header().unwrap();
+    Input::Done(Completion::Appended {
+        op: h.op.get(),
+        checksum: h.frame.checksum.get(),
+    })
+}
+
+#[test]
+fn primary_projects_forwards_then_appends() {
+    let mut p = fresh(3, 0);
+    let request = Cluster::request(0x77, Operation::Register, 0, 0, vec![]);
+    let (result, effects) = input(&mut p, Input::Request(request));
+    assert_eq!(result, Ok(()));
+    let Effect::Append { op: 1, frame } = &effects[1] else {
+        panic!("{effects:?}");
+    };
+    assert_eq!(effects, vec![send(1, frame.clone()), effects[1].clone()]);
+    let h = frame.prepare_header().unwrap();
+    assert_eq!(
+        (
+            h.op.get(),
+            h.frame.view.get(),
+            h.parent.get(),
+            h.commit.get()
+        ),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(h.timestamp.get(), NOW.realtime_us);
+    assert_eq!(p.op(), 1);
+    assert_eq!(p.pipeline_len(), 1);
+}
+
+#[test]
+fn primary_commits_on_quorum_and_replies() {
+    let mut p = fresh(3, 0);
+    let request = Cluster::request(0x77, Operation::Register, 0, 0, vec![]);
+    let (_, effects) = input(&mut p, Input::Request(request));
+    let Effect::Append { frame, .. } = &effects[1] else {
+        panic!()
+    };
+    let frame = frame.clone();
+    // Own durable append: one ack of two.
+    assert_eq!(input(&mut p, appended(&frame)), (Ok(()), vec![]));
+    assert_eq!(p.commit_max(), 0);
+    // The backup's ack completes the quorum: commit, apply, reply.
+    let (result, effects) = feed(&mut p, 1, &prepare_ok(0, 1, &frame, 0));
+    assert_eq!(result, Ok(()));
+    assert_eq!(p.commit_min(), 1);
+    let [
+        Effect::Reply {
+            client,
+            frame: reply,
+        },
+    ] = effects.as_slice()
+    else {
+        panic!("{effects:?}");
+    };
+    assert_eq!(*client, ClientId(0x77));
+    let h = ReplyHeader::view(reply.bytes()).unwrap();
+    assert_eq!((h.op.get(), h.commit.get(), h.status.get()), (1, 1, 0));
+    // A duplicate ack changes nothing.
+    assert_eq!(
+        feed(&mut p, 1, &prepare_ok(0, 1, &frame, 0)),
+        (Err(Ignored::UnknownPrepare), vec![])
+    );
+}
+
+#[test]
+fn prepare_ok_from_another_view_or_unknown_prepare_is_ignored() {
+    let mut p = fresh(3, 0);
+    let other = prepare(0, 0, 1, 0, 0, b"x");
+    assert_eq!(
+        feed(&mut p, 1, &prepare_ok(0, 1, &other, 0)),
+        (Err(Ignored::UnknownPrepare), vec![])
+    );
+    assert_eq!(
+        feed(&mut p, 1, &prepare_ok(1, 1, &other, 0)),
+        (Err(Ignored::ViewNew), vec![])
+    );
+    let mut b = fresh(3, 1);
+    assert_eq!(
+        feed(&mut b, 2, &prepare_ok(0, 2, &other, 0)),
+        (Err(Ignored::NotPrimary), vec![])
+    );
+}
+
+#[test]
+fn backup_forwards_along_the_chain_and_appends() {
+    let c = chain(0, 0, 1);
+    let mut b1 = fresh(3, 1);
+    assert_eq!(
+        feed(&mut b1, 0, &c[0]),
+        (
+            Ok(()),
+            vec![
+                send(2, c[0].clone()),
+                Effect::Append {
+                    op: 1,
+                    frame: c[0].clone()
+                }
+            ]
+        )
+    );
+    // The last backup before the primary ends the chain.
+    let mut b2 = fresh(3, 2);
+    assert_eq!(
+        feed(&mut b2, 1, &c[0]),
+        (
+            Ok(()),
+            vec![Effect::Append {
+                op: 1,
+                frame: c[0].clone()
+            }]
+        )
+    );
+}
+
+#[test]
+fn chain_skips_disconnected_peers() {
+    let c = chain(0, 0, 1);
+    let mut b1 = fresh(4, 1);
+    input(
+        &mut b1,
+        Input::PeerConnection {
+            peer: ReplicaId(2),
+            connected: false,
+        },
+    );
+    let (_, effects) = feed(&mut b1, 0, &c[0]);
+    assert_eq!(effects[0], send(3, c[0].clone()));
+}
+
+#[test]
+fn backup_acks_only_after_the_durable_append() {
+    let c = chain(0, 0, 1);
+    let mut b = fresh(3, 2);
+    feed(&mut b, 1, &c[0]);
+    let (result, effects) = input(&mut b, appended(&c[0]));
+    assert_eq!(result, Ok(()));
+    assert_eq!(effects, vec![send(0, prepare_ok(0, 2, &c[0], 0))]);
+    // A completion for another identity is stale.
+    let other = prepare(0, 0, 1, 0, 0, b"other");
+    assert_eq!(
+        input(&mut b, appended(&other)),
+        (Err(Ignored::StaleCompletion), vec![])
+    );
+}
+
+#[test]
+fn duplicate_prepare_is_reforwarded_and_reacked() {
+    let c = chain(0, 0, 1);
+    let mut b = fresh(3, 1);
+    feed(&mut b, 0, &c[0]);
+    input(&mut b, appended(&c[0]));
+    let (result, effects) = feed(&mut b, 0, &c[0]);
+    assert_eq!(result, Err(Ignored::Duplicate));
+    assert_eq!(
+        effects,
+        vec![send(2, c[0].clone()), send(0, prepare_ok(0, 1, &c[0], 0))]
+    );
+}
+
+#[test]
+fn gaps_chain_breaks_and_foreign_views_are_dropped() {
+    let c = chain(0, 0, 3);
+    let mut b = fresh(3, 1);
+    assert_eq!(feed(&mut b, 0, &c[1]), (Err(Ignored::Gap), vec![]));
+    feed(&mut b, 0, &c[0]);
+    let forged = prepare(0, 0, 2, 12345, 0, b"forged");
+    assert_eq!(feed(&mut b, 0, &forged), (Err(Ignored::ChainBreak), vec![]));
+    let newer = prepare(2, 2, 2, checksum(&c[0]), 0, b"n");
+    assert_eq!(feed(&mut b, 2, &newer), (Err(Ignored::ViewNew), vec![]));
+    assert_eq!(b.observed_newer_view, 2);
+}
+
+#[test]
+fn prepares_carry_the_commit_point_and_backups_apply() {
+    let c = chain(0, 0, 2);
+    let mut b = fresh(3, 2);
+    feed(&mut b, 1, &c[0]);
+    let second = prepare(0, 0, 2, checksum(&c[0]), 1, &[2]);
+    feed(&mut b, 1, &second);
+    assert_eq!(b.commit_max(), 1);
+    assert_eq!(b.commit_min(), 1, "the backup walked its journal");
+}
+
+#[test]
+fn primary_retransmits_directly_to_replicas_missing_an_ack() {
+    let mut p = fresh(3, 0);
+    let (_, effects) = input(
+        &mut p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    let Effect::Append { frame, .. } = effects[1].clone() else {
+        panic!()
+    };
+    input(&mut p, appended(&frame));
+    for _ in 0..24 {
+        let (_, effects) = input(&mut p, Input::Tick);
+        assert!(effects.iter().all(|e| !matches!(e, Effect::Send { .. })));
+    }
+    let (_, effects) = input(&mut p, Input::Tick);
+    assert_eq!(
+        effects,
+        vec![send(1, frame.clone()), send(2, frame.clone())]
+    );
+}
+
+#[test]
+fn commit_heartbeat_every_interval_with_a_growing_counter() {
+    let mut p = fresh(3, 0);
+    for _ in 0..49 {
+        assert_eq!(input(&mut p, Input::Tick).1, vec![]);
+    }
+    let (_, effects) = input(&mut p, Input::Tick);
+    assert_eq!(effects, broadcast(3, 0, &commit_frame(0, 0, 0, 1)));
+}
+
+#[test]
+fn backup_accepts_fresh_heartbeats_and_repairs_when_behind() {
+    let mut b = fresh(3, 1);
+    let (result, effects) = feed(&mut b, 0, &commit_frame(0, 0, 3, 1));
+    assert_eq!(result, Ok(()));
+    assert_eq!(b.commit_max(), 3);
+    let [Effect::Send { to, frame }] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(*to, ReplicaId(0));
+    assert_eq!(frame.command(), Some(wire::Command::RequestPrepares));
+    // The same counter again is stale; an older view is old.
+    assert_eq!(
+        feed(&mut b, 0, &commit_frame(0, 0, 3, 1)).0,
+        Err(Ignored::StaleHeartbeat)
+    );
+    assert_eq!(
+        feed(&mut b, 2, &commit_frame(0, 2, 3, 9)).0,
+        Err(Ignored::WrongSender)
+    );
+}
+
+#[test]
+fn heartbeat_timeout_starts_a_view_change_gated_on_the_superblock() {
+    let mut b = fresh(3, 1);
+    let mut last = vec![];
+    for _ in 0..1000 {
+        let (_, effects) = input(&mut b, Input::Tick);
+        if !effects.is_empty() {
+            last = effects;
+            break;
+        }
+    }
+    assert_eq!(b.status(), Status::ViewChange);
+    assert_eq!(b.view(), 1);
+    // Nothing view-scoped leaves before the superblock records view 1.
+    assert_eq!(
+        last,
+        vec![Effect::PersistVsrState(crate::VsrState {
+            view: 1,
+            log_view: 0,
+            commit_max: 0,
+            lost_state: false,
+        })]
+    );
+}
+
+#[cfg(feature = "bug-knobs")]
+#[test]
+fn bug_knob_acks_before_the_append_completes() {
+    let mut raw = raw(3, 2);
+    raw.bug_knobs.ack_before_append = true;
+    let mut b = boot(raw);
+    let c = chain(0, 0, 1);
+    let (_, effects) = feed(&mut b, 1, &c[0]);
+    assert_eq!(
+        effects,
+        vec![
+            Effect::Append {
+                op: 1,
+                frame: c[0].clone()
+            },
+            send(0, prepare_ok(0, 2, &c[0], 0))
+        ]
+    );
+}
+
+#[test]
+fn backup_refuses_a_send_messages_stamp_it_cannot_rederive() {
+    use crate::partition::{build_batch, stamp};
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut b = boot(crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group));
+    let build = |base_offset: u64, partition: u64| {
+        let mut batch = build_batch(&[b"m"]);
+        stamp(&mut batch, partition, base_offset, 1_001);
+        let mut h = PrepareHeader::zeroed();
+        h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+        h.client.set(5);
+        h.op.set(1);
+        h.timestamp.set(1_001);
+        h.operation = Operation::SendMessages.byte();
+        h.group.set(group.0);
+        crate::frames::finish(h, &batch)
+    };
+    assert_eq!(feed(&mut b, 1, &build(7, 3)), (Err(Ignored::Stamp), vec![]));
+    assert_eq!(feed(&mut b, 1, &build(0, 4)), (Err(Ignored::Stamp), vec![]));
+    let good = build(0, 3);
+    assert_eq!(
+        feed(&mut b, 1, &good),
+        (
+            Ok(()),
+            vec![Effect::Append {
+                op: 1,
+                frame: good.clone()
+            }]
+        )
+    );
+    assert_eq!(b.next_offset(), 1);
+}
+
+#[test]
+fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
+    let mut raw = raw(3, 0);
+    raw.prepare_queue_depth = 1;
+    raw.request_queue_depth = 1;
+    let mut p = boot(raw);
+    let register = |c| Input::Request(Cluster::request(c, Operation::Register, 0, 0, vec![]));
+    assert_eq!(input(&mut p, register(1)).0, Ok(()));
+    // The same client again while its register is in flight: "not committed yet".
+    let (result, effects) = input(&mut p, register(1));
+    assert_eq!(result, Err(Ignored::Refused));
+    let [Effect::Reply { frame, .. }] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(&frame.body()[8..12], &57u32.to_le_bytes());
+    // A second client parks in the request queue, a third overflows.
+    assert_eq!(input(&mut p, register(2)), (Ok(()), vec![]));
+    assert_eq!(p.request_queue_len(), 1);
+    assert_eq!(
+        input(&mut p, register(3)),
+        (Err(Ignored::QueueFull), vec![])
+    );
+}
+
+#[test]
+fn a_failed_append_stops_the_process_even_as_primary() {
+    let mut p = fresh(3, 0);
+    let (_, effects) = input(
+        &mut p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    let Effect::Append { frame, .. } = effects[1].clone() else {
+        panic!()
+    };
+    let h = frame.prepare_header().unwrap();
+    let (_, effects) = input(
+        &mut p,
+        Input::Done(Completion::AppendFailed {
+            op: 1,
+            checksum: h.frame.checksum.get(),
+        }),
+    );
+    assert_eq!(
+        effects,
+        vec![Effect::Fatal(crate::FatalReason::AppendFailed { op: 1 })]
+    );
+}
+
+#[test]
+fn a_fresh_group_acts_only_after_its_first_superblock() {
+    let mut out = crate::Outbox::new();
+    let mut p = crate::Replica::new(
+        raw(3, 0).validate().unwrap(),
+        crate::Recovered::fresh(3),
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(
+        out.drain().collect::<Vec<_>>(),
+        vec![Effect::PersistVsrState(crate::VsrState::default())]
+    );
+    let (result, effects) = input(
+        &mut p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    assert_eq!(result, Err(Ignored::Refused));
+    assert!(matches!(effects.as_slice(), [Effect::Reply { .. }]));
+    // No heartbeat either.
+    for _ in 0..60 {
+        let (_, effects) = input(&mut p, Input::Tick);
+        assert!(effects.iter().all(|e| !matches!(e, Effect::Send { .. })));
+    }
+}
+
+#[test]
+fn a_heartbeat_starts_repair_when_the_commit_point_came_from_a_prepare() {
+    let c = chain(0, 0, 3);
+    let mut b = fresh(3, 2);
+    // Op 3 arrives first (a gap): its commit field says 2 is committed.
+    let third = prepare(0, 0, 3, checksum(&c[1]), 2, &[3]);
+    feed(&mut b, 1, &third);
+    assert_eq!((b.commit_max(), b.commit_min()), (2, 0));
+    // The heartbeat does not advance commit_max, but the replica is behind: repair.
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 2, 1));
+    let (to, frame) = sent(&effects[0]);
+    assert_eq!(
+        (to, frame.command()),
+        (0, Some(wire::Command::RequestPrepares))
+    );
+}

@@ -1,0 +1,184 @@
+//! Handler tests for recovery: restart join, probes, incarnation guard, election fallback.
+
+#![allow(unused_must_use)]
+
+use wire::Command;
+use wire::header::{Layout, StartViewHeader};
+
+use crate::Ignored;
+use crate::io::{Effect, Input};
+use crate::test_support::*;
+use crate::types::{Status, VsrState};
+
+#[test]
+fn recovery_replays_up_to_the_commit_watermark() {
+    let mut c = chain(0, 0, 2);
+    // Op 3 says op 2 committed: ops 1-2 are applied at boot, op 3 is not.
+    c.push(prepare(0, 0, 3, checksum(&c[1]), 2, &[3]));
+    let b = restarted(3, 1, 0, &c, 9);
+    assert_eq!((b.op(), b.commit_min(), b.commit_max()), (3, 2, 2));
+    assert_eq!(b.status(), Status::Recovering);
+}
+
+#[test]
+fn recovery_drops_frames_from_the_first_chain_break() {
+    let mut c = chain(0, 0, 2);
+    c.push(prepare(0, 0, 3, 999, 0, &[3]));
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(3, 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames: c,
+            incarnation: 1,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(b.op(), 2);
+    assert_eq!(
+        out.drain().collect::<Vec<_>>(),
+        vec![Effect::Truncate { from_op: 3 }]
+    );
+}
+
+#[test]
+fn recovering_replica_probes_then_elects_when_nobody_answers() {
+    let mut b = restarted(3, 1, 0, &chain(0, 0, 1), 9);
+    let probe = request_start_view(1, 0, 9);
+    for _ in 0..4 {
+        assert_eq!(tick_until_effects(&mut b, 100), broadcast(3, 1, &probe));
+    }
+    assert_eq!(
+        tick_until_effects(&mut b, 100),
+        vec![Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 0,
+            commit_max: 0,
+            lost_state: false,
+        })]
+    );
+    assert_eq!(b.status(), Status::ViewChange);
+}
+
+#[test]
+fn the_primary_answers_a_probe_with_a_unicast_start_view() {
+    let mut p = fresh(3, 0);
+    let (result, effects) = feed(&mut p, 2, &request_start_view(2, 0, 42));
+    assert_eq!(result, Ok(()));
+    let [effect] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    let (to, frame) = sent(effect);
+    assert_eq!(to, 2);
+    assert_eq!(frame.command(), Some(Command::StartView));
+    let h = StartViewHeader::view(frame.bytes()).unwrap();
+    assert_eq!(h.incarnation.get(), 42);
+    // A backup does not answer.
+    let mut b = fresh(3, 1);
+    assert_eq!(
+        feed(&mut b, 2, &request_start_view(2, 0, 42)),
+        (Err(Ignored::NotPrimary), vec![])
+    );
+}
+
+#[test]
+fn a_probe_from_the_current_primary_in_its_own_view_starts_an_election() {
+    let mut b = fresh(3, 1);
+    let (result, _) = feed(&mut b, 0, &request_start_view(0, 0, 5));
+    assert_eq!(result, Ok(()));
+    assert_eq!((b.status(), b.view()), (Status::ViewChange, 1));
+    let mut b = fresh(3, 2);
+    assert_eq!(
+        feed(&mut b, 0, &request_start_view(0, 3, 5)).0,
+        Err(Ignored::ViewOld),
+        "a probe stamped with another view from the primary is not evidence"
+    );
+}
+
+#[test]
+fn incarnation_guard_rejects_answers_to_a_previous_life() {
+    let c = chain(0, 0, 2);
+    let mut b = restarted(3, 1, 0, &c, 9);
+    // An answer to an older incarnation's probe, with a head below ours.
+    let mut sv = start_view(0, 0, 1, 0, &c[..1]).bytes().to_vec();
+    sv[240..256].copy_from_slice(&8u128.to_le_bytes());
+    wire::finish((&mut sv[..256]).try_into().unwrap(), &c[0].bytes()[..256]).unwrap();
+    let sv = crate::Frame::new(sv);
+    assert_eq!(feed(&mut b, 0, &sv).0, Err(Ignored::StartViewRejected));
+    // Our own incarnation's answer is adopted.
+    let mut ok = start_view(0, 0, 2, 0, &c).bytes().to_vec();
+    ok[240..256].copy_from_slice(&9u128.to_le_bytes());
+    let body = ok[256..].to_vec();
+    wire::finish((&mut ok[..256]).try_into().unwrap(), &body).unwrap();
+    let (result, _) = feed(&mut b, 0, &crate::Frame::new(ok));
+    assert_eq!(result, Ok(()));
+    assert_eq!(b.status(), Status::Normal);
+}
+
+#[test]
+fn recovering_replicas_are_quorum_invisible() {
+    let mut b = restarted(3, 1, 0, &chain(0, 0, 1), 9);
+    assert_eq!(feed(&mut b, 2, &svc(1, 2)), (Err(Ignored::Status), vec![]));
+    let c = chain(0, 0, 2);
+    assert_eq!(feed(&mut b, 0, &c[1]).0, Err(Ignored::Status));
+    assert_eq!(
+        feed(&mut b, 2, &request_start_view(2, 0, 1)).0,
+        Err(Ignored::Status)
+    );
+    let _ = input(&mut b, Input::Tick);
+}
+
+#[test]
+fn recovery_keeps_acked_prepares_above_a_hole() {
+    let c = chain(0, 0, 4);
+    // Op 2 is missing (the replica was still repairing it when it crashed).
+    let frames = vec![c[0].clone(), c[2].clone(), c[3].clone()];
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(3, 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames,
+            incarnation: 1,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(out.drain().count(), 0, "nothing truncated");
+    assert_eq!(b.op(), 4);
+    assert!(b.header(3).is_some() && b.header(4).is_some());
+    assert!(b.header(2).is_none());
+}
+
+#[test]
+fn a_group_that_wrote_its_superblock_restarts_recovering() {
+    let b = restarted(3, 0, 0, &[], 4);
+    assert_eq!(
+        b.status(),
+        Status::Recovering,
+        "even the view-0 primary cedes"
+    );
+    assert!(b.is_ceded());
+}
+
+#[test]
+fn a_solo_replica_truncates_at_the_first_hole() {
+    let c = chain(0, 0, 3);
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(1, 0).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames: vec![c[0].clone(), c[2].clone()],
+            incarnation: 1,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!((b.op(), b.commit_min()), (1, 1));
+    assert!(out.drain().any(|e| e == Effect::Truncate { from_op: 2 }));
+}

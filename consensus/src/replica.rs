@@ -1,0 +1,709 @@
+//! The replica: state of one VSR group on one node, `new` (recovery), `step` (dispatch) and the
+//! read-only accessors the driver and the simulator's checkers use.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use wire::Message;
+use wire::header::{Layout, PrepareHeader};
+
+use crate::client_table::ClientTable;
+use crate::config::Config;
+use crate::forward::Forwards;
+use crate::ignored::Ignored;
+use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
+use crate::journal::{Entry, Journal};
+use crate::pipeline::Pipeline;
+use crate::repair::Repair;
+use crate::state_machine::StateMachine;
+use crate::timer::{Prng, Timer};
+use crate::transfer::Transfer;
+use crate::types::{Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
+use crate::view_change::ViewChangeState;
+
+/// Every timer of a replica (§6).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Timers {
+    pub prepare: Timer,
+    pub commit_message: Timer,
+    pub normal_heartbeat: Timer,
+    pub start_view_change: Timer,
+    pub do_view_change: Timer,
+    pub view_change_status: Timer,
+    pub request_start_view: Timer,
+    pub repair: Timer,
+    /// Superblock write retry after a failure (10 ms doubling to 1 s, §6).
+    pub persist_retry: Timer,
+}
+
+/// One VSR group on one node: a synchronous, sans-IO state machine.
+///
+/// Feed it [`Input`]s with [`Replica::step`]; drain the [`Outbox`] after every step and execute
+/// the effects in order. `S` is the replicated state machine the core applies committed ops to.
+pub struct Replica<S: StateMachine> {
+    pub(crate) config: Config,
+    pub(crate) sm: S,
+    pub(crate) id: ReplicaId,
+    pub(crate) n: usize,
+    pub(crate) group: GroupId,
+
+    pub(crate) view: u32,
+    pub(crate) log_view: u32,
+    /// The pair the superblock records (§8.10).
+    pub(crate) durable: (u32, u32),
+    /// The last superblock write requested, if its completion is outstanding.
+    pub(crate) persisting: Option<(u32, u32, bool)>,
+    /// Superblock writes in flight, oldest first: `(view, log_view, lost_state)`.
+    pub(crate) writes: VecDeque<(u32, u32, bool)>,
+    /// The `lost_state` flag the superblock records.
+    pub(crate) lost_state_durable: bool,
+    pub(crate) status: Status,
+    pub(crate) ceded: bool,
+    pub(crate) observed_newer_view: u32,
+    pub(crate) incarnation: u128,
+
+    pub(crate) journal: Journal,
+    /// The sequencer: highest op of the log head.
+    pub(crate) op: u64,
+    pub(crate) commit_min: u64,
+    pub(crate) commit_max: u64,
+    /// Identity of the head prepare (`parent` of the next one).
+    pub(crate) last_checksum: u128,
+    pub(crate) last_timestamp: u64,
+    /// Ops at or below were installed from a snapshot, not journaled here.
+    pub(crate) snapshot_op: u64,
+    /// The adopted or decided view's headers (StartView body / merged log) not yet journaled
+    /// here; bodies arriving by repair or retransmission are verified against them.
+    pub(crate) view_headers: BTreeMap<u64, PrepareHeader>,
+    /// Recovery barrier (§9.5): no admission until `commit_max >= barrier`.
+    pub(crate) recovery_barrier: u64,
+
+    pub(crate) pipeline: Pipeline,
+    pub(crate) requests: VecDeque<ClientRequest>,
+    pub(crate) prepare_attempts: u32,
+
+    /// The heartbeat counter this group sends (never reset, raised to accepted values).
+    pub(crate) heartbeat_counter: u64,
+    /// `(view, counter)` of the last accepted Commit heartbeat (freshness is per view).
+    pub(crate) heartbeat_accepted: (u32, u64),
+
+    pub(crate) timers: Timers,
+    pub(crate) prng: Prng,
+    /// Bit `r`: peer `r` has a live connection (chain replication skips the others).
+    pub(crate) connected: u32,
+
+    pub(crate) vc: ViewChangeState,
+    pub(crate) probe_attempts: u32,
+    pub(crate) repair: Repair,
+    pub(crate) transfer: Transfer,
+    pub(crate) clients: ClientTable,
+    pub(crate) forwards: Forwards,
+    /// Partition plane: the next message offset to mint (§5.6).
+    pub(crate) next_offset: u64,
+    /// Partition plane: the offset after the last applied SendMessages batch.
+    pub(crate) applied_offset_end: u64,
+    /// Scratch buffer for apply output.
+    pub(crate) reply_buf: Vec<u8>,
+    /// Frames below this op were dropped from the cache.
+    pub(crate) frame_cache_floor: u64,
+    /// Consecutive failed superblock writes.
+    pub(crate) persist_failures: u32,
+    /// Primary: ticks since `commit_max` last advanced while the pipeline was non-empty.
+    pub(crate) pipeline_stalled_ticks: u64,
+    /// Appends in flight whose entries were truncated: their completions prove nothing.
+    pub(crate) stale_appends: Vec<(u64, u128)>,
+    /// A superblock for this group exists on disk. A fresh group writes one before it sends
+    /// anything, so a restart after any send is a restart with a prior life (§9.1).
+    pub(crate) superblock_written: bool,
+    /// Identity of the prepare at `snapshot_op` (0 for op 0, or unknown after a transfer).
+    pub(crate) snapshot_checksum: u128,
+    /// The node lost acknowledged state (see `VsrState::lost_state`): it never sends a
+    /// DoViewChange nor takes the election fallback until it durably holds the log up to
+    /// `lost_until`, the head of the latest view it adopted.
+    pub(crate) lost_state: bool,
+    pub(crate) lost_until: u64,
+    /// Highest op such that every op above the snapshot up to it is durably journaled.
+    pub(crate) durable_prefix: u64,
+    /// The snapshot op the driver confirmed durable (`Completion::Checkpointed`).
+    pub(crate) checkpoint_durable: u64,
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Builds the replica from what the driver recovered (journal.md §3.5 step 8, §9.1).
+    ///
+    /// `state_machine` must already be restored at `recovered.snapshot_op`. The core replays the
+    /// recovered frames up to the commit watermark (the highest `commit` any journaled header
+    /// carries; n == 1: the head) into it, rebuilds the client table, and chooses the join
+    /// mode: a fresh group or a solo cluster starts Normal; a group with a prior life in a
+    /// multi-replica cluster starts Recovering and probes with RequestStartView. Frames that do
+    /// not decode or do not chain are dropped from the first bad one on (and a `Truncate`
+    /// is emitted for them into `out`).
+    pub fn new(config: Config, recovered: Recovered, state_machine: S, out: &mut Outbox) -> Self {
+        let n = config.n();
+        let id = config.replica;
+        let group = config.group;
+        let plane = config.plane();
+        let prior_life = recovered.has_prior_life();
+        let incarnation = if plane == Plane::Metadata {
+            recovered.incarnation
+        } else {
+            0
+        };
+        let prng = Prng::new(config.cluster, id.0, group.0, recovered.incarnation);
+        let clients = ClientTable::decode(&recovered.client_table, config.clients_table_max)
+            .unwrap_or_else(|| ClientTable::new(config.clients_table_max));
+        let mut replica = Replica {
+            sm: state_machine,
+            id,
+            n,
+            group,
+            view: 0,
+            log_view: 0,
+            durable: (0, 0),
+            persisting: None,
+            writes: VecDeque::new(),
+            lost_state_durable: false,
+            status: Status::Normal,
+            ceded: false,
+            observed_newer_view: 0,
+            incarnation,
+            journal: Journal::new(recovered.snapshot_op + 1),
+            op: recovered.snapshot_op,
+            commit_min: recovered.snapshot_op,
+            commit_max: recovered.snapshot_op,
+            last_checksum: recovered.snapshot_checksum,
+            last_timestamp: recovered.snapshot_timestamp,
+            snapshot_op: recovered.snapshot_op,
+            view_headers: BTreeMap::new(),
+            recovery_barrier: 0,
+            pipeline: Pipeline::default(),
+            requests: VecDeque::new(),
+            prepare_attempts: 0,
+            heartbeat_counter: 0,
+            heartbeat_accepted: (0, 0),
+            timers: Timers::default(),
+            prng,
+            connected: if n >= 32 { u32::MAX } else { (1u32 << n) - 1 },
+            vc: ViewChangeState::default(),
+            probe_attempts: 0,
+            repair: Repair::default(),
+            transfer: Transfer::default(),
+            clients,
+            forwards: Forwards::default(),
+            next_offset: recovered.offset_frontier,
+            applied_offset_end: recovered.offset_frontier,
+            reply_buf: Vec::new(),
+            frame_cache_floor: 0,
+            persist_failures: 0,
+            pipeline_stalled_ticks: 0,
+            stale_appends: Vec::new(),
+            superblock_written: recovered.superblock.is_some(),
+            snapshot_checksum: recovered.snapshot_checksum,
+            lost_state: recovered.lost_state
+                || recovered.superblock.is_some_and(|sb| sb.lost_state),
+            lost_until: 0,
+            durable_prefix: recovered.snapshot_op,
+            checkpoint_durable: recovered.snapshot_op,
+            config,
+        };
+
+        // Journal: every recovered prepare, holes included. Entries above a hole were acked
+        // (a backup that adopted a view journals live prepares above ops it still repairs), so
+        // dropping them would roll an ack back; the view change verifies them later. Only a
+        // chain break between adjacent entries (corruption) or a bad frame ends the journal.
+        let mut watermark = recovered.snapshot_op;
+        let mut chain_end = recovered.snapshot_op;
+        let mut last_view = 0u32;
+        let mut kept = 0usize;
+        for frame in &recovered.frames {
+            let Some(header) = frame.prepare_header().copied() else {
+                break;
+            };
+            let op = header.op.get();
+            if op <= replica.op
+                || !replica.journal.fits(op)
+                || header.group.get() != group.0
+                || !wire::integrity::verify_prepare_identity(header.bytes())
+            {
+                break;
+            }
+            // A snapshot installed by state transfer may not know its own identity (0).
+            let unknown_anchor = op == recovered.snapshot_op + 1
+                && recovered.snapshot_op > 0
+                && recovered.snapshot_checksum == 0;
+            let adjacent = op == replica.op + 1;
+            if adjacent && header.parent.get() != replica.last_checksum && !unknown_anchor {
+                break;
+            }
+            // A solo replica acks nothing but its own appends: nothing above a hole committed.
+            if n == 1 && !adjacent {
+                break;
+            }
+            replica.journal.insert(Entry {
+                header,
+                frame: Some(frame.clone()),
+                durable: true,
+                verified: true,
+            });
+            kept += 1;
+            replica.op = op;
+            replica.last_checksum = header.frame.checksum.get();
+            replica.last_timestamp = replica.last_timestamp.max(header.timestamp.get());
+            last_view = last_view.max(header.frame.view.get());
+            if adjacent && chain_end + 1 == op {
+                // Still the unbroken chain from the snapshot: its commit fields are evidence.
+                chain_end = op;
+                watermark = watermark.max(header.commit.get());
+            }
+            if plane == Plane::Partition {
+                replica.note_recovered_offsets(&header, frame.body());
+            }
+        }
+        if kept < recovered.frames.len() {
+            out.push(Effect::Truncate {
+                from_op: replica.op + 1,
+            });
+        }
+        if n == 1 {
+            watermark = chain_end;
+        }
+        replica.advance_durable_prefix(out);
+        // Replay only along the unbroken chain: an op below a hole could be a stale entry.
+        let watermark = watermark.min(chain_end);
+        while replica.commit_min < watermark {
+            let op = replica.commit_min + 1;
+            replica.apply_op(op, false, out);
+        }
+        replica.commit_max = replica.commit_min;
+        if let Some(sb) = recovered.superblock {
+            replica.view = sb.view;
+            replica.log_view = sb.log_view;
+            replica.commit_max = replica.commit_max.max(sb.commit_max.min(replica.op));
+        } else {
+            replica.view = last_view;
+            replica.log_view = 0;
+        }
+        debug_assert!(replica.log_view <= replica.view);
+        replica.durable = (replica.view, replica.log_view);
+        replica.lost_state_durable = recovered.superblock.is_some_and(|sb| sb.lost_state);
+        if !replica.superblock_written {
+            // Nothing leaves before the group's superblock exists (see `superblock_written`).
+            replica.persist_vsr_state(out);
+        }
+        if replica.commit_min < replica.op && plane == Plane::Metadata {
+            replica.recovery_barrier = replica.op;
+        }
+        replica.trim_frame_cache();
+
+        if n == 1 || !prior_life {
+            replica.status = Status::Normal;
+            if replica.primary_index(replica.view) == id {
+                replica.start_view_as_recovered_primary(out);
+            } else {
+                let ticks = replica.heartbeat_ticks_with_jitter();
+                replica.timers.normal_heartbeat.start(ticks);
+            }
+        } else {
+            replica.ceded = true;
+            replica.enter_recovering();
+        }
+        #[cfg(debug_assertions)]
+        replica.check_invariants();
+        replica
+    }
+
+    /// Feeds one input. Returns `Err(reason)` when the input was dropped (the outbox may still
+    /// hold a client-facing refusal); effects are appended to `out` in execution order.
+    pub fn step(&mut self, now: Now, input: Input<'_>, out: &mut Outbox) -> Result<(), Ignored> {
+        let result = match input {
+            Input::Tick => {
+                self.on_tick(now, out);
+                Ok(())
+            }
+            Input::Message { from, message } => self.on_message(now, from, message, out),
+            Input::Frame { from, frame } => {
+                match wire::decode_replica(frame, self.config.max_message_size) {
+                    Ok(message) => self.on_message(now, from, message, out),
+                    Err(error) => Err(Ignored::Decode(error)),
+                }
+            }
+            Input::Request(request) => self.on_request(now, request, out),
+            Input::Done(completion) => self.on_completion(now, completion, out),
+            Input::PeerConnection { peer, connected } => {
+                if usize::from(peer.0) < self.n && peer != self.id {
+                    if connected {
+                        self.connected |= 1 << peer.0;
+                    } else {
+                        self.connected &= !(1 << peer.0);
+                    }
+                    Ok(())
+                } else {
+                    Err(Ignored::Sender(wire::decode::SenderError::OutsideRoster {
+                        replica: peer.0,
+                        replica_count: self.config.replica_count,
+                    }))
+                }
+            }
+        };
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        result
+    }
+
+    fn on_message(
+        &mut self,
+        now: Now,
+        from: ReplicaId,
+        message: Message<'_>,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        wire::decode::check_sender(&message, self.config.replica_count, self.id.0)
+            .map_err(Ignored::Sender)?;
+        if u128::from_le_bytes(message.header_bytes()[32..48].try_into().expect("16 bytes"))
+            != self.config.cluster
+        {
+            return Err(Ignored::Cluster);
+        }
+        if message.group() != self.group {
+            return Err(Ignored::Group);
+        }
+        match message {
+            Message::Request { .. } => Err(Ignored::Command),
+            Message::Prepare { header, body } => self.on_prepare(now, header, body, out),
+            Message::PrepareOk(h) => self.on_prepare_ok(now, h, out),
+            Message::Commit(h) => self.on_commit(now, h, out),
+            Message::StartViewChange(h) => self.on_start_view_change(h, out),
+            Message::DoViewChange { header, suffix } => {
+                self.on_do_view_change(header, &suffix, out)
+            }
+            Message::StartView { header, suffix } => {
+                self.on_start_view(header, suffix.ok().as_ref(), out)
+            }
+            Message::RequestStartView(h) => self.on_request_start_view(h, out),
+            Message::RequestPrepares(h) => self.on_request_prepares(h, out),
+            Message::RepairPrepare { header, body } => {
+                self.on_repair_prepare(from, header, body, out)
+            }
+            Message::RepairDone(h) => self.on_repair_done(h, out),
+            Message::RangeEvicted(h) => self.on_range_evicted(h, out),
+            Message::RequestStateTransfer(h) => self.on_request_state_transfer(h, out),
+            Message::StateTransferTarget { header, body } => {
+                self.on_state_transfer_target(header, body, out)
+            }
+            Message::RequestStateChunk(h) => self.on_request_state_chunk(h, out),
+            Message::StateChunk { header, body } => self.on_state_chunk(header, body, out),
+            Message::ForwardRegister(h) => self.on_forward_register(now, h, out),
+            Message::ForwardRegisterResult(h) => self.on_forward_register_result(h, out),
+            Message::ForwardLogout(h) => self.on_forward_logout(now, h, out),
+            Message::ForwardLogoutResult(h) => self.on_forward_logout_result(h, out),
+        }
+    }
+
+    fn on_completion(
+        &mut self,
+        now: Now,
+        completion: Completion,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        match completion {
+            Completion::Appended { op, checksum } => self.on_appended(now, op, checksum, out),
+            Completion::AppendFailed { op, checksum } => self.on_append_failed(op, checksum, out),
+            Completion::VsrStatePersisted { view, log_view } => {
+                self.on_vsr_persisted(view, log_view, out)
+            }
+            Completion::VsrStatePersistFailed { view, log_view } => {
+                let Some(write) = self.take_write(view, log_view) else {
+                    return Err(Ignored::StaleCompletion);
+                };
+                if self.persisting == Some(write) {
+                    self.persisting = None;
+                    // Retry with backoff; the withheld sends follow the eventual success.
+                    self.persist_failures = self.persist_failures.saturating_add(1);
+                    let ticks = 1u64 << self.persist_failures.min(7);
+                    self.timers.persist_retry.start(ticks.min(100));
+                    Ok(())
+                } else {
+                    Err(Ignored::StaleCompletion)
+                }
+            }
+            Completion::Read { op, frame } => self.on_read(op, frame, out),
+            Completion::Checkpointed { op } => self.on_checkpointed(op, out),
+        }
+    }
+
+    // ---- read-only accessors -------------------------------------------------------------
+
+    /// This replica's id.
+    pub fn replica(&self) -> ReplicaId {
+        self.id
+    }
+    /// The group this replica runs.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    /// Current view.
+    pub fn view(&self) -> u32 {
+        self.view
+    }
+    /// View in which the log was last (re)based.
+    pub fn log_view(&self) -> u32 {
+        self.log_view
+    }
+    /// The `(view, log_view)` the superblock records as far as the core knows.
+    pub fn vsr_state_durable(&self) -> (u32, u32) {
+        self.durable
+    }
+    /// Current status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+    /// Head op of the log (the sequencer).
+    pub fn op(&self) -> u64 {
+        self.op
+    }
+    /// Highest op applied locally.
+    pub fn commit_min(&self) -> u64 {
+        self.commit_min
+    }
+    /// Highest op known committed.
+    pub fn commit_max(&self) -> u64 {
+        self.commit_max
+    }
+    /// Primary index of `view` (`view mod n`).
+    pub fn primary_index(&self, view: u32) -> ReplicaId {
+        ReplicaId((view as usize % self.n) as u8)
+    }
+    /// Whether this replica is the acting primary: primary by index, not ceded, Normal.
+    pub fn is_primary(&self) -> bool {
+        self.status == Status::Normal && !self.ceded && self.primary_index(self.view) == self.id
+    }
+    /// The journaled header at `op` (held locally, durable or appending).
+    pub fn header(&self, op: u64) -> Option<&PrepareHeader> {
+        self.journal.header(op)
+    }
+    /// Whether the journal holds `op` durably (its `Appended` completion arrived).
+    pub fn is_durable(&self, op: u64) -> bool {
+        self.journal.get(op).is_some_and(|e| e.durable)
+    }
+    /// The replicated state machine.
+    pub fn state_machine(&self) -> &S {
+        &self.sm
+    }
+    /// The client table (metadata plane; empty on partitions), in its canonical encoding, for
+    /// equivalence checks between replicas.
+    pub fn client_table_encoded(&self) -> Vec<u8> {
+        self.clients.encode()
+    }
+    /// Partition plane: the next message offset this replica would mint.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+    /// Whether a state transfer is in progress (receiver side).
+    pub fn is_transferring(&self) -> bool {
+        self.transfer.is_active()
+    }
+    /// The receiver-side state-transfer stage.
+    pub fn transfer_stage(&self) -> crate::TransferStage {
+        self.transfer.stage
+    }
+    /// Whether this replica ceded the primary role its recovered view gives it (§3).
+    pub fn is_ceded(&self) -> bool {
+        self.ceded
+    }
+    /// Highest view seen on traffic dropped for being ahead of ours (§9.4).
+    pub fn observed_newer_view(&self) -> u32 {
+        self.observed_newer_view
+    }
+    /// Number of prepares in the primary's pipeline.
+    pub fn pipeline_len(&self) -> usize {
+        self.pipeline.len()
+    }
+    /// Number of requests parked in the request queue.
+    pub fn request_queue_len(&self) -> usize {
+        self.requests.len()
+    }
+    /// This boot's incarnation (0 on partition groups).
+    pub fn incarnation(&self) -> u128 {
+        self.incarnation
+    }
+
+    // ---- helpers shared by the handler modules --------------------------------------------
+
+    pub(crate) fn plane(&self) -> Plane {
+        self.config.plane()
+    }
+
+    pub(crate) fn sender(&self) -> wire::Sender {
+        wire::Sender {
+            cluster: self.config.cluster,
+            replica: self.id.0,
+            view: self.view,
+        }
+    }
+
+    /// The identity of the prepare at `op` as far as the log knows it: journaled, or the
+    /// snapshot's (0 at op 0). `None` when unknown.
+    pub(crate) fn checksum_at(&self, op: u64) -> Option<u128> {
+        if let Some(entry) = self.journal.get(op) {
+            return Some(entry.checksum());
+        }
+        if op == self.snapshot_op {
+            return Some(self.snapshot_checksum);
+        }
+        None
+    }
+
+    /// Whether view-scoped frames may leave (§8.10).
+    pub(crate) fn is_vsr_durable(&self) -> bool {
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.skip_durable_before_send {
+            return true;
+        }
+        self.is_vsr_durable_strict()
+    }
+
+    /// The superblock records exactly the in-memory pair (never bypassed by bug knobs).
+    pub(crate) fn is_vsr_durable_strict(&self) -> bool {
+        self.superblock_written && self.durable == (self.view, self.log_view)
+    }
+
+    /// Requests a superblock write of the in-memory state unless it is durable or in flight.
+    pub(crate) fn persist_vsr_state(&mut self, out: &mut Outbox) {
+        let want = (self.view, self.log_view, self.lost_state);
+        let durable = (self.durable.0, self.durable.1, self.lost_state_durable);
+        if (self.superblock_written && durable == want) || self.persisting == Some(want) {
+            return;
+        }
+        self.persisting = Some(want);
+        self.writes.push_back(want);
+        out.push(Effect::PersistVsrState(VsrState {
+            view: self.view,
+            log_view: self.log_view,
+            commit_max: self.commit_max,
+            lost_state: self.lost_state,
+        }));
+    }
+
+    /// Removes the oldest in-flight write of `(view, log_view)` (completions arrive in order).
+    pub(crate) fn take_write(&mut self, view: u32, log_view: u32) -> Option<(u32, u32, bool)> {
+        let i = self
+            .writes
+            .iter()
+            .position(|w| (w.0, w.1) == (view, log_view))?;
+        let write = self.writes.remove(i)?;
+        // Writes before it completed or failed without a completion we can match: drop them.
+        self.writes.drain(..i);
+        Some(write)
+    }
+
+    /// Whether `frame` may leave now: while `(view, log_view)` is not durable only the frames
+    /// that ask and advertise nothing leave (RequestStartView, and the requester side of
+    /// repair and state transfer), §8.10 [design].
+    fn may_send(&self, frame: &Frame) -> bool {
+        use wire::Command::*;
+        self.is_vsr_durable()
+            || matches!(
+                frame.command(),
+                Some(RequestStartView | RequestPrepares | RequestStateTransfer | RequestStateChunk)
+            )
+    }
+
+    /// Sends `frame` to a peer, behind the durable-before-send gate (a withheld frame is not
+    /// queued: timers regenerate it).
+    pub(crate) fn send(&self, out: &mut Outbox, to: ReplicaId, frame: Frame) {
+        debug_assert_ne!(to, self.id);
+        if self.may_send(&frame) {
+            out.push(Effect::Send { to, frame });
+        }
+    }
+
+    /// Sends `frame` to every peer, behind the same gate.
+    pub(crate) fn broadcast(&self, out: &mut Outbox, frame: &Frame) {
+        if !self.may_send(frame) {
+            return;
+        }
+        for r in 0..self.n as u8 {
+            if r != self.id.0 {
+                out.push(Effect::Send {
+                    to: ReplicaId(r),
+                    frame: frame.clone(),
+                });
+            }
+        }
+    }
+
+    pub(crate) fn is_connected(&self, peer: ReplicaId) -> bool {
+        self.connected & (1 << peer.0) != 0
+    }
+
+    pub(crate) fn heartbeat_ticks_with_jitter(&mut self) -> u64 {
+        let base = self.config.heartbeat_timeout_ticks;
+        base + self.prng.up_to(base / 4)
+    }
+
+    /// Drops cached frames of committed ops far enough below `commit_min`, and keeps the header
+    /// index bounded. Amortized O(1) per applied op (a cursor walks forward).
+    pub(crate) fn trim_frame_cache(&mut self) {
+        let below = self
+            .commit_min
+            .saturating_sub(self.config.frame_cache_committed);
+        let mut op = self.frame_cache_floor.max(self.journal.base());
+        while op < below {
+            if let Some(entry) = self.journal.get_mut(op) {
+                entry.frame = None;
+            }
+            op += 1;
+        }
+        self.frame_cache_floor = self.frame_cache_floor.max(below);
+        // Far below the commit point only repair cares, and it reads through the journal.
+        let trim = self.commit_min.saturating_sub(self.config.headers_retained);
+        if trim > self.journal.base() {
+            self.journal.trim_below(trim);
+        }
+    }
+
+    /// Debug sweep of the invariants of §1 (the simulator runs debug builds).
+    #[cfg(debug_assertions)]
+    pub(crate) fn check_invariants(&self) {
+        assert!(
+            self.commit_min <= self.commit_max,
+            "commit_min <= commit_max"
+        );
+        assert!(self.log_view <= self.view, "log_view <= view");
+        assert!(
+            (self.durable.0, self.durable.1) <= (self.view, self.log_view),
+            "the durable pair never exceeds the in-memory pair"
+        );
+        self.pipeline.verify();
+        if let Some(tail) = self.pipeline.tail() {
+            debug_assert_eq!(tail.op(), self.op, "pipeline tail is the head");
+            debug_assert!(self.pipeline.head().expect("non-empty").op() > self.commit_min);
+        }
+        debug_assert!(self.commit_min <= self.op, "applied ops are in the log");
+        debug_assert!(
+            self.view_headers.keys().all(|op| *op > self.commit_min),
+            "view headers describe only unapplied ops"
+        );
+        if self.status == Status::Recovering {
+            debug_assert!(self.timers.request_start_view.is_running());
+        }
+        // Journaled ops above the commit point form one hash chain (bounded sweep).
+        let mut below: Option<&crate::journal::Entry> = None;
+        for entry in self.journal.iter_from(self.commit_min + 1).take(1024) {
+            if let Some(b) = below
+                && b.header.op.get() + 1 == entry.header.op.get()
+            {
+                debug_assert_eq!(
+                    entry.header.parent.get(),
+                    b.checksum(),
+                    "journal chain at op {}",
+                    entry.header.op.get()
+                );
+            }
+            below = Some(entry);
+        }
+    }
+}

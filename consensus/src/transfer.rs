@@ -1,0 +1,572 @@
+//! State transfer (§11): RequestStateTransfer / StateTransferTarget / RequestStateChunk /
+//! StateChunk, pull-based and lockstep (one chunk in flight), every artifact verified against
+//! the manifest (length and XXH3-64) before anything is installed.
+//!
+//! Artifacts come from the [`StateMachine`] (and, on the metadata plane, the core's own client
+//! table, kind CLIENT_TABLE). After an install the driver makes the state durable
+//! ([`Effect::Checkpoint`]) and the core repairs the ops after `commit_op`.
+
+use std::collections::BTreeMap;
+
+use wire::Command;
+use wire::header::{
+    FrameHeader, Layout, RequestStateChunkHeader, RequestStateTransferHeader, StateChunkHeader,
+    StateTransferTargetHeader,
+};
+use wire::manifest::{self, ArtifactKind, ManifestEntry};
+
+use crate::client_table::ClientTable;
+use crate::constants::{
+    OFFER_EXPIRY_RETRIES, OFFER_EXPIRY_RETRIES_DONE, STATE_CHUNK_LEN_MAX, STATE_TRANSFER_STALLS_MAX,
+};
+use crate::frames;
+use crate::ignored::Ignored;
+use crate::io::{Effect, Outbox};
+use crate::replica::Replica;
+use crate::state_machine::{Artifact, StateMachine};
+use crate::types::{Frame, Now, Plane, ReplicaId, Status};
+
+/// Per-artifact cap (metadata: 1 GiB) and total cap (4 GiB), §11.2 step 3.
+const ARTIFACT_LEN_MAX: u64 = 1 << 30;
+const TOTAL_LEN_MAX: u64 = 4 << 30;
+/// Install failures tolerated per offered generation before giving up (§11.2 step 6).
+const INSTALL_FAILURES_MAX: u32 = 5;
+
+/// Receiver-side stage (§11.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TransferStage {
+    /// No transfer.
+    #[default]
+    Idle,
+    /// Asked for a descriptor.
+    AwaitingTarget,
+    /// Pulling chunks.
+    Fetching,
+    /// Installing the artifacts.
+    Installing,
+}
+
+impl TransferStage {
+    /// The legal transitions (STYLE.md §5).
+    fn can_move(self, to: TransferStage) -> bool {
+        use TransferStage::*;
+        matches!(
+            (self, to),
+            (Idle, AwaitingTarget)
+                | (AwaitingTarget, Fetching)
+                | (AwaitingTarget, Idle)
+                | (AwaitingTarget, AwaitingTarget)
+                | (Fetching, Installing)
+                | (Fetching, AwaitingTarget)
+                | (Fetching, Idle)
+                | (Installing, Idle)
+                | (Installing, AwaitingTarget)
+        )
+    }
+}
+
+/// A receiver session.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    pub nonce: u128,
+    pub peer: ReplicaId,
+    pub commit_op: u64,
+    pub entries: Vec<ManifestEntry>,
+    pub received: Vec<Vec<u8>>,
+    pub idle_ticks: u64,
+    pub stalls: u32,
+    pub failures: u32,
+}
+
+/// An offer cached by the server for one requester.
+#[derive(Debug, Clone)]
+pub(crate) struct Offer {
+    pub nonce: u128,
+    pub commit_op: u64,
+    pub manifest: Vec<u8>,
+    pub artifacts: Vec<Artifact>,
+    pub idle_ticks: u64,
+    pub done: bool,
+}
+
+/// Both sides of state transfer for one group.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Transfer {
+    pub stage: TransferStage,
+    pub session: Option<Session>,
+    /// Server: offers by requester.
+    pub offers: BTreeMap<u8, Offer>,
+    /// After an install left the head at `commit_op` without its identity: the next op is
+    /// accepted from the current primary's journal without a parent check.
+    pub anchor_unknown: bool,
+}
+
+impl Transfer {
+    pub fn is_active(&self) -> bool {
+        self.stage != TransferStage::Idle
+    }
+
+    fn move_to(&mut self, to: TransferStage) {
+        assert!(self.stage.can_move(to), "illegal transfer transition");
+        self.stage = to;
+    }
+
+    /// Drops any receiver session (probe exhaustion, §9.3).
+    pub fn abandon(&mut self) {
+        self.stage = TransferStage::Idle;
+        self.session = None;
+    }
+}
+
+fn chunk_len_max(max_message_size: usize) -> u32 {
+    manifest::chunk_len_max(max_message_size).min(STATE_CHUNK_LEN_MAX)
+}
+
+impl<S: StateMachine> Replica<S> {
+    // ---- receiver ---------------------------------------------------------------------------
+
+    /// Starts a receiver session against `peer` (§11.2 step 1).
+    pub(crate) fn start_state_transfer(&mut self, peer: ReplicaId, out: &mut Outbox) {
+        if self.transfer.is_active() || peer == self.id {
+            return;
+        }
+        self.repair.session = None;
+        self.timers.repair.stop();
+        self.transfer.move_to(TransferStage::AwaitingTarget);
+        self.transfer.session = Some(Session {
+            nonce: self.prng.nonce(),
+            peer,
+            commit_op: 0,
+            entries: Vec::new(),
+            received: Vec::new(),
+            idle_ticks: 0,
+            stalls: 0,
+            failures: 0,
+        });
+        self.request_state_transfer(out);
+    }
+
+    fn request_state_transfer(&self, out: &mut Outbox) {
+        let Some(session) = self.transfer.session.as_ref() else {
+            return;
+        };
+        let mut h = RequestStateTransferHeader::zeroed();
+        h.frame = FrameHeader::new(Command::RequestStateTransfer, self.sender());
+        h.nonce.set(session.nonce);
+        h.group.set(self.group.0);
+        self.send(out, session.peer, frames::finish(h, &[]));
+    }
+
+    fn request_next_chunk(&self, out: &mut Outbox) {
+        let Some(session) = self.transfer.session.as_ref() else {
+            return;
+        };
+        let Some(index) = (0..session.entries.len())
+            .find(|i| (session.received[*i].len() as u64) < session.entries[*i].len)
+        else {
+            return;
+        };
+        let entry = &session.entries[index];
+        let offset = session.received[index].len() as u64;
+        let len = (entry.len - offset).min(u64::from(chunk_len_max(self.config.max_message_size)));
+        let mut h = RequestStateChunkHeader::zeroed();
+        h.frame = FrameHeader::new(Command::RequestStateChunk, self.sender());
+        h.nonce.set(session.nonce);
+        h.offset.set(offset);
+        h.group.set(self.group.0);
+        h.len.set(len as u32);
+        h.artifact.set(index as u32);
+        self.send(out, session.peer, frames::finish(h, &[]));
+    }
+
+    /// Gives up the transfer and falls back to journal repair from the current primary.
+    fn fall_back_to_repair(&mut self, out: &mut Outbox) {
+        self.transfer.abandon();
+        if self.status == Status::Normal && !self.is_primary() {
+            let primary = self.primary_index(self.view);
+            self.start_repair(primary, out);
+        }
+    }
+
+    pub(crate) fn on_state_transfer_target(
+        &mut self,
+        header: &StateTransferTargetHeader,
+        body: &[u8],
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let session = self.transfer.session.as_ref().ok_or(Ignored::Nonce)?;
+        if session.nonce != header.nonce.get() {
+            return Err(Ignored::Nonce);
+        }
+        if self.transfer.stage != TransferStage::AwaitingTarget {
+            return Err(Ignored::Duplicate);
+        }
+        if header.available == 0 {
+            if header.unavailable_transient == 1 {
+                // Momentary: the stall timer asks again.
+                return Ok(());
+            }
+            self.fall_back_to_repair(out);
+            return Ok(());
+        }
+        let decoded = manifest::decode(body).map_err(|_| Ignored::Malformed)?;
+        let entries = decoded.to_vec();
+        let allowed = |kind: ArtifactKind| match self.plane() {
+            Plane::Metadata => {
+                kind == ArtifactKind::METADATA_SNAPSHOT || kind == ArtifactKind::CLIENT_TABLE
+            }
+            Plane::Partition => {
+                kind == ArtifactKind::SEGMENT_LOG || kind == ArtifactKind::CONSUMER_OFFSETS
+            }
+        };
+        let total: u64 = entries.iter().map(|e| e.len).fold(0, u64::saturating_add);
+        if entries
+            .iter()
+            .any(|e| !allowed(e.kind) || e.len > ARTIFACT_LEN_MAX)
+            || total > TOTAL_LEN_MAX
+        {
+            return Err(Ignored::Malformed);
+        }
+        let commit_op = header.commit_op.get();
+        if self.plane() == Plane::Partition
+            && (commit_op > header.commit_max.get()
+                || header.frame.view.get() < self.view
+                || header.commit_max.get() < self.commit_max)
+        {
+            // A sender behind us, or an offer beyond its own commit point (§11.2 step 3).
+            self.fall_back_to_repair(out);
+            return Err(Ignored::Scope);
+        }
+        if commit_op <= self.commit_min {
+            // Nothing to gain: journal repair covers the rest.
+            self.fall_back_to_repair(out);
+            return Ok(());
+        }
+        let session = self.transfer.session.as_mut().expect("checked");
+        session.commit_op = commit_op;
+        session.received = vec![Vec::new(); entries.len()];
+        session.entries = entries;
+        session.idle_ticks = 0;
+        session.stalls = 0;
+        self.transfer.move_to(TransferStage::Fetching);
+        if self
+            .transfer
+            .session
+            .as_ref()
+            .is_some_and(|s| s.entries.iter().all(|e| e.len == 0))
+        {
+            self.install_transfer(out);
+        } else {
+            self.request_next_chunk(out);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn on_state_chunk(
+        &mut self,
+        header: &StateChunkHeader,
+        body: &[u8],
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let session = self.transfer.session.as_mut().ok_or(Ignored::Nonce)?;
+        if session.nonce != header.nonce.get() {
+            return Err(Ignored::Nonce);
+        }
+        if self.transfer.stage != TransferStage::Fetching {
+            return Err(Ignored::Status);
+        }
+        let index = header.artifact.get() as usize;
+        let first_incomplete = (0..session.entries.len())
+            .find(|i| (session.received[*i].len() as u64) < session.entries[*i].len);
+        if first_incomplete != Some(index)
+            || header.offset.get() != session.received[index].len() as u64
+            || body.is_empty()
+            || header
+                .offset
+                .get()
+                .checked_add(body.len() as u64)
+                .is_none_or(|end| end > session.entries[index].len)
+        {
+            return Err(Ignored::Scope);
+        }
+        session.received[index].extend_from_slice(body);
+        session.idle_ticks = 0;
+        session.stalls = 0;
+        let complete = (0..session.entries.len())
+            .all(|i| session.received[i].len() as u64 == session.entries[i].len);
+        if complete {
+            self.install_transfer(out);
+        } else {
+            self.request_next_chunk(out);
+        }
+        Ok(())
+    }
+
+    /// Verifies every artifact, then installs (§11.2 step 6, §11.3).
+    fn install_transfer(&mut self, out: &mut Outbox) {
+        self.transfer.move_to(TransferStage::Installing);
+        let session = self.transfer.session.take().expect("a session");
+        let intact = session
+            .entries
+            .iter()
+            .zip(&session.received)
+            .all(|(e, bytes)| {
+                bytes.len() as u64 == e.len && manifest::artifact_checksum(bytes) == e.checksum
+            });
+        let artifacts: Vec<Artifact> = session
+            .entries
+            .iter()
+            .zip(session.received)
+            .map(|(e, bytes)| Artifact {
+                kind: e.kind,
+                frontier: e.frontier,
+                bytes,
+            })
+            .collect();
+        let table = if self.plane() == Plane::Metadata {
+            artifacts
+                .iter()
+                .find(|a| a.kind == ArtifactKind::CLIENT_TABLE)
+                .and_then(|a| ClientTable::decode(&a.bytes, self.config.clients_table_max))
+        } else {
+            None
+        };
+        let table_ok = self.plane() == Plane::Partition || table.is_some();
+        let commit_op = session.commit_op;
+        let installed = intact
+            && table_ok
+            && commit_op > self.commit_min
+            && self.sm.install(commit_op, &artifacts).is_ok();
+        if !installed {
+            // Restart from scratch with a fresh nonce, within the failure budget.
+            let failures = session.failures + 1;
+            if failures > INSTALL_FAILURES_MAX {
+                self.transfer.move_to(TransferStage::Idle);
+                self.fall_back_to_repair(out);
+                return;
+            }
+            self.transfer.move_to(TransferStage::AwaitingTarget);
+            self.transfer.session = Some(Session {
+                nonce: self.prng.nonce(),
+                failures,
+                commit_op: 0,
+                entries: Vec::new(),
+                received: Vec::new(),
+                idle_ticks: 0,
+                stalls: 0,
+                peer: session.peer,
+            });
+            self.request_state_transfer(out);
+            return;
+        }
+        if let Some(table) = table {
+            self.clients = table;
+        }
+        // Floor jump: ops at or below commit_op are now in the installed state.
+        self.commit_min = commit_op;
+        self.commit_max = self.commit_max.max(commit_op);
+        self.snapshot_op = commit_op;
+        self.snapshot_checksum = 0;
+        self.durable_prefix = self.durable_prefix.max(commit_op);
+        self.journal.trim_below(commit_op + 1);
+        self.repair.pending.retain(|op, _| *op > commit_op);
+        self.view_headers.retain(|op, _| *op > commit_op);
+        if self.op <= commit_op {
+            self.op = commit_op;
+            // The identity at commit_op is not in the manifest: the next op is anchored by the
+            // view's headers if we hold them, else by the current primary's journal (§10).
+            self.last_checksum = 0;
+            self.transfer.anchor_unknown = true;
+        }
+        if self.plane() == Plane::Partition {
+            let end = self.sm.next_offset();
+            self.applied_offset_end = self.applied_offset_end.max(end);
+            self.next_offset = self.next_offset.max(end);
+        }
+        out.push(Effect::Checkpoint { op: commit_op });
+        self.transfer.move_to(TransferStage::Idle);
+        self.commit_journal(Now::default(), out);
+        if self.status == Status::Normal && !self.is_primary() {
+            let primary = self.primary_index(self.view);
+            if self.commit_min < self.commit_max || self.has_holes() {
+                self.start_repair(primary, out);
+            }
+        }
+    }
+
+    pub(crate) fn on_checkpointed(&mut self, op: u64, out: &mut Outbox) -> Result<(), Ignored> {
+        if op > self.snapshot_op {
+            return Err(Ignored::StaleCompletion);
+        }
+        self.checkpoint_durable = self.checkpoint_durable.max(op);
+        self.advance_durable_prefix(out);
+        Ok(())
+    }
+
+    /// Transfer timers: receiver stall retries and server offer expiry (§6).
+    pub(crate) fn tick_transfer(&mut self, out: &mut Outbox) {
+        let retry = self.config.repair_retry_ticks;
+        for offer in self.transfer.offers.values_mut() {
+            offer.idle_ticks += 1;
+        }
+        self.transfer.offers.retain(|_, o| {
+            let limit = retry
+                * if o.done {
+                    OFFER_EXPIRY_RETRIES_DONE
+                } else {
+                    OFFER_EXPIRY_RETRIES
+                };
+            o.idle_ticks < limit
+        });
+        let Some(session) = self.transfer.session.as_mut() else {
+            return;
+        };
+        session.idle_ticks += 1;
+        if session.idle_ticks < retry {
+            return;
+        }
+        session.idle_ticks = 0;
+        session.stalls += 1;
+        if session.stalls > STATE_TRANSFER_STALLS_MAX {
+            self.fall_back_to_repair(out);
+            return;
+        }
+        match self.transfer.stage {
+            TransferStage::AwaitingTarget => self.request_state_transfer(out),
+            TransferStage::Fetching => self.request_next_chunk(out),
+            TransferStage::Idle | TransferStage::Installing => {}
+        }
+    }
+
+    // ---- server -----------------------------------------------------------------------------
+
+    fn refusal(&self, nonce: u128, transient: bool) -> Frame {
+        let mut h = StateTransferTargetHeader::zeroed();
+        h.frame = FrameHeader::new(Command::StateTransferTarget, self.sender());
+        h.nonce.set(nonce);
+        h.commit_op.set(self.commit_min);
+        h.group.set(self.group.0);
+        h.unavailable_transient = u8::from(transient);
+        h.commit_max.set(self.commit_max);
+        frames::finish(h, &[])
+    }
+
+    fn descriptor(&self, offer: &Offer) -> Frame {
+        let mut h = StateTransferTargetHeader::zeroed();
+        h.frame = FrameHeader::new(Command::StateTransferTarget, self.sender());
+        h.nonce.set(offer.nonce);
+        h.commit_op.set(offer.commit_op);
+        h.group.set(self.group.0);
+        h.available = 1;
+        h.commit_max.set(self.commit_max);
+        frames::finish(h, &offer.manifest)
+    }
+
+    pub(crate) fn on_request_state_transfer(
+        &mut self,
+        header: &RequestStateTransferHeader,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let requester = ReplicaId(header.frame.replica);
+        let nonce = header.nonce.get();
+        if let Some(offer) = self
+            .transfer
+            .offers
+            .get_mut(&requester.0)
+            .filter(|o| o.nonce == nonce)
+        {
+            // A retry with the same nonce gets the same offer (first wins).
+            offer.idle_ticks = 0;
+            let frame = self.descriptor(&self.transfer.offers[&requester.0]);
+            self.send(out, requester, frame);
+            return Ok(());
+        }
+        if !self.is_caught_up_primary() {
+            self.send(out, requester, self.refusal(nonce, true));
+            return Err(Ignored::NotPrimary);
+        }
+        let commit_op = self.commit_min;
+        let mut artifacts = self.sm.artifacts(commit_op);
+        if self.plane() == Plane::Metadata {
+            artifacts.push(Artifact {
+                kind: ArtifactKind::CLIENT_TABLE,
+                frontier: commit_op,
+                bytes: self.clients.encode(),
+            });
+        }
+        let entries: Vec<ManifestEntry> = artifacts
+            .iter()
+            .map(|a| ManifestEntry {
+                kind: a.kind,
+                frontier: a.frontier,
+                len: a.bytes.len() as u64,
+                checksum: manifest::artifact_checksum(&a.bytes),
+            })
+            .collect();
+        let mut manifest_bytes = Vec::new();
+        if manifest::encode(&entries, &mut manifest_bytes).is_err() {
+            self.send(out, requester, self.refusal(nonce, false));
+            return Err(Ignored::Malformed);
+        }
+        let offer = Offer {
+            nonce,
+            commit_op,
+            manifest: manifest_bytes,
+            artifacts,
+            idle_ticks: 0,
+            done: false,
+        };
+        let frame = self.descriptor(&offer);
+        self.transfer.offers.insert(requester.0, offer);
+        self.send(out, requester, frame);
+        Ok(())
+    }
+
+    pub(crate) fn on_request_state_chunk(
+        &mut self,
+        header: &RequestStateChunkHeader,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        let requester = ReplicaId(header.frame.replica);
+        let nonce = header.nonce.get();
+        let Some(offer) = self
+            .transfer
+            .offers
+            .get_mut(&requester.0)
+            .filter(|o| o.nonce == nonce)
+        else {
+            let frame = self.refusal(nonce, true);
+            self.send(out, requester, frame);
+            return Err(Ignored::Nonce);
+        };
+        let index = header.artifact.get() as usize;
+        let Some(artifact) = offer.artifacts.get(index) else {
+            return Err(Ignored::Scope);
+        };
+        let offset = header.offset.get();
+        let len_total = artifact.bytes.len() as u64;
+        if offset >= len_total {
+            return Err(Ignored::Scope);
+        }
+        let cap = u64::from(chunk_len_max(self.config.max_message_size));
+        let len = u64::from(header.len.get()).min(cap).min(len_total - offset);
+        let bytes = artifact.bytes[offset as usize..(offset + len) as usize].to_vec();
+        offer.idle_ticks = 0;
+        if index + 1 == offer.artifacts.len() && offset + len == len_total {
+            offer.done = true;
+        }
+        let mut h = StateChunkHeader::zeroed();
+        h.frame = FrameHeader::new(Command::StateChunk, self.sender());
+        h.nonce.set(nonce);
+        h.offset.set(offset);
+        h.group.set(self.group.0);
+        h.artifact.set(index as u32);
+        let frame = frames::finish(h, &bytes);
+        self.send(out, requester, frame);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "transfer_tests.rs"]
+mod tests;

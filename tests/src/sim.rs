@@ -1,0 +1,1364 @@
+//! The simulator: real `consensus::Replica`s (one per group per node) over the simulated network
+//! ([`crate::net`]), disks ([`crate::storage`]) and clocks ([`crate::clock`]), with clients that
+//! submit and retry requests, a fault schedule drawn from the seed ([`crate::swarm`]), and the
+//! checkers ([`crate::check`]) fed after every step.
+//!
+//! One tick, in order: faults (crash, restart, partitions, clock steps), connection changes,
+//! network delivery, storage completions, `Input::Tick` to every replica (hosts in an order drawn
+//! from the schedule stream), clients, end-of-tick checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use consensus::{
+    ClientRequest, Completion, Config, Effect, Frame, GroupId, Input, Now, Outbox, RawConfig,
+    Recovered, Replica, ReplicaId, Status, VsrState,
+};
+use wire::{Command, Message, Operation};
+
+mod clients;
+
+use crate::check::{Checker, Observed, Violation};
+use crate::clock::DriftClock;
+use crate::machine::SimMachine;
+use crate::net::{NetConfig, Network, Node};
+use crate::prng::{Prng, Stream};
+use crate::storage::{Disk, Write};
+use crate::swarm::Swarm;
+
+/// Cluster name of every simulated cluster.
+pub const CLUSTER_NAME: &str = "strand-sim";
+
+/// Options of one run besides the swarm.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Print a line per notable event to stderr.
+    pub trace: bool,
+    /// Stop at the first violation (the default for seed runs).
+    pub stop_at_violation: bool,
+    /// Deliberately broken core rules (checker self-tests).
+    #[cfg(feature = "bug-knobs")]
+    pub bug_knobs: consensus::BugKnobs,
+}
+
+/// What one seed did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Fault profile name.
+    pub profile: &'static str,
+    /// Cluster size.
+    pub replicas: u8,
+    /// Groups (metadata included).
+    pub groups: u8,
+    /// Ticks simulated.
+    pub ticks: u64,
+    /// Safety violations and stalls, in detection order.
+    pub violations: Vec<Violation>,
+    /// Liveness failures (a subset of `violations`).
+    pub stalls: u64,
+    /// Distinct committed ops over all groups.
+    pub committed_ops: u64,
+    /// Of which in partition groups.
+    pub partition_ops: u64,
+    /// Times a group reached a new view with a Normal primary.
+    pub view_changes: u64,
+    /// Crashes injected.
+    pub crashes: u64,
+    /// Repair requests sent (RequestPrepares).
+    pub repairs: u64,
+    /// State transfers installed (Checkpoint effects).
+    pub state_transfers: u64,
+    /// State transfer requests sent.
+    pub state_transfer_requests: u64,
+    /// Frames the network dropped (loss, overrun, partition, down).
+    pub frames_dropped: u64,
+    /// Of which dropped by a full per-peer queue.
+    pub frames_overrun: u64,
+    /// Client requests that completed (committed reply received).
+    pub requests_completed: u64,
+    /// Requests refused for good (not transient, not committed).
+    pub requests_refused: u64,
+    /// Inputs the cores ignored.
+    pub inputs_ignored: u64,
+    /// `Effect::Fatal` seen (the node is then crashed).
+    pub fatals: u64,
+    /// Ticks from healing to convergence (0 if the run did not converge or never faulted).
+    pub heal_ticks: u64,
+    /// Unreported appends torn by crashes.
+    pub torn_writes: u64,
+    /// Journal entries recovery truncated after a gap, torn entry or chain break.
+    pub recovery_truncations: u64,
+    /// Wiped nodes that rejoined (`Recovered::wiped`).
+    pub wiped_rejoins: u64,
+    /// Nodes that refused to boot after interior journal corruption.
+    pub boot_refusals: u64,
+    /// Durable journal entries corrupted by the fault schedule.
+    pub entries_corrupted: u64,
+    /// A digest of every frame sent, in order: two runs of one seed must agree bit for bit.
+    pub fingerprint: u64,
+}
+
+/// A durable snapshot of a group (written by `Effect::Checkpoint`).
+#[derive(Debug, Clone)]
+struct Snapshot {
+    op: u64,
+    checksum: u128,
+    timestamp: u64,
+    client_table: Vec<u8>,
+    state: SimMachine,
+}
+
+#[derive(Debug, Clone)]
+struct PendingRead {
+    complete_at: u64,
+    group: u64,
+    op: u64,
+    checksum: u128,
+}
+
+#[derive(Debug, Clone)]
+struct PendingCheckpoint {
+    complete_at: u64,
+    group: u64,
+    snapshot: Snapshot,
+}
+
+struct Live {
+    replica: Replica<SimMachine>,
+    /// Highest op whose commit the checker has seen from this replica (this life).
+    checked_commit: u64,
+    /// How much of the state machine's applied log the checker has read.
+    applied_cursor: usize,
+    was_normal_primary: bool,
+}
+
+struct Host {
+    id: u8,
+    up: bool,
+    restart_at: u64,
+    clock: DriftClock,
+    disk: Disk<VsrState>,
+    snapshots: BTreeMap<u64, Snapshot>,
+    reads: Vec<PendingRead>,
+    checkpoints: Vec<PendingCheckpoint>,
+    live: BTreeMap<u64, Live>,
+    /// Peers this host's bus currently reports connected (as told to the replicas).
+    connected: BTreeSet<u8>,
+    slow: bool,
+    /// Refused to boot (interior journal corruption) and was wiped: the next start rejoins
+    /// with `Recovered::wiped`.
+    wiped: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Outstanding {
+    group: u64,
+    request: u64,
+    operation: Operation,
+    body: Vec<u8>,
+    submitted: u64,
+    last_sent: u64,
+    /// A transient refusal asked for a retry at this tick (to the target it chose).
+    retry_at: Option<u64>,
+    /// "Not committed yet" answers from the current target in a row.
+    not_ready: u64,
+    attempts: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Client {
+    index: u32,
+    id: u128,
+    session: u64,
+    next_request: u64,
+    target: u8,
+    outstanding: Option<Outstanding>,
+    /// Completed a request submitted after healing.
+    done_after_heal: bool,
+    /// Requests a scenario asked for and not yet submitted.
+    queued: u32,
+    /// Non-Register requests completed.
+    completed: u64,
+}
+
+/// One simulation run.
+pub struct Sim {
+    /// The seed.
+    pub seed: u64,
+    /// Shape and fault mix.
+    pub swarm: Swarm,
+    options: Options,
+    /// Current tick.
+    pub tick: u64,
+    cluster: u128,
+    groups: Vec<u64>,
+    hosts: Vec<Host>,
+    clients: Vec<Client>,
+    client_index: BTreeMap<u128, u32>,
+    /// The network.
+    pub net: Network,
+    /// The checkers.
+    pub checker: Checker,
+    outbox: Outbox,
+    prng_storage: Prng,
+    prng_crashes: Prng,
+    prng_partitions: Prng,
+    prng_clients: Prng,
+    prng_schedule: Prng,
+    prng_clocks: Prng,
+    prng_identity: Prng,
+    healed_at: Option<u64>,
+    /// Whether the fault schedule runs (scenario tests drive faults by hand).
+    pub auto_faults: bool,
+    /// Whether clients submit on their own (scenario tests submit by hand).
+    pub auto_submit: bool,
+    /// Whether clients also send SendMessages to partition groups.
+    pub partition_traffic: bool,
+    max_normal_view: BTreeMap<u64, u32>,
+    /// Counters.
+    pub report: Report,
+}
+
+fn identity_of(frame: &[u8]) -> u128 {
+    u128::from_le_bytes(frame[0..16].try_into().expect("16 bytes"))
+}
+
+impl Sim {
+    /// Builds the cluster for `seed` with the given swarm; every replica starts fresh.
+    pub fn new(seed: u64, swarm: Swarm, options: Options) -> Sim {
+        let cluster = wire::cluster_id(CLUSTER_NAME);
+        let mut groups = vec![GroupId::METADATA.0];
+        for p in 0..u32::from(swarm.partition_groups) {
+            let key = wire::PartitionKey {
+                stream: 1,
+                topic: 1,
+                partition: p + 1,
+            };
+            groups.push(GroupId::partition(key).expect("small ids").0);
+        }
+        let mut prng_clocks = Prng::new(seed, Stream::Clocks);
+        let hosts = (0..swarm.replicas)
+            .map(|id| Host {
+                id,
+                up: false,
+                restart_at: 0,
+                clock: DriftClock::random(
+                    &mut prng_clocks,
+                    swarm.clock_offset_us,
+                    swarm.clock_drift_ppm,
+                ),
+                disk: Disk::default(),
+                snapshots: BTreeMap::new(),
+                reads: Vec::new(),
+                checkpoints: Vec::new(),
+                live: BTreeMap::new(),
+                connected: (0..swarm.replicas).filter(|&p| p != id).collect(),
+                slow: swarm.slow_disk == Some(id),
+                wiped: false,
+            })
+            .collect();
+        let mut prng_identity = Prng::new(seed, Stream::Identity);
+        let clients = (0..swarm.clients)
+            .map(|index| Client {
+                index,
+                id: prng_identity.next_u128_nonzero(),
+                session: 0,
+                next_request: 1,
+                target: 0,
+                outstanding: None,
+                done_after_heal: false,
+                queued: 0,
+                completed: 0,
+            })
+            .collect::<Vec<_>>();
+        let client_index = clients.iter().map(|c| (c.id, c.index)).collect();
+        let net = Network::new(swarm.net.clone(), Prng::new(seed, Stream::Network));
+        let mut sim = Sim {
+            seed,
+            options,
+            tick: 0,
+            cluster,
+            groups,
+            hosts,
+            clients,
+            client_index,
+            net,
+            checker: Checker::default(),
+            outbox: Outbox::new(),
+            prng_storage: Prng::new(seed, Stream::Storage),
+            prng_crashes: Prng::new(seed, Stream::Crashes),
+            prng_partitions: Prng::new(seed, Stream::Partitions),
+            prng_clients: Prng::new(seed, Stream::Clients),
+            prng_schedule: Prng::new(seed, Stream::Schedule),
+            prng_clocks,
+            prng_identity,
+            healed_at: None,
+            auto_faults: true,
+            auto_submit: true,
+            partition_traffic: true,
+            max_normal_view: BTreeMap::new(),
+            report: Report {
+                seed,
+                profile: swarm.profile.name(),
+                replicas: swarm.replicas,
+                groups: 1 + swarm.partition_groups,
+                ..Report::default()
+            },
+            swarm,
+        };
+        // The swarm is the seed's whole fault configuration: printing it records the schedule
+        // next to the seed (simulation.md §4) in case the generator changes later.
+        sim.trace(format_args!("swarm {:?}", sim.swarm));
+        for r in 0..sim.swarm.replicas {
+            sim.start_host(r);
+        }
+        sim
+    }
+
+    fn trace(&self, what: std::fmt::Arguments<'_>) {
+        if self.options.trace {
+            eprintln!("[{} t{}] {what}", self.seed, self.tick);
+        }
+    }
+
+    /// Group ids hosted by every node (metadata first).
+    pub fn groups(&self) -> &[u64] {
+        &self.groups
+    }
+
+    fn config(&self, replica: u8, group: u64) -> Config {
+        let mut raw = RawConfig::new(
+            self.cluster,
+            ReplicaId(replica),
+            self.swarm.replicas,
+            GroupId(group),
+        );
+        let capacity = self.swarm.net.peer_queue_capacity as u32;
+        raw.peer_queue_capacity = capacity;
+        raw.repair_chunk_max = raw.repair_chunk_max.min(capacity.saturating_sub(1)).max(1);
+        if let Some(cache) = self.swarm.frame_cache_committed {
+            raw.frame_cache_committed = cache;
+        }
+        #[cfg(feature = "bug-knobs")]
+        {
+            raw.bug_knobs = self.options.bug_knobs;
+        }
+        raw.validate().expect("simulator configuration is valid")
+    }
+
+    // ---- hosts: start, crash, restart ------------------------------------------------------
+
+    fn start_host(&mut self, r: u8) {
+        let groups = self.groups.clone();
+        let mut recovered_groups = Vec::new();
+        let wiped = self.hosts[usize::from(r)].wiped;
+        if wiped {
+            // Rejoin from a clean directory: nothing on disk, but a prior life that may have
+            // acknowledged prepares (the core must not vote before adopting a view).
+            self.hosts[usize::from(r)].wiped = false;
+            self.checker.on_wipe(r);
+            self.report.wiped_rejoins += 1;
+            self.trace(format_args!("r{r} rejoins from a wiped directory"));
+            for &group in &groups {
+                let incarnation = self.prng_identity.next_u128_nonzero();
+                recovered_groups.push((group, Recovered::wiped(incarnation)));
+            }
+        }
+        for &group in groups.iter().filter(|_| !wiped) {
+            match self.recover(r, group) {
+                Some(recovered) => recovered_groups.push((group, recovered)),
+                None => {
+                    // Interior corruption: the journal refuses boot (journal.md G3). The
+                    // operator wipes the data directory and the node rejoins a while later.
+                    let delay = self.prng_crashes.range_inclusive(50, 500);
+                    let host = &mut self.hosts[usize::from(r)];
+                    host.wiped = true;
+                    host.disk = Disk::default();
+                    host.snapshots.clear();
+                    host.restart_at = self.tick + delay;
+                    self.report.boot_refusals += 1;
+                    self.trace(format_args!(
+                        "r{r} refuses boot: interior journal corruption in group {group:#x}; wiped, rejoins in {delay} ticks"
+                    ));
+                    return;
+                }
+            }
+        }
+        self.hosts[usize::from(r)].up = true;
+        self.net.set_down(Node::Replica(r), false);
+        self.checker.on_restart(r);
+        for (group, recovered) in recovered_groups {
+            let snapshot_op = recovered.snapshot_op;
+            let state = self.hosts[usize::from(r)]
+                .snapshots
+                .get(&group)
+                .map(|s| s.state.clone())
+                .unwrap_or_default();
+            if let Some(sb) = recovered.superblock {
+                self.checker
+                    .on_durable_view(self.tick, r, group, sb.view, sb.log_view);
+            }
+            let config = self.config(r, group);
+            let mut outbox = std::mem::take(&mut self.outbox);
+            let replica = Replica::new(config, recovered, state, &mut outbox);
+            self.outbox = outbox;
+            self.hosts[usize::from(r)].live.insert(
+                group,
+                Live {
+                    replica,
+                    checked_commit: snapshot_op,
+                    applied_cursor: 0,
+                    was_normal_primary: false,
+                },
+            );
+            self.after_step(r, group);
+        }
+        // The bus dials every reachable peer; tell the replicas who is not connected.
+        self.hosts[usize::from(r)].connected =
+            (0..self.swarm.replicas).filter(|&p| p != r).collect();
+        self.sync_connections();
+    }
+
+    /// What the disk holds for `group`, as the journal's recovery would hand it back: the
+    /// superblock, the snapshot, and the unbroken, verified chain of entries above it. Entries
+    /// after the first gap, torn or corrupt entry, or chain break are truncated.
+    fn recover(&mut self, r: u8, group: u64) -> Option<Recovered> {
+        let incarnation = self.prng_identity.next_u128_nonzero();
+        let host = &mut self.hosts[usize::from(r)];
+        let snapshot = host.snapshots.get(&group).cloned();
+        let mut recovered = Recovered::fresh(incarnation);
+        if let Some(s) = &snapshot {
+            recovered.snapshot_op = s.op;
+            recovered.snapshot_checksum = s.checksum;
+            recovered.snapshot_timestamp = s.timestamp;
+            recovered.client_table = s.client_table.clone();
+        }
+        let Some(disk) = host.disk.group(group).cloned() else {
+            return Some(recovered);
+        };
+        recovered.superblock = disk.superblock;
+        // Every entry above the snapshot, holes allowed (entries above a hole may have been
+        // acknowledged; the core replays only the unbroken chain and asks for a Truncate at a
+        // chain break). A damaged entry (checksum, or not a prepare of this op and group) is a
+        // torn tail when nothing follows it, else interior corruption: boot is refused.
+        let first = recovered.snapshot_op + 1;
+        let mut cut = None;
+        for (&op, bytes) in disk.journal.range(first..) {
+            let valid = disk.intact(op).is_some()
+                && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
+                    if header.op.get() == op && header.group.get() == group);
+            if valid {
+                recovered.frames.push(Frame::new(bytes.clone()));
+                continue;
+            }
+            if self.options.trace {
+                eprintln!(
+                    "[{} t{}] r{r} recovery: damaged entry at op {op}",
+                    self.seed, self.tick
+                );
+            }
+            if disk.journal.range(op + 1..).next().is_some() {
+                return None;
+            }
+            cut = Some(op);
+        }
+        if let Some(op) = cut {
+            host.disk.truncate_now(group, op);
+            self.report.recovery_truncations += 1;
+        }
+        Some(recovered)
+    }
+
+    fn crash(&mut self, r: u8, why: &str) {
+        // Only the faulty minority tears writes: repair appends below the head can put a torn
+        // entry before complete ones, which recovery must treat as interior corruption (boot
+        // refused), and more than f nodes gone for good is outside what VSR can survive.
+        let may_tear = self.swarm.torn_writes && self.swarm.faulty_replicas.contains(&r);
+        let host = &mut self.hosts[usize::from(r)];
+        if !host.up {
+            return;
+        }
+        host.up = false;
+        host.live.clear();
+        host.reads.clear();
+        let landed: Vec<PendingCheckpoint> = std::mem::take(&mut host.checkpoints);
+        for c in landed {
+            if self.prng_crashes.chance_ppm(500_000) {
+                Self::install_checkpoint(host, &c);
+            }
+        }
+        host.disk.crash(&mut self.prng_crashes, may_tear);
+        self.net.set_down(Node::Replica(r), true);
+        self.report.crashes += 1;
+        self.trace(format_args!("crash r{r} ({why})"));
+        self.sync_connections();
+    }
+
+    fn install_checkpoint(host: &mut Host, c: &PendingCheckpoint) {
+        host.disk.truncate_below(c.group, c.snapshot.op);
+        host.snapshots.insert(c.group, c.snapshot.clone());
+    }
+
+    /// Crashes replica `r` now (scenario DSL).
+    pub fn crash_replica(&mut self, r: u8) {
+        self.crash(r, "scenario");
+    }
+
+    /// Restarts replica `r` now if it is down (scenario DSL).
+    pub fn restart_replica(&mut self, r: u8) {
+        if !self.hosts[usize::from(r)].up {
+            self.trace(format_args!("restart r{r}"));
+            self.start_host(r);
+        }
+    }
+
+    /// Whether replica `r` is up.
+    pub fn is_up(&self, r: u8) -> bool {
+        self.hosts[usize::from(r)].up
+    }
+
+    /// The replica `r` runs for `group`, if it is up.
+    pub fn replica(&self, r: u8, group: u64) -> Option<&Replica<SimMachine>> {
+        self.hosts[usize::from(r)]
+            .live
+            .get(&group)
+            .map(|l| &l.replica)
+    }
+
+    /// Tells every live replica about connection changes since the last call (the bus reports
+    /// a peer connected when both are up and the link is not blocked in this direction).
+    fn sync_connections(&mut self) {
+        let n = self.swarm.replicas;
+        for r in 0..n {
+            if !self.hosts[usize::from(r)].up {
+                continue;
+            }
+            for p in 0..n {
+                if p == r {
+                    continue;
+                }
+                let now = self.net.is_connected(Node::Replica(r), Node::Replica(p));
+                let was = self.hosts[usize::from(r)].connected.contains(&p);
+                if now == was {
+                    continue;
+                }
+                if now {
+                    self.hosts[usize::from(r)].connected.insert(p);
+                } else {
+                    self.hosts[usize::from(r)].connected.remove(&p);
+                }
+                for group in self.groups.clone() {
+                    self.step(
+                        r,
+                        group,
+                        Input::PeerConnection {
+                            peer: ReplicaId(p),
+                            connected: now,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    // ---- stepping and effects ----------------------------------------------------------------
+
+    fn now(&self, r: u8) -> Now {
+        Now {
+            tick: self.tick,
+            realtime_us: self.hosts[usize::from(r)].clock.realtime_us(self.tick),
+        }
+    }
+
+    fn step(&mut self, r: u8, group: u64, input: Input<'_>) {
+        let now = self.now(r);
+        let mut outbox = std::mem::take(&mut self.outbox);
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            self.outbox = outbox;
+            return;
+        };
+        let what = if self.options.trace {
+            Some(format!("{input:?}"))
+        } else {
+            None
+        };
+        if let Err(reason) = live.replica.step(now, input, &mut outbox) {
+            self.report.inputs_ignored += 1;
+            if let Some(what) = what {
+                let what: String = what.chars().take(160).collect();
+                eprintln!(
+                    "[{} t{}] r{r} group {group:#x} ignored {reason:?}: {what}",
+                    self.seed, self.tick
+                );
+            }
+        }
+        self.outbox = outbox;
+        self.after_step(r, group);
+    }
+
+    fn after_step(&mut self, r: u8, group: u64) {
+        let effects: Vec<Effect> = self.outbox.drain().collect();
+        for effect in effects {
+            if !self.hosts[usize::from(r)].up {
+                break; // a Fatal crashed the node: the rest of the outbox never runs
+            }
+            self.execute(r, group, effect);
+        }
+        if self.hosts[usize::from(r)].up {
+            self.observe(r, group);
+        }
+    }
+
+    /// Whether the next journal or superblock write fails (fault phase only).
+    fn write_fails(&mut self) -> bool {
+        self.in_fault_phase() && self.prng_storage.chance_ppm(self.swarm.write_fail_ppm)
+    }
+
+    fn disk_latency(&mut self, r: u8) -> u64 {
+        let (mean, max) = self.swarm.disk_latency;
+        let base = self.prng_storage.delay(mean, max);
+        if self.hosts[usize::from(r)].slow {
+            base * 10 + 20
+        } else {
+            base
+        }
+    }
+
+    fn execute(&mut self, r: u8, group: u64, effect: Effect) {
+        let tick = self.tick;
+        match effect {
+            Effect::Send { to, frame } => {
+                self.fold(frame.bytes());
+                self.check_send(r, group, &frame);
+                self.net.send(
+                    Node::Replica(r),
+                    Node::Replica(to.0),
+                    frame.bytes().to_vec(),
+                );
+            }
+            Effect::Append { op, frame } => {
+                let latency = self.disk_latency(r);
+                let failed = self.write_fails();
+                let write = Write::Append {
+                    op,
+                    frame: frame.bytes().to_vec(),
+                };
+                self.hosts[usize::from(r)]
+                    .disk
+                    .issue_with(tick + 1, group, write, latency, failed);
+            }
+            Effect::Truncate { from_op } => {
+                // Executed in emission order, before any later append: the journal truncates
+                // synchronously (pending appends at or above it are voided).
+                self.hosts[usize::from(r)].disk.truncate_now(group, from_op);
+            }
+            Effect::PersistVsrState(state) => {
+                let latency = self.disk_latency(r);
+                let failed = self.write_fails();
+                self.hosts[usize::from(r)].disk.issue_with(
+                    tick + 1,
+                    group,
+                    Write::Superblock(state),
+                    latency,
+                    failed,
+                );
+            }
+            Effect::Read { op, checksum } => {
+                let complete_at = tick + 1 + self.disk_latency(r);
+                self.hosts[usize::from(r)].reads.push(PendingRead {
+                    complete_at,
+                    group,
+                    op,
+                    checksum,
+                });
+            }
+            Effect::Reply { client, frame } => {
+                self.fold(frame.bytes());
+                if let Some(&index) = self.client_index.get(&client.0) {
+                    self.net.send(
+                        Node::Replica(r),
+                        Node::Client(index),
+                        frame.bytes().to_vec(),
+                    );
+                }
+            }
+            Effect::Checkpoint { op } => {
+                self.report.state_transfers += 1;
+                let complete_at = tick + 1 + self.disk_latency(r);
+                let live = &self.hosts[usize::from(r)].live[&group];
+                let header = live.replica.header(op).copied();
+                let checksum = header
+                    .map(|h| h.frame.checksum.get())
+                    .or_else(|| self.checker.committed.get(&(group, op)).map(|c| c.identity))
+                    .unwrap_or(0);
+                let snapshot = Snapshot {
+                    op,
+                    checksum,
+                    timestamp: header.map_or(0, |h| h.timestamp.get()),
+                    client_table: live.replica.client_table_encoded(),
+                    state: SimMachine {
+                        inner: live.replica.state_machine().inner.clone(),
+                        applied: Vec::new(),
+                        offset_end: live.replica.state_machine().offset_end,
+                    },
+                };
+                self.hosts[usize::from(r)]
+                    .checkpoints
+                    .push(PendingCheckpoint {
+                        complete_at,
+                        group,
+                        snapshot,
+                    });
+            }
+            Effect::Fatal(reason) => {
+                self.report.fatals += 1;
+                self.trace(format_args!("fatal r{r} group {group:#x}: {reason}"));
+                self.crash(r, "fatal");
+                let (low, high) = self.swarm.down_ticks;
+                self.hosts[usize::from(r)].restart_at =
+                    tick + self.prng_crashes.range_inclusive(low, high);
+            }
+        }
+    }
+
+    fn fold(&mut self, bytes: &[u8]) {
+        let f = &mut self.report.fingerprint;
+        *f = f.rotate_left(5) ^ wire::integrity::xxh3(bytes) ^ self.tick;
+    }
+
+    /// Checks on every frame a replica sends: durable-before-send for view-scoped frames and
+    /// ack durability for PrepareOk; counts repair and transfer requests.
+    fn check_send(&mut self, r: u8, group: u64, frame: &Frame) {
+        let Some(command) = frame.command() else {
+            return;
+        };
+        let Some(header) = frame.header_bytes() else {
+            return;
+        };
+        let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
+        match command {
+            Command::RequestPrepares => self.report.repairs += 1,
+            Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
+            _ => {}
+        }
+        let requester_side = matches!(
+            command,
+            Command::RequestStartView
+                | Command::RequestPrepares
+                | Command::RequestStateTransfer
+                | Command::RequestStateChunk
+        );
+        let disk = self.hosts[usize::from(r)].disk.group(group);
+        if !requester_side {
+            // Without a superblock, recovery infers the view from the journal (consensus.md
+            // §9.1), so that is what a restart would come back with.
+            let durable_view = disk.map_or(0, |d| match d.superblock {
+                Some(sb) => sb.view,
+                None => d
+                    .journal
+                    .values()
+                    .filter(|b| b.len() >= 56)
+                    .map(|b| u32::from_le_bytes(b[52..56].try_into().expect("4 bytes")))
+                    .max()
+                    .unwrap_or(0),
+            });
+            self.checker.on_view_scoped_send(
+                self.tick,
+                r,
+                group,
+                &command.to_string(),
+                view,
+                durable_view,
+            );
+        }
+        if command == Command::DoViewChange
+            && let Ok(Message::DoViewChange { header, .. }) =
+                wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        {
+            // Without a superblock the recovered log_view is 0 (§9.1).
+            let durable_log_view = disk.and_then(|d| d.superblock).map_or(0, |s| s.log_view);
+            self.checker.on_log_view_send(
+                self.tick,
+                r,
+                group,
+                header.log_view.get(),
+                durable_log_view,
+            );
+        }
+        if command == Command::PrepareOk
+            && let Ok(Message::PrepareOk(ok)) =
+                wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        {
+            let op = ok.op.get();
+            // An entry the fault schedule corrupted after it was written is excused: the
+            // replica cannot know (a latent sector error), and recovery or reads catch it.
+            let corrupted =
+                disk.is_some_and(|d| d.journal.contains_key(&op) && d.intact(op).is_none());
+            let durable = disk
+                .and_then(|d| d.intact(op))
+                .map(|bytes| identity_of(bytes));
+            if !corrupted {
+                self.checker.on_prepare_ok(
+                    self.tick,
+                    r,
+                    group,
+                    op,
+                    ok.prepare_checksum.get(),
+                    durable,
+                );
+            }
+        }
+    }
+
+    /// Feeds the checkers the replica's state after a step, and every op it newly committed.
+    fn observe(&mut self, r: u8, group: u64) {
+        let tick = self.tick;
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            return;
+        };
+        let replica = &live.replica;
+        let observed = Observed {
+            view: replica.view(),
+            log_view: replica.log_view(),
+            commit_min: replica.commit_min(),
+            commit_max: replica.commit_max(),
+            normal_primary: replica.is_primary() && replica.status() == Status::Normal,
+        };
+        // Every op the state machine applied (with the header it was applied with), plus the
+        // ops between the last seen and the current commit_min that bypass the state machine
+        // (Register, Logout), from the journal's headers.
+        let bodies: Vec<crate::machine::AppliedBody> =
+            replica.state_machine().applied[live.applied_cursor..].to_vec();
+        live.applied_cursor += bodies.len();
+        let mut applied: Vec<(u64, wire::header::PrepareHeader)> =
+            bodies.iter().map(|b| (b.op, b.header)).collect();
+        let from = live.checked_commit + 1;
+        for op in from..=replica.commit_min() {
+            if bodies.iter().any(|b| b.op == op) {
+                continue;
+            }
+            if let Some(h) = replica.header(op) {
+                applied.push((op, *h));
+            }
+        }
+        live.checked_commit = live.checked_commit.max(replica.commit_min());
+        let offsets = (!GroupId(group).is_metadata())
+            .then(|| (replica.next_offset(), replica.state_machine().offset_end))
+            .filter(|(next, end)| next < end);
+        let became_primary = observed.normal_primary && !live.was_normal_primary;
+        live.was_normal_primary = observed.normal_primary;
+        let lacks: Vec<(u64, Option<u128>)> = if became_primary {
+            self.checker
+                .replied_ops(group)
+                // A primary of a view after the one the reply came from must hold the op; a
+                // stale primary of an older view cannot commit anything and is not checked.
+                .filter(|&(op, _, view)| op > replica.commit_min() && observed.view > view)
+                .filter_map(|(op, identity, _)| {
+                    // Holding another prepare there is always wrong. Lacking the op is wrong
+                    // only above commit_max: at or below it the primary knows the op committed,
+                    // can never re-propose it (its head is at least commit_max) and repairs it.
+                    let held = replica.header(op).map(|h| h.frame.checksum.get());
+                    let wrong = match held {
+                        Some(h) => h != identity,
+                        None => op > replica.commit_max(),
+                    };
+                    wrong.then_some((op, held))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for (op, h) in applied {
+            self.checker.on_apply(tick, r, group, op, &h);
+        }
+        for b in bodies {
+            self.checker
+                .on_apply_body(tick, r, group, b.op, b.body_digest);
+        }
+        for (op, held) in lacks {
+            self.checker
+                .on_primary_lacks(tick, r, group, observed.view, op, held);
+        }
+        if let Some((next, end)) = offsets {
+            self.checker.on_offset_rewind(tick, r, group, next, end);
+        }
+        self.checker.observe(tick, r, group, observed);
+        if observed.normal_primary {
+            let max = self.max_normal_view.entry(group).or_insert(0);
+            if observed.view > *max {
+                *max = observed.view;
+                self.report.view_changes += 1;
+                self.trace(format_args!(
+                    "group {group:#x}: r{r} primary of view {}",
+                    observed.view
+                ));
+            }
+        }
+    }
+
+    // ---- the tick --------------------------------------------------------------------------
+
+    /// Runs one tick.
+    pub fn run_tick(&mut self) {
+        self.tick += 1;
+        if self.auto_faults {
+            self.faults();
+        }
+        self.restart_due();
+        self.sync_connections();
+
+        self.net.transmit(self.tick);
+        for packet in self.net.deliver(self.tick) {
+            match (packet.from, packet.to) {
+                (Node::Replica(from), Node::Replica(to)) => {
+                    self.deliver_frame(from, to, &packet.frame)
+                }
+                (Node::Client(c), Node::Replica(to)) => self.deliver_request(c, to, &packet.frame),
+                (Node::Replica(_), Node::Client(c)) => self.deliver_reply(c, &packet.frame),
+                (Node::Client(_), Node::Client(_)) => {}
+            }
+        }
+
+        let mut order: Vec<u8> = (0..self.swarm.replicas).collect();
+        self.prng_schedule.shuffle(&mut order);
+        for &r in &order {
+            self.complete_storage(r);
+        }
+        for &r in &order {
+            for group in self.groups.clone() {
+                self.step(r, group, Input::Tick);
+            }
+        }
+        self.clients_act();
+    }
+
+    fn deliver_frame(&mut self, from: u8, to: u8, frame: &[u8]) {
+        let Ok(message) = wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT) else {
+            self.report.inputs_ignored += 1;
+            return;
+        };
+        let group = message.group().0;
+        self.step(
+            to,
+            group,
+            Input::Message {
+                from: ReplicaId(from),
+                message,
+            },
+        );
+    }
+
+    fn deliver_request(&mut self, _client: u32, to: u8, wrapped: &[u8]) {
+        let group = u64::from_le_bytes(wrapped[..8].try_into().expect("8 bytes"));
+        let frame = &wrapped[8..];
+        let Ok((header, body)) =
+            wire::decode::decode_request(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
+        else {
+            return;
+        };
+        let request = ClientRequest {
+            header: *header,
+            body: body.to_vec(),
+        };
+        self.step(to, group, Input::Request(request));
+    }
+
+    fn complete_storage(&mut self, r: u8) {
+        if !self.hosts[usize::from(r)].up {
+            return;
+        }
+        let tick = self.tick;
+        let done = self.hosts[usize::from(r)].disk.complete_due(tick);
+        for p in done {
+            let completion = match p.write {
+                Write::Append { op, frame } if p.failed => Completion::AppendFailed {
+                    op,
+                    checksum: identity_of(&frame),
+                },
+                Write::Append { op, frame } => Completion::Appended {
+                    op,
+                    checksum: identity_of(&frame),
+                },
+                Write::Superblock(s) if p.failed => Completion::VsrStatePersistFailed {
+                    view: s.view,
+                    log_view: s.log_view,
+                },
+                Write::Superblock(s) => {
+                    self.checker
+                        .on_durable_view(tick, r, p.group, s.view, s.log_view);
+                    Completion::VsrStatePersisted {
+                        view: s.view,
+                        log_view: s.log_view,
+                    }
+                }
+                Write::Truncate { .. } => continue,
+            };
+            self.step(r, p.group, Input::Done(completion));
+            if !self.hosts[usize::from(r)].up {
+                return;
+            }
+        }
+        let host = &mut self.hosts[usize::from(r)];
+        let (due, keep): (Vec<PendingCheckpoint>, Vec<PendingCheckpoint>) =
+            std::mem::take(&mut host.checkpoints)
+                .into_iter()
+                .partition(|c| c.complete_at <= tick);
+        host.checkpoints = keep;
+        for c in due {
+            Self::install_checkpoint(&mut self.hosts[usize::from(r)], &c);
+            self.step(
+                r,
+                c.group,
+                Input::Done(Completion::Checkpointed { op: c.snapshot.op }),
+            );
+        }
+        let host = &mut self.hosts[usize::from(r)];
+        let (due, keep): (Vec<PendingRead>, Vec<PendingRead>) = std::mem::take(&mut host.reads)
+            .into_iter()
+            .partition(|c| c.complete_at <= tick);
+        host.reads = keep;
+        for read in due {
+            let frame = self.hosts[usize::from(r)]
+                .disk
+                .group(read.group)
+                .and_then(|d| d.intact(read.op))
+                .filter(|bytes| {
+                    bytes.len() >= wire::HEADER_SIZE
+                        && identity_of(bytes) == read.checksum
+                        && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
+                })
+                .map(|bytes| Frame::new(bytes.clone()));
+            self.step(
+                r,
+                read.group,
+                Input::Done(Completion::Read { op: read.op, frame }),
+            );
+        }
+    }
+
+    fn restart_due(&mut self) {
+        for r in 0..self.swarm.replicas {
+            let host = &self.hosts[usize::from(r)];
+            if !host.up && host.restart_at != 0 && host.restart_at <= self.tick {
+                self.trace(format_args!("restart r{r}"));
+                self.hosts[usize::from(r)].restart_at = 0;
+                self.start_host(r);
+            }
+        }
+    }
+
+    // ---- faults ------------------------------------------------------------------------------
+
+    fn in_fault_phase(&self) -> bool {
+        self.healed_at.is_none()
+    }
+
+    fn faults(&mut self) {
+        if !self.in_fault_phase() {
+            return;
+        }
+        if self.tick >= self.swarm.fault_ticks {
+            self.heal();
+            return;
+        }
+        let n = self.swarm.replicas;
+        if self.prng_crashes.chance_ppm(self.swarm.crash_ppm) {
+            let r = self.prng_crashes.below(u64::from(n)) as u8;
+            let down = self.hosts.iter().filter(|h| !h.up).count() as u8;
+            if self.hosts[usize::from(r)].up && down < self.swarm.down_max {
+                self.crash(r, "schedule");
+                let (low, high) = self.swarm.down_ticks;
+                self.hosts[usize::from(r)].restart_at =
+                    self.tick + self.prng_crashes.range_inclusive(low, high);
+            }
+        }
+        if self.swarm.corrupt_ppm > 0
+            && !self.swarm.faulty_replicas.is_empty()
+            && self.prng_crashes.chance_ppm(self.swarm.corrupt_ppm)
+        {
+            let r = *self.prng_crashes.pick(&self.swarm.faulty_replicas);
+            let group = *self.prng_crashes.pick(&self.groups);
+            if let Some(op) = self.hosts[usize::from(r)]
+                .disk
+                .corrupt_interior(&mut self.prng_crashes, group)
+            {
+                self.report.entries_corrupted += 1;
+                self.trace(format_args!("corrupt r{r} group {group:#x} op {op}"));
+            }
+        }
+        if self.swarm.lose_ppm > 0
+            && !self.swarm.faulty_replicas.is_empty()
+            && self.prng_crashes.chance_ppm(self.swarm.lose_ppm)
+        {
+            let r = *self.prng_crashes.pick(&self.swarm.faulty_replicas);
+            let group = *self.prng_crashes.pick(&self.groups);
+            if let Some(op) = self.hosts[usize::from(r)]
+                .disk
+                .lose_entry(&mut self.prng_crashes, group)
+            {
+                self.trace(format_args!("lose r{r} group {group:#x} op {op}"));
+            }
+        }
+        if self.prng_partitions.chance_ppm(self.swarm.partition_ppm) {
+            self.change_partitions();
+        }
+        if self.prng_clocks.chance_ppm(self.swarm.clock_step_ppm) {
+            let r = self.prng_clocks.below(u64::from(n)) as usize;
+            let delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            self.hosts[r].clock.step(delta);
+        }
+    }
+
+    fn change_partitions(&mut self) {
+        let n = self.swarm.replicas;
+        if n < 2 {
+            return;
+        }
+        let p = &mut self.prng_partitions;
+        let choice = p.below(100);
+        self.net.heal();
+        let nodes: Vec<Node> = (0..n).map(Node::Replica).collect();
+        if choice < 30 {
+            self.trace(format_args!("heal partitions"));
+        } else if choice < 65 {
+            let mut ids = nodes.clone();
+            p.shuffle(&mut ids);
+            let cut = p.range_inclusive(1, u64::from(n) - 1) as usize;
+            let (side, rest) = ids.split_at(cut);
+            self.net.partition(side, rest);
+            let (side, rest) = (side.to_vec(), rest.to_vec());
+            self.trace(format_args!("partition {side:?} | {rest:?}"));
+        } else if choice < 85 {
+            let links = p.range_inclusive(1, u64::from(n));
+            for _ in 0..links {
+                let a = p.below(u64::from(n)) as u8;
+                let b = p.below(u64::from(n)) as u8;
+                if a != b {
+                    self.net.block(Node::Replica(a), Node::Replica(b));
+                }
+            }
+            self.trace(format_args!("one-way blocks"));
+        } else {
+            let a = p.below(u64::from(n)) as u8;
+            let b = p.below(u64::from(n)) as u8;
+            let extra = p.range_inclusive(10, 200);
+            if a != b {
+                self.net.clog(Node::Replica(a), Node::Replica(b), extra);
+            }
+            self.trace(format_args!("clog r{a}->r{b} +{extra}"));
+        }
+    }
+
+    /// Ends the fault phase: heals the network, calms the links, restarts every replica.
+    pub fn heal(&mut self) {
+        self.healed_at = Some(self.tick);
+        self.net.heal();
+        self.net.config = NetConfig {
+            loss_ppm: 0,
+            duplicate_ppm: 0,
+            reorder_ppm: 0,
+            ..self.swarm.net.clone()
+        };
+        for r in 0..self.swarm.replicas {
+            let host = &mut self.hosts[usize::from(r)];
+            if !host.up {
+                host.restart_at = self.tick;
+            }
+        }
+        self.trace(format_args!("heal"));
+    }
+
+    // ---- running -----------------------------------------------------------------------------
+
+    /// Whether every group has converged: every replica up, Normal, in the same view, with
+    /// `commit_min == commit_max == op` equal everywhere and an empty pipeline.
+    pub fn converged(&self) -> bool {
+        self.groups.iter().all(|&g| self.group_converged(g))
+    }
+
+    fn group_converged(&self, group: u64) -> bool {
+        let mut first: Option<(u32, u64)> = None;
+        for host in &self.hosts {
+            let Some(live) = host.live.get(&group) else {
+                return false;
+            };
+            let r = &live.replica;
+            if r.status() != Status::Normal
+                || r.commit_min() != r.commit_max()
+                || r.commit_min() != r.op()
+                || r.pipeline_len() != 0
+                || r.is_transferring()
+            {
+                return false;
+            }
+            let key = (r.view(), r.commit_min());
+            match first {
+                None => first = Some(key),
+                Some(f) if f != key => return false,
+                Some(_) => {}
+            }
+        }
+        true
+    }
+
+    /// Requests not yet answered.
+    pub fn outstanding(&self) -> usize {
+        self.clients
+            .iter()
+            .filter(|c| c.outstanding.is_some())
+            .count()
+    }
+
+    fn clients_done(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| c.outstanding.is_none() && c.done_after_heal)
+    }
+
+    /// Runs the whole seed: the fault phase, healing, then the liveness phase until the cluster
+    /// converges or the bound passes (a stall).
+    pub fn run(mut self) -> Report {
+        loop {
+            self.run_tick();
+            if self.options.stop_at_violation && !self.checker.violations.is_empty() {
+                break;
+            }
+            let Some(healed) = self.healed_at else {
+                continue;
+            };
+            if self.clients_done() && self.converged() {
+                self.report.heal_ticks = self.tick - healed;
+                self.check_converged_state();
+                break;
+            }
+            if self.tick >= healed + self.swarm.liveness_ticks {
+                let detail = self.stall_detail();
+                self.checker.on_liveness(self.tick, detail);
+                break;
+            }
+        }
+        self.finish()
+    }
+
+    /// Replicas that converged must hold the same state machine.
+    fn check_converged_state(&mut self) {
+        for &group in &self.groups {
+            let digests: BTreeSet<u64> = self
+                .hosts
+                .iter()
+                .filter_map(|h| h.live.get(&group))
+                .map(|l| l.replica.state_machine().inner.digest)
+                .collect();
+            let tables: BTreeSet<Vec<u8>> = self
+                .hosts
+                .iter()
+                .filter_map(|h| h.live.get(&group))
+                .map(|l| mask_client_table(&l.replica.client_table_encoded()))
+                .collect();
+            if tables.len() > 1 {
+                let detail =
+                    format!("group {group:#x}: converged replicas hold different client tables");
+                self.checker.on_state_divergence(self.tick, detail);
+            }
+            if digests.len() > 1 {
+                let detail = format!(
+                    "group {group:#x}: converged replicas hold different state digests {digests:x?}"
+                );
+                self.checker.on_state_divergence(self.tick, detail);
+            }
+        }
+    }
+
+    fn stall_detail(&self) -> String {
+        let mut s = format!(
+            "no convergence within {} ticks of healing (outstanding requests {})",
+            self.swarm.liveness_ticks,
+            self.outstanding()
+        );
+        for &group in &self.groups {
+            let converged = if self.group_converged(group) {
+                " converged"
+            } else {
+                ""
+            };
+            s.push_str(&format!("; group {group:#x}{converged}:"));
+            for host in &self.hosts {
+                match host.live.get(&group) {
+                    Some(l) => {
+                        let r = &l.replica;
+                        s.push_str(&format!(
+                            " r{} {:?} v{} lv{} op{} cmin{} cmax{} pipe{}",
+                            host.id,
+                            r.status(),
+                            r.view(),
+                            r.log_view(),
+                            r.op(),
+                            r.commit_min(),
+                            r.commit_max(),
+                            r.pipeline_len()
+                        ));
+                    }
+                    None => s.push_str(&format!(" r{} down", host.id)),
+                }
+            }
+        }
+        s
+    }
+
+    /// Closes the report.
+    pub fn finish(mut self) -> Report {
+        self.report.ticks = self.tick;
+        self.report.committed_ops = self.checker.committed_ops();
+        self.report.partition_ops = self
+            .checker
+            .committed
+            .keys()
+            .filter(|(g, _)| !GroupId(*g).is_metadata())
+            .count() as u64;
+        self.report.frames_dropped = self.net.stats.dropped();
+        self.report.frames_overrun = self.net.stats.dropped_overrun;
+        self.report.torn_writes = self.hosts.iter().map(|h| h.disk.stats.torn).sum();
+        self.report.violations = self.checker.violations.clone();
+        self.report.stalls = self
+            .checker
+            .violations
+            .iter()
+            .filter(|v| v.invariant == crate::check::Invariant::Liveness)
+            .count() as u64;
+        self.report
+    }
+}
+
+/// The encoded client table with the view bytes (52..56) of every cached reply zeroed and the
+/// trailer dropped: replicas may journal one prepare under different views (wire.md §11.6), so
+/// equivalence is checked modulo those bytes. Layout (consensus `client_table.rs`): magic
+/// `ICT2`, u32 count, per session client u128, epoch u64, user_id u32, watermark u64,
+/// watermark_checksum u128, u8 replies, per reply u32 length + frame; u64 trailer.
+fn mask_client_table(encoded: &[u8]) -> Vec<u8> {
+    let mut out = encoded[..encoded.len().saturating_sub(8)].to_vec();
+    let mut at = 8usize;
+    let count = out
+        .get(4..8)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+    for _ in 0..count {
+        at += 16 + 8 + 4 + 8 + 16;
+        let Some(&replies) = out.get(at) else {
+            return encoded.to_vec();
+        };
+        at += 1;
+        for _ in 0..replies {
+            let Some(len) = out.get(at..at + 4) else {
+                return encoded.to_vec();
+            };
+            let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+            at += 4;
+            if at + len > out.len() || len < 56 {
+                return encoded.to_vec();
+            }
+            out[at + 52..at + 56].fill(0);
+            at += len;
+        }
+    }
+    out
+}
