@@ -54,6 +54,7 @@ impl<S: StateMachine> Replica<S> {
     pub(crate) fn is_caught_up_primary(&self) -> bool {
         self.is_primary()
             && !self.transfer.is_active()
+            && !self.transfer.anchor_unknown
             && self.commit_min == self.commit_max
             && self.commit_max >= self.recovery_barrier
             && self.is_vsr_durable_strict()
@@ -101,7 +102,7 @@ impl<S: StateMachine> Replica<S> {
         match self.plane() {
             Plane::Metadata => self.preflight_metadata(operation, &request, out)?,
             Plane::Partition => {
-                if !self.is_vsr_durable_strict() {
+                if !self.is_vsr_durable_strict() || self.transfer.anchor_unknown {
                     self.deny(&request, codes::TRANSIENT_NOT_ACCEPTED, out);
                     return Err(Ignored::Refused);
                 }

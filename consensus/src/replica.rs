@@ -267,6 +267,10 @@ impl<S: StateMachine> Replica<S> {
             watermark = chain_end;
         }
         replica.advance_durable_prefix(out);
+        if replica.op == recovered.snapshot_op && replica.checksum_at(replica.op).is_none() {
+            // Restored from a transferred snapshot whose identity nobody recorded.
+            replica.transfer.anchor_unknown = true;
+        }
         // Replay only along the unbroken chain: an op below a hole could be a stale entry.
         let watermark = watermark.min(chain_end);
         while replica.commit_min < watermark {
@@ -550,7 +554,8 @@ impl<S: StateMachine> Replica<S> {
         if let Some(entry) = self.journal.get(op) {
             return Some(entry.checksum());
         }
-        if op == self.snapshot_op {
+        // After a state transfer the snapshot's identity is unknown (0); at op 0 it is 0.
+        if op == self.snapshot_op && (op == 0 || self.snapshot_checksum != 0) {
             return Some(self.snapshot_checksum);
         }
         None

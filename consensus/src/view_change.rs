@@ -171,15 +171,15 @@ impl<S: StateMachine> Replica<S> {
                 .enumerate()
             {
                 if let Some(entry) = self.journal.get(o) {
+                    // Present even if unverified: we can serve exactly this prepare, and the
+                    // merge counts it only as a copy of the identity it carries.
                     body.extend_from_slice(entry.header.bytes());
-                    if entry.verified {
-                        present |= 1 << i;
-                    }
+                    present |= 1 << i;
                     slots.insert(
                         o,
                         Slot::Held {
                             header: entry.header,
-                            present: entry.verified,
+                            present: true,
                         },
                     );
                 } else if let Some(header) = self.view_headers.get(&o) {
@@ -352,15 +352,19 @@ impl<S: StateMachine> Replica<S> {
         }
         let op_head = merged.op_head;
         match self.first_uncovered(op_head) {
+            // Missing, not durable yet, or unverified (below a hole the repair window finds).
             Some(op) => {
-                if self.journal.get(op).is_none() {
-                    let peer = self.repair_source(op);
-                    if let Some(peer) = peer {
-                        self.start_repair(peer, out);
-                    }
+                if let Some(peer) = self.repair_source(op) {
+                    self.start_repair(peer, out);
                 }
             }
-            None => self.start_pending_view(now, out),
+            // The next prepare chains onto the head: its identity must be known.
+            None if merged.headers.contains_key(&op_head)
+                || self.checksum_at(op_head).is_some() =>
+            {
+                self.start_pending_view(now, out)
+            }
+            None => {}
         }
     }
 
@@ -393,9 +397,15 @@ impl<S: StateMachine> Replica<S> {
         self.ceded = false;
         self.log_view = self.view;
         self.op = merged.op_head;
-        match self.checksum_at(self.op) {
-            Some(checksum) => self.last_checksum = checksum,
-            None => self.transfer.anchor_unknown = true,
+        // Known: `try_start_pending_view` checked it.
+        if let Some(checksum) = merged
+            .headers
+            .get(&self.op)
+            .map(|h| h.frame.checksum.get())
+            .or_else(|| self.checksum_at(self.op))
+        {
+            self.last_checksum = checksum;
+            self.transfer.anchor_unknown = false;
         }
         if let Some(head) = self.journal.get(self.op) {
             self.last_timestamp = self.last_timestamp.max(head.header.timestamp.get());
