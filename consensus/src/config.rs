@@ -53,6 +53,11 @@ pub struct RawConfig {
     /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
     /// older ops are answered RangeEvicted (state transfer takes over).
     pub headers_retained: u64,
+    /// Periodic checkpoints: once `commit_min` is this many ops above the snapshot floor the
+    /// core emits `Effect::Checkpoint` at `commit_min`, and after `Completion::Checkpointed`
+    /// raises its floor (repair below it answers RangeEvicted). 0 disables them (transfers
+    /// still checkpoint); otherwise at least 8. Default 1024. Node-local: need not agree.
+    pub checkpoint_interval_ops: u64,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -98,6 +103,7 @@ impl RawConfig {
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
             headers_retained: HEADERS_RETAINED,
+            checkpoint_interval_ops: CHECKPOINT_INTERVAL_OPS_DEFAULT,
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }
@@ -171,6 +177,11 @@ impl RawConfig {
         }
         if self.headers_retained < self.frame_cache_committed {
             return Err(HeadersRetained(self.headers_retained));
+        }
+        if self.checkpoint_interval_ops != 0
+            && self.checkpoint_interval_ops < CHECKPOINT_INTERVAL_OPS_MIN
+        {
+            return Err(CheckpointInterval(self.checkpoint_interval_ops));
         }
         Ok(Config { raw: self, plane })
     }
@@ -258,6 +269,9 @@ pub enum ConfigError {
     /// `headers_retained` below `frame_cache_committed`.
     #[error("headers_retained {0} is below frame_cache_committed")]
     HeadersRetained(u64),
+    /// `checkpoint_interval_ops` neither 0 (off) nor at least 8.
+    #[error("checkpoint_interval_ops {0} must be 0 (off) or at least 8")]
+    CheckpointInterval(u64),
     /// `clients_table_max` outside 2..=65536.
     #[error("clients_table_max {0} is outside 2..=65536")]
     ClientsTableMax(usize),

@@ -88,6 +88,13 @@ const _: () = assert!(REPLICAS_MAX <= 128);
 /// Headers kept in the in-memory index below `commit_min` (older ones are only on disk).
 pub const HEADERS_RETAINED: u64 = 65_536;
 
+/// Default periodic checkpoint interval: a checkpoint once `commit_min` has advanced this many
+/// ops past the snapshot floor (consensus.md §11, journal.md §3.4).
+pub const CHECKPOINT_INTERVAL_OPS_DEFAULT: u64 = 1024;
+
+/// Smallest non-zero checkpoint interval `RawConfig::validate` accepts.
+pub const CHECKPOINT_INTERVAL_OPS_MIN: u64 = 8;
+
 /// The widest op span the in-memory journal index covers (one pointer per slot): a prepare
 /// further above the index base is not journaled until the base moves up (state transfer).
 pub const JOURNAL_SPAN_MAX: u64 = 1 << 24;

@@ -145,7 +145,8 @@ pub enum Completion {
         /// The whole prepare frame as journaled (command Prepare).
         frame: Option<Frame>,
     },
-    /// Answer to [`Effect::Checkpoint`]: the installed state is durable at `op`.
+    /// Answer to [`Effect::Checkpoint`]: the snapshot at `op` is durable and the journal was
+    /// compacted below `op`.
     Checkpointed {
         /// The checkpoint op.
         op: u64,
@@ -215,9 +216,13 @@ pub enum Effect {
         /// The frame.
         frame: Frame,
     },
-    /// The state machine was replaced by a state transfer at `op`: make its state durable as
-    /// the snapshot at `op`, set the journal's snapshot floor to `op` and drop entries at or
-    /// below it. Complete with [`Completion::Checkpointed`].
+    /// Checkpoint at `op` (journal.md §3.4, G4): the state machine and client table are exactly
+    /// at `op` (the core emits this last in a step, at `commit_min`). Make that state durable as
+    /// the snapshot at `op`, then set the journal's snapshot floor to `op` and drop the entries
+    /// below it (keep the entry at `op` itself). Emitted periodically (every
+    /// `checkpoint_interval_ops` applied ops, node-local) and after a state transfer installed
+    /// (the installed state must become durable). Complete with [`Completion::Checkpointed`];
+    /// only then does the core stop serving ops at or below `op`.
     Checkpoint {
         /// The snapshot op.
         op: u64,

@@ -125,6 +125,12 @@ pub struct Replica<S: StateMachine> {
     pub(crate) durable_prefix: u64,
     /// The snapshot op the driver confirmed durable (`Completion::Checkpointed`).
     pub(crate) checkpoint_durable: u64,
+    /// Highest checkpoint op emitted whose `Completion::Checkpointed` has not arrived.
+    pub(crate) checkpoint_pending: Option<u64>,
+    /// A state transfer installed: checkpoint at `commit_min` at the end of this step.
+    pub(crate) checkpoint_forced: bool,
+    /// State transfers installed in this life (observability).
+    pub(crate) transfers_installed: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -203,6 +209,9 @@ impl<S: StateMachine> Replica<S> {
             lost_until: 0,
             durable_prefix: recovered.snapshot_op,
             checkpoint_durable: recovered.snapshot_op,
+            checkpoint_pending: None,
+            checkpoint_forced: false,
+            transfers_installed: 0,
             config,
         };
 
@@ -348,6 +357,9 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         };
+        // At the end of the step the state machine is exactly at `commit_min`: the driver
+        // snapshots it when it executes the effect, before the next step.
+        self.maybe_checkpoint(out);
         #[cfg(debug_assertions)]
         self.check_invariants();
         result
@@ -505,7 +517,17 @@ impl<S: StateMachine> Replica<S> {
     pub fn next_offset(&self) -> u64 {
         self.next_offset
     }
-    /// Whether a state transfer is in progress (receiver side).
+    /// State transfers installed in this life.
+    pub fn transfers_installed(&self) -> u64 {
+        self.transfers_installed
+    }
+
+    /// The snapshot floor: ops at or below it live only in the snapshot.
+    pub fn snapshot_op(&self) -> u64 {
+        self.snapshot_op
+    }
+
+    /// Whether a state transfer is in progress.
     pub fn is_transferring(&self) -> bool {
         self.transfer.is_active()
     }

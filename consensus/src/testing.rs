@@ -17,6 +17,23 @@ pub struct Disk {
     pub journal: BTreeMap<u64, Frame>,
     /// The superblock.
     pub superblock: Option<VsrState>,
+    /// The durable snapshot written by the last `Effect::Checkpoint`.
+    pub snapshot: Option<Snapshot>,
+}
+
+/// A durable checkpoint: the state machine and client table at `op`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The checkpoint op.
+    pub op: u64,
+    /// Identity of the prepare at `op` (0 if unknown).
+    pub checksum: u128,
+    /// Timestamp of the prepare at `op` (0 if unknown).
+    pub timestamp: u64,
+    /// The encoded client table.
+    pub client_table: Vec<u8>,
+    /// The state machine.
+    pub state: DigestStateMachine,
 }
 
 /// Replicas of one group, a FIFO network and immediate storage.
@@ -141,7 +158,18 @@ impl Cluster {
                 }
                 Effect::Reply { client, frame } => self.replies.push((client, frame)),
                 Effect::Checkpoint { op } => {
-                    disk.journal.retain(|o, _| *o > op);
+                    // G4: the snapshot is durable before the journal floor moves; the entry at
+                    // `op` itself is kept.
+                    let replica = self.replicas[r.0 as usize].as_ref().expect("replica is up");
+                    let header = replica.header(op).copied();
+                    disk.snapshot = Some(Snapshot {
+                        op,
+                        checksum: header.map_or(0, |h| h.frame.checksum.get()),
+                        timestamp: header.map_or(0, |h| h.timestamp.get()),
+                        client_table: replica.client_table_encoded(),
+                        state: replica.state_machine().clone(),
+                    });
+                    disk.journal.retain(|o, _| *o >= op);
                     self.completions
                         .push_back((r, Completion::Checkpointed { op }));
                 }
@@ -251,16 +279,28 @@ impl Cluster {
     pub fn restart(&mut self, r: u8) {
         let disk = &self.disks[r as usize];
         self.boots += 1;
+        let snapshot_op = disk.snapshot.as_ref().map_or(0, |s| s.op);
         let recovered = Recovered {
             superblock: disk.superblock,
-            frames: disk.journal.values().cloned().collect(),
+            frames: disk.journal.range(snapshot_op + 1..).map(|(_, f)| f.clone()).collect(),
             incarnation: self.boots,
+            snapshot_op,
+            snapshot_checksum: disk.snapshot.as_ref().map_or(0, |s| s.checksum),
+            snapshot_timestamp: disk.snapshot.as_ref().map_or(0, |s| s.timestamp),
+            client_table: disk
+                .snapshot
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.client_table.clone()),
             ..Recovered::default()
         };
+        let state = disk
+            .snapshot
+            .as_ref()
+            .map_or_else(DigestStateMachine::default, |s| s.state.clone());
         let replica = Replica::new(
             self.configs[r as usize].clone(),
             recovered,
-            DigestStateMachine::default(),
+            state,
             &mut self.outbox,
         );
         self.replicas[r as usize] = Some(replica);

@@ -383,7 +383,10 @@ impl<S: StateMachine> Replica<S> {
             self.applied_offset_end = self.applied_offset_end.max(end);
             self.next_offset = self.next_offset.max(end);
         }
-        out.push(Effect::Checkpoint { op: commit_op });
+        // The checkpoint is emitted at the end of this step, at `commit_min` (>= commit_op:
+        // the journal above commit_op may be applied below), when the state machine is there.
+        self.checkpoint_forced = true;
+        self.transfers_installed += 1;
         self.transfer.move_to(TransferStage::Idle);
         self.commit_journal(Now::default(), out);
         if self.status == Status::Normal && !self.is_primary() {
@@ -394,9 +397,50 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// End of every step: emit `Effect::Checkpoint` at `commit_min` after a transfer install,
+    /// or periodically once `commit_min` is `checkpoint_interval_ops` above the snapshot floor
+    /// (consensus.md §11, decision 31). One periodic checkpoint in flight at a time; only
+    /// once every op up to `commit_min` is durably journaled and its identity is known.
+    pub(crate) fn maybe_checkpoint(&mut self, out: &mut Outbox) {
+        let op = self.commit_min;
+        if self.checkpoint_forced {
+            self.checkpoint_forced = false;
+            self.checkpoint_pending = Some(self.checkpoint_pending.map_or(op, |p| p.max(op)));
+            out.push(Effect::Checkpoint { op });
+            return;
+        }
+        let interval = self.config.checkpoint_interval_ops;
+        if interval == 0
+            || self.checkpoint_pending.is_some()
+            || self.transfer.is_active()
+            || self.status == Status::Recovering
+            || op < self.snapshot_op.saturating_add(interval)
+            || self.durable_prefix < op
+            || self.checkpoint_durable < self.snapshot_op
+            || self.journal.get(op).is_none()
+        {
+            return;
+        }
+        self.checkpoint_pending = Some(op);
+        out.push(Effect::Checkpoint { op });
+    }
+
+    /// The driver made the snapshot at `op` durable and compacted its journal below `op`
+    /// (keeping the entry at `op`). A periodic checkpoint raises the snapshot floor: repair
+    /// serving answers RangeEvicted at or below it, and the index forgets what lies below.
     pub(crate) fn on_checkpointed(&mut self, op: u64, out: &mut Outbox) -> Result<(), Ignored> {
-        if op > self.snapshot_op {
+        if op > self.commit_min || (op > self.snapshot_op && self.checkpoint_pending.is_none()) {
             return Err(Ignored::StaleCompletion);
+        }
+        if self.checkpoint_pending.is_some_and(|p| p <= op) {
+            self.checkpoint_pending = None;
+        }
+        if op > self.snapshot_op {
+            self.snapshot_op = op;
+            self.snapshot_checksum = self.journal.get(op).map_or(0, |e| e.checksum());
+            self.journal.trim_below(op);
+            self.repair.pending.retain(|o, _| *o > op);
+            self.durable_prefix = self.durable_prefix.max(op);
         }
         self.checkpoint_durable = self.checkpoint_durable.max(op);
         self.advance_durable_prefix(out);

@@ -76,6 +76,8 @@ pub struct Summary {
     pub repairs: u64,
     /// Sum of installed state transfers.
     pub state_transfers: u64,
+    /// Periodic checkpoints (journal compactions).
+    pub checkpoints: u64,
     /// Sum of frames dropped.
     pub frames_dropped: u64,
     /// Sum of completed client requests.
@@ -115,6 +117,7 @@ impl Summary {
         self.crashes += report.crashes;
         self.repairs += report.repairs;
         self.state_transfers += report.state_transfers;
+        self.checkpoints += report.checkpoints;
         self.frames_dropped += report.frames_dropped;
         self.requests_completed += report.requests_completed;
         self.frames_overrun += report.frames_overrun;
@@ -152,6 +155,7 @@ impl Summary {
             "crashes": self.crashes,
             "repairs": self.repairs,
             "state_transfers": self.state_transfers,
+            "checkpoints": self.checkpoints,
             "frames_dropped": self.frames_dropped,
             "requests_completed": self.requests_completed,
             "frames_overrun": self.frames_overrun,

@@ -280,8 +280,9 @@ impl<S: Clone> Disk<S> {
     /// Drops `group`'s journal entries at or below `op` (a checkpoint superseded them).
     pub fn truncate_below(&mut self, group: u64, op: u64) {
         if let Some(disk) = self.groups.get_mut(&group) {
-            disk.journal = disk.journal.split_off(&(op + 1));
-            disk.sums = disk.sums.split_off(&(op + 1));
+            // G4: the entry at the checkpoint op itself is kept.
+            disk.journal = disk.journal.split_off(&op);
+            disk.sums = disk.sums.split_off(&op);
         }
     }
 

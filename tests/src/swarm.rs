@@ -83,6 +83,9 @@ pub struct Swarm {
     pub write_fail_ppm: u32,
     /// `frame_cache_committed` for the replicas (small values force `Effect::Read`s).
     pub frame_cache_committed: Option<u64>,
+    /// `checkpoint_interval_ops` for the replicas (small: journals compact often, so lagging
+    /// or restarted replicas fall below a peer's floor and must take a state transfer).
+    pub checkpoint_interval_ops: u64,
     /// Number of clients.
     pub clients: u32,
     /// Probability per tick per idle client of submitting a new request.
@@ -210,6 +213,8 @@ impl Swarm {
             clients: p.range_inclusive(1, 4) as u32,
             submit_ppm: p.range_inclusive(20_000, 200_000) as u32,
             client_retry_ticks: p.range_inclusive(100, 400),
+            // Drawn last so every earlier parameter of a seed is unchanged.
+            checkpoint_interval_ops: p.range_inclusive(16, 128),
         }
     }
 
@@ -240,6 +245,7 @@ impl Swarm {
             clients: 1,
             submit_ppm: 0,
             client_retry_ticks: 200,
+            checkpoint_interval_ops: 64,
         }
     }
 }
