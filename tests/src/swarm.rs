@@ -214,7 +214,7 @@ impl Swarm {
             submit_ppm: p.range_inclusive(20_000, 200_000) as u32,
             client_retry_ticks: p.range_inclusive(100, 400),
             // Drawn last so every earlier parameter of a seed is unchanged.
-            checkpoint_interval_ops: p.range_inclusive(16, 128),
+            checkpoint_interval_ops: p.range_inclusive(8, 32),
         }
     }
 
