@@ -287,7 +287,9 @@ pub struct Recovered {
     pub snapshot_checksum: u128,
     /// Timestamp of the prepare at `snapshot_op` (floor for later prepares); 0 if none.
     pub snapshot_timestamp: u64,
-    /// Journaled prepare frames above `snapshot_op`, in op order, each sealed. Holes are
+    /// Journaled prepare frames above `snapshot_op`, in op order, each sealed, optionally
+    /// preceded by the entry at `snapshot_op` itself (compaction keeps it, journal.md G4; the
+    /// core indexes its header when its identity is `snapshot_checksum`). Holes are
     /// allowed and must not be truncated (the core keeps entries above a hole); the core
     /// stops at a chain break between adjacent entries and asks for a `Truncate` there.
     pub frames: Vec<Frame>,

@@ -171,3 +171,65 @@ fn range_evicted_turns_repair_into_state_transfer() {
         Err(Ignored::Transferring)
     );
 }
+
+#[test]
+fn a_periodic_checkpoint_raises_the_floor_and_repair_below_it_is_evicted() {
+    let c = chain(0, 0, 12);
+    let mut raw = raw(3, 1);
+    raw.checkpoint_interval_ops = 8;
+    let mut b = boot(raw);
+    journal(&mut b, &c);
+    // Committing past the interval checkpoints at commit_min, last in the step.
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 12, 1));
+    assert_eq!(b.commit_min(), 12);
+    assert_eq!(effects.last(), Some(&Effect::Checkpoint { op: 12 }));
+    assert_eq!(
+        effects
+            .iter()
+            .filter(|e| matches!(e, Effect::Checkpoint { .. }))
+            .count(),
+        1
+    );
+    // Until the checkpoint is durable the journal below it is still served.
+    let (result, effects) = feed(&mut b, 2, &request_prepares(2, 4, 3, 3));
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        effects,
+        vec![
+            send(2, as_repair(&c[2])),
+            send(2, repair_reply(Command::RepairDone, 1, 4, 3)),
+        ]
+    );
+    // No second checkpoint while one is in flight.
+    assert!(
+        !tick_until_effects(&mut b, 50)
+            .iter()
+            .any(|e| matches!(e, Effect::Checkpoint { .. }))
+    );
+    assert_eq!(
+        input(&mut b, Input::Done(Completion::Checkpointed { op: 12 })).0,
+        Ok(())
+    );
+    assert_eq!(b.snapshot_op(), 12);
+    // The driver compacted: ops at or below the floor are RangeEvicted (first op held: 13),
+    // never read back through the journal.
+    let (result, effects) = feed(&mut b, 2, &request_prepares(2, 5, 3, 12));
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        effects,
+        vec![
+            send(2, repair_reply(Command::RangeEvicted, 1, 5, 13)),
+            send(2, repair_reply(Command::RepairDone, 1, 5, 2)),
+        ]
+    );
+    // A duplicate completion changes nothing; one above anything asked for is stale.
+    assert_eq!(
+        input(&mut b, Input::Done(Completion::Checkpointed { op: 12 })).0,
+        Ok(())
+    );
+    assert_eq!(
+        input(&mut b, Input::Done(Completion::Checkpointed { op: 11 })).0,
+        Ok(())
+    );
+    assert_eq!(b.snapshot_op(), 12);
+}

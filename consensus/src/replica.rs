@@ -223,7 +223,30 @@ impl<S: StateMachine> Replica<S> {
         let mut chain_end = recovered.snapshot_op;
         let mut last_view = 0u32;
         let mut kept = 0usize;
-        for frame in &recovered.frames {
+        // The entry at the snapshot op itself, which compaction keeps (journal.md G4): indexed
+        // for its header only (a StartView or DoViewChange suffix may need it), never applied
+        // nor served by repair.
+        if let Some(header) = recovered.frames.first().and_then(|f| f.prepare_header())
+            && recovered.snapshot_op > 0
+            && header.op.get() == recovered.snapshot_op
+        {
+            kept = 1;
+            if recovered.snapshot_checksum != 0
+                && header.frame.checksum.get() == recovered.snapshot_checksum
+                && header.group.get() == group.0
+                && wire::integrity::verify_prepare_identity(header.bytes())
+            {
+                replica.journal = Journal::new(recovered.snapshot_op);
+                replica.journal.insert(Entry {
+                    header: *header,
+                    frame: None,
+                    durable: true,
+                    verified: true,
+                });
+                replica.last_timestamp = replica.last_timestamp.max(header.timestamp.get());
+            }
+        }
+        for frame in recovered.frames.iter().skip(kept) {
             let Some(header) = frame.prepare_header().copied() else {
                 break;
             };

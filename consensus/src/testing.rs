@@ -282,7 +282,11 @@ impl Cluster {
         let snapshot_op = disk.snapshot.as_ref().map_or(0, |s| s.op);
         let recovered = Recovered {
             superblock: disk.superblock,
-            frames: disk.journal.range(snapshot_op + 1..).map(|(_, f)| f.clone()).collect(),
+            frames: disk
+                .journal
+                .range(snapshot_op.max(1)..)
+                .map(|(_, f)| f.clone())
+                .collect(),
             incarnation: self.boots,
             snapshot_op,
             snapshot_checksum: disk.snapshot.as_ref().map_or(0, |s| s.checksum),

@@ -452,6 +452,14 @@ impl Sim {
         // chain break). A damaged entry (checksum, or not a prepare of this op and group) is a
         // torn tail when nothing follows it, else interior corruption: boot is refused.
         let first = recovered.snapshot_op + 1;
+        // The entry at the snapshot op, kept by compaction (G4): handed over for its header
+        // when intact; a damaged one is simply not handed over (nothing depends on its body).
+        if recovered.snapshot_op > 0
+            && let Some(bytes) = disk.journal.get(&recovered.snapshot_op)
+            && disk.intact(recovered.snapshot_op).is_some()
+        {
+            recovered.frames.push(Frame::new(bytes.clone()));
+        }
         let mut cut = None;
         for (&op, bytes) in disk.journal.range(first..) {
             let valid = disk.intact(op).is_some()
