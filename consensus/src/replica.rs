@@ -303,6 +303,13 @@ impl<S: StateMachine> Replica<S> {
             // Restored from a transferred snapshot whose identity nobody recorded.
             replica.transfer.anchor_unknown = true;
         }
+        if plane == Plane::Partition {
+            // Offsets minted at or below the snapshot are no longer in the journal: the
+            // restored state machine knows where they end (journal.md G8).
+            let end = replica.sm.next_offset();
+            replica.applied_offset_end = replica.applied_offset_end.max(end);
+            replica.next_offset = replica.next_offset.max(end);
+        }
         // Replay only along the unbroken chain: an op below a hole could be a stale entry.
         let watermark = watermark.min(chain_end);
         while replica.commit_min < watermark {

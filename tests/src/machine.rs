@@ -40,15 +40,44 @@ impl StateMachine for SimMachine {
             header: *header,
             body_digest: wire::integrity::xxh3(body),
         });
+        if header.operation == wire::Operation::SendMessages.byte() && body.len() >= 256 {
+            // The stamped batch: base offset at 8, message count at 48 (client-plane.md §8.1).
+            let base = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
+            let count = u32::from_le_bytes(body[48..52].try_into().expect("4 bytes"));
+            self.offset_end = self.offset_end.max(base + u64::from(count));
+        }
         self.inner.apply(header, body, reply);
     }
 
     fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact> {
-        self.inner.artifacts(commit_op)
+        let mut artifacts = self.inner.artifacts(commit_op);
+        if self.inner.partition {
+            // The offset frontier travels with the segment log so an install (and a snapshot
+            // of the installed state) resumes minting after it.
+            artifacts.push(Artifact {
+                kind: wire::manifest::ArtifactKind::CONSUMER_OFFSETS,
+                frontier: commit_op,
+                bytes: self.offset_end.to_le_bytes().to_vec(),
+            });
+        }
+        artifacts
     }
 
     fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
-        self.inner.install(commit_op, artifacts)
+        let offset_end = artifacts
+            .iter()
+            .find(|a| a.kind == wire::manifest::ArtifactKind::CONSUMER_OFFSETS)
+            .and_then(|a| <[u8; 8]>::try_from(a.bytes.as_slice()).ok())
+            .map(u64::from_le_bytes);
+        self.inner.install(commit_op, artifacts)?;
+        if let Some(end) = offset_end {
+            self.offset_end = end;
+        }
+        Ok(())
+    }
+
+    fn next_offset(&self) -> u64 {
+        self.offset_end
     }
 }
 

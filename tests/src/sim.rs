@@ -401,8 +401,7 @@ impl Sim {
                 .map(|s| s.state.clone())
                 .unwrap_or_default();
             // A partition group's machine offers (and accepts) a SEGMENT_LOG artifact.
-            state.inner.partition =
-                matches!(GroupId(group).kind(), wire::GroupKind::Partition(_));
+            state.inner.partition = matches!(GroupId(group).kind(), wire::GroupKind::Partition(_));
             if let Some(sb) = recovered.superblock {
                 self.checker
                     .on_durable_view(self.tick, r, group, sb.view, sb.log_view);
