@@ -313,4 +313,17 @@ mod tests {
         r.prepare_queue_depth = 128;
         assert_eq!(r.validate(), Err(ConfigError::PrepareQueueDepth(128)));
     }
+
+    #[test]
+    fn checkpoint_interval_is_off_or_at_least_eight() {
+        assert_eq!(raw().checkpoint_interval_ops, 1024);
+        for ok in [0, 8, 1 << 20] {
+            let mut r = raw();
+            r.checkpoint_interval_ops = ok;
+            assert!(r.validate().is_ok());
+        }
+        let mut r = raw();
+        r.checkpoint_interval_ops = 7;
+        assert_eq!(r.validate(), Err(ConfigError::CheckpointInterval(7)));
+    }
 }
