@@ -24,7 +24,7 @@
 //! - `repair`: RequestPrepares / RepairPrepare / RepairDone / RangeEvicted, both sides.
 //! - `transfer`: state transfer, both sides; `client_table`: sessions (§12); `forward`: §13;
 //!   `partition`: the SendMessages batch, stamp and re-derivation (§5.6).
-//! - [`quorum`]: the flexible quorums of §4; [`testing`]: a tiny reference driver (one thread,
+//! - [`quorum`]: the flexible quorums of §4; `testing` (feature `testing`): a tiny reference driver (one thread,
 //!   perfect or lossy network, immediate storage) for tests and benchmarks.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -34,6 +34,7 @@ pub mod constants;
 pub mod io;
 pub mod quorum;
 pub mod replica;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 mod client_table;

@@ -70,10 +70,7 @@ impl DmaStorage {
     }
 
     fn sync_dir(&self) -> Result<(), StorageError> {
-        let name = self.root.display().to_string();
-        std::fs::File::open(&self.root)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| StorageError::io("sync dir", &name, &e))
+        crate::storage::sync_dir(&self.root)
     }
 }
 
@@ -211,18 +208,7 @@ impl Storage for DmaStorage {
     }
 
     async fn list(&self) -> Result<Vec<String>, StorageError> {
-        let name = self.root.display().to_string();
-        let mut names = Vec::new();
-        for entry in
-            std::fs::read_dir(&self.root).map_err(|e| StorageError::io("list", &name, &e))?
-        {
-            let entry = entry.map_err(|e| StorageError::io("list", &name, &e))?;
-            if let Some(n) = entry.file_name().to_str() {
-                names.push(n.to_owned());
-            }
-        }
-        names.sort();
-        Ok(names)
+        crate::storage::list_dir(&self.root)
     }
 }
 

@@ -84,10 +84,7 @@ impl FileStorage {
     }
 
     fn sync_dir(&self) -> Result<(), StorageError> {
-        let name = self.root.display().to_string();
-        let dir = File::open(&self.root).map_err(|e| StorageError::io("open dir", &name, &e))?;
-        dir.sync_all()
-            .map_err(|e| StorageError::io("sync dir", &name, &e))
+        crate::storage::sync_dir(&self.root)
     }
 }
 
@@ -202,18 +199,7 @@ impl Storage for FileStorage {
     }
 
     async fn list(&self) -> Result<Vec<String>, StorageError> {
-        let name = self.root.display().to_string();
-        let mut names = Vec::new();
-        for entry in
-            std::fs::read_dir(&self.root).map_err(|e| StorageError::io("list", &name, &e))?
-        {
-            let entry = entry.map_err(|e| StorageError::io("list", &name, &e))?;
-            if let Some(n) = entry.file_name().to_str() {
-                names.push(n.to_owned());
-            }
-        }
-        names.sort();
-        Ok(names)
+        crate::storage::list_dir(&self.root)
     }
 }
 

@@ -137,6 +137,28 @@ pub trait Storage {
     async fn list(&self) -> Result<Vec<String>, StorageError>;
 }
 
+/// The sorted file names of a directory: `list` of both file-backed stores.
+pub(crate) fn list_dir(root: &std::path::Path) -> Result<Vec<String>, StorageError> {
+    let name = root.display().to_string();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root).map_err(|e| StorageError::io("list", &name, &e))? {
+        let entry = entry.map_err(|e| StorageError::io("list", &name, &e))?;
+        if let Some(n) = entry.file_name().to_str() {
+            names.push(n.to_owned());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Makes a directory's entries (creates, renames, removes) durable.
+pub(crate) fn sync_dir(root: &std::path::Path) -> Result<(), StorageError> {
+    let name = root.display().to_string();
+    let dir = std::fs::File::open(root).map_err(|e| StorageError::io("open dir", &name, &e))?;
+    dir.sync_all()
+        .map_err(|e| StorageError::io("sync dir", &name, &e))
+}
+
 pub(crate) fn check_name(name: &str) -> Result<(), StorageError> {
     if name.is_empty() || name.contains('/') || name == "." || name == ".." || name.contains('\0') {
         return Err(StorageError::BadName(name.to_owned()));
