@@ -117,7 +117,7 @@ impl Swarm {
         ]);
         let drawn_replicas = *p.pick(&[1, 2, 3, 3, 3, 4, 5, 5, 6]);
         let replicas = replicas.unwrap_or(drawn_replicas).clamp(1, 6);
-        let partition_groups = groups.unwrap_or(p.range_inclusive(0, 2) as u8);
+        let partition_groups = groups.unwrap_or(p.range_inclusive(1, 3) as u8);
         let fault_ticks = ticks.unwrap_or(p.range_inclusive(1_500, 4_000));
         let lossy = matches!(profile, Profile::Lossy | Profile::Mixed);
         let net = NetConfig {
