@@ -531,13 +531,41 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
+    /// A Recovering replica behind a primary whose journal no longer holds its own head (the
+    /// primary's state came by transfer, or its journal was compacted) gets a StartView with no
+    /// suffix: nothing in it can be verified, so it is rejected. When the whole announced log
+    /// is committed (`op <= commit`), the replica catches up from below by a state transfer
+    /// from that primary while staying Recovering (quorum-invisible); once installed, the
+    /// next probe answer is at or below its `commit_min` and is adopted (decision 32).
+    fn maybe_catch_up_by_transfer(
+        &mut self,
+        header: &StartViewHeader,
+        suffix: Option<&Suffix<'_>>,
+        rejected: Ignored,
+        out: &mut Outbox,
+    ) {
+        let op = header.op.get();
+        if rejected == Ignored::StartViewRejected
+            && self.status == Status::Recovering
+            && suffix.is_none_or(|s| s.is_empty())
+            && op > self.commit_min
+            && op <= header.commit.get()
+            && header.frame.view.get() >= self.view
+        {
+            self.start_state_transfer(ReplicaId(header.frame.replica), out);
+        }
+    }
+
     pub(crate) fn on_start_view(
         &mut self,
         header: &StartViewHeader,
         suffix: Option<&Suffix<'_>>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        self.ignore_start_view(header, suffix)?;
+        if let Err(e) = self.ignore_start_view(header, suffix) {
+            self.maybe_catch_up_by_transfer(header, suffix, e, out);
+            return Err(e);
+        }
         let view = header.frame.view.get();
         let op = header.op.get();
         let primary = ReplicaId(header.frame.replica);
