@@ -74,6 +74,11 @@ pub struct Replica<S: StateMachine> {
     /// The adopted or decided view's headers (StartView body / merged log) not yet journaled
     /// here; bodies arriving by repair or retransmission are verified against them.
     pub(crate) view_headers: BTreeMap<u64, PrepareHeader>,
+    /// The header of the log head as the view described it, kept for when the journal does
+    /// not hold the head (installed by transfer, or never fetched because already committed):
+    /// DVCs and StartViews still describe the head's identity (decision 32). Only meaningful
+    /// while it matches `(op, last_checksum)`; see `described_head`.
+    pub(crate) head_header: Option<PrepareHeader>,
     /// Recovery barrier (§9.5): no admission until `commit_max >= barrier`.
     pub(crate) recovery_barrier: u64,
 
@@ -180,6 +185,7 @@ impl<S: StateMachine> Replica<S> {
             last_timestamp: recovered.snapshot_timestamp,
             snapshot_op: recovered.snapshot_op,
             view_headers: BTreeMap::new(),
+            head_header: None,
             recovery_barrier: 0,
             pipeline: Pipeline::default(),
             requests: VecDeque::new(),
@@ -598,6 +604,25 @@ impl<S: StateMachine> Replica<S> {
             replica: self.id.0,
             view: self.view,
         }
+    }
+
+    /// The view-described header of the log head when the journal lacks it (decision 32):
+    /// only while it is exactly the head this replica chains onto.
+    pub(crate) fn described_head(&self) -> Option<PrepareHeader> {
+        let h = self.head_header?;
+        (h.op.get() == self.op
+            && self.op > 0
+            && h.frame.checksum.get() == self.last_checksum
+            && !self.transfer.anchor_unknown
+            && self.journal.get(self.op).is_none())
+        .then_some(h)
+    }
+
+    /// Whether `head_header` describes the head at `op` (the journal may still hold it).
+    pub(crate) fn described_head_at_trim(&self, op: u64) -> bool {
+        self.head_header.is_some_and(|h| {
+            h.op.get() == op && op == self.op && h.frame.checksum.get() == self.last_checksum
+        })
     }
 
     /// The identity of the prepare at `op` as far as the log knows it: journaled, or the

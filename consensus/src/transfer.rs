@@ -76,6 +76,8 @@ pub(crate) struct Session {
     pub idle_ticks: u64,
     pub stalls: u32,
     pub failures: u32,
+    /// The view of the server's offer (0 until the target arrives).
+    pub view: u32,
 }
 
 /// An offer cached by the server for one requester.
@@ -142,6 +144,7 @@ impl<S: StateMachine> Replica<S> {
             idle_ticks: 0,
             stalls: 0,
             failures: 0,
+            view: 0,
         });
         self.request_state_transfer(out);
     }
@@ -244,6 +247,7 @@ impl<S: StateMachine> Replica<S> {
         }
         let session = self.transfer.session.as_mut().expect("checked");
         session.commit_op = commit_op;
+        session.view = header.frame.view.get();
         session.received = vec![Vec::new(); entries.len()];
         session.entries = entries;
         session.idle_ticks = 0;
@@ -355,6 +359,7 @@ impl<S: StateMachine> Replica<S> {
                 idle_ticks: 0,
                 stalls: 0,
                 peer: session.peer,
+                view: 0,
             });
             self.request_state_transfer(out);
             return;
@@ -368,10 +373,25 @@ impl<S: StateMachine> Replica<S> {
         self.snapshot_op = commit_op;
         self.snapshot_checksum = 0;
         self.durable_prefix = self.durable_prefix.max(commit_op);
+        // Our head at `commit_op`, known from the offer's own view, is the committed prepare
+        // there: keep its identity across the trim (decision 32).
+        let same_view = self.status == Status::Normal
+            && session.view == self.view
+            && self.log_view == self.view
+            && self.op == commit_op
+            && !self.transfer.anchor_unknown;
+        if same_view
+            && let Some(entry) = self.journal.get(commit_op)
+            && entry.verified
+            && entry.checksum() == self.last_checksum
+        {
+            self.head_header = Some(entry.header);
+        }
+        let keep_anchor = same_view && self.described_head_at_trim(commit_op);
         self.journal.trim_below(commit_op + 1);
         self.repair.pending.retain(|op, _| *op > commit_op);
         self.view_headers.retain(|op, _| *op > commit_op);
-        if self.op <= commit_op {
+        if self.op < commit_op || (self.op == commit_op && !keep_anchor) {
             self.op = commit_op;
             // The identity at commit_op is not in the manifest: the next op is anchored by the
             // view's headers if we hold them, else by the current primary's journal (§10).

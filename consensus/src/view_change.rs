@@ -182,7 +182,13 @@ impl<S: StateMachine> Replica<S> {
                             present: true,
                         },
                     );
-                } else if let Some(header) = self.view_headers.get(&o) {
+                } else if let Some(header) = self
+                    .view_headers
+                    .get(&o)
+                    .copied()
+                    .or_else(|| self.described_head().filter(|h| h.op.get() == o))
+                    .as_ref()
+                {
                     body.extend_from_slice(header.bytes());
                     slots.insert(
                         o,
@@ -321,6 +327,7 @@ impl<S: StateMachine> Replica<S> {
         self.op = merged.op_head;
         if let Some(head) = merged.headers.get(&merged.op_head) {
             self.last_checksum = head.frame.checksum.get();
+            self.head_header = Some(*head);
         } else if let Some(checksum) = self.checksum_at(merged.op_head) {
             self.last_checksum = checksum;
         }
@@ -407,6 +414,9 @@ impl<S: StateMachine> Replica<S> {
             self.last_checksum = checksum;
             self.transfer.anchor_unknown = false;
         }
+        if let Some(head) = merged.headers.get(&self.op) {
+            self.head_header = Some(*head);
+        }
         if let Some(head) = self.journal.get(self.op) {
             self.last_timestamp = self.last_timestamp.max(head.header.timestamp.get());
         }
@@ -462,7 +472,12 @@ impl<S: StateMachine> Replica<S> {
             for o in (low..=self.op).rev().take(SUFFIX_ENTRIES_MAX) {
                 match self.journal.get(o) {
                     Some(entry) => body.extend_from_slice(entry.header.bytes()),
-                    None => break,
+                    // The head is committed and not journaled here: its view-described
+                    // header still lets a lagging replica adopt the view (decision 32).
+                    None => match self.described_head().filter(|h| h.op.get() == o) {
+                        Some(h) => body.extend_from_slice(h.bytes()),
+                        None => break,
+                    },
                 }
             }
         }
@@ -600,6 +615,7 @@ impl<S: StateMachine> Replica<S> {
                 .get(&op)
                 .map(|h| h.frame.checksum.get())
                 .expect("checked: the head is described");
+            self.head_header = headers.get(&op).copied();
         }
         for h in headers.values() {
             self.last_timestamp = self.last_timestamp.max(h.timestamp.get());
