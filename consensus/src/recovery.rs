@@ -105,6 +105,42 @@ mod lost_state_tests {
     use crate::types::Status;
 
     #[test]
+    fn an_empty_start_view_over_a_committed_log_starts_a_transfer() {
+        // Decision 32: a primary whose journal lacks its committed head answers with no suffix;
+        // the wiped replica cannot verify it, stays Recovering and catches up by transfer.
+        let mut out = Outbox::new();
+        let mut b = crate::Replica::new(
+            raw(3, 1).validate().unwrap(),
+            Recovered::wiped(5),
+            crate::DigestStateMachine::default(),
+            &mut out,
+        );
+        persisted(&mut b);
+        let (result, effects) = feed(&mut b, 0, &start_view(0, 0, 16, 16, &[]));
+        assert_eq!(result, Err(crate::Ignored::StartViewRejected));
+        assert_eq!(b.status(), Status::Recovering);
+        assert!(b.lost_state);
+        assert!(b.transfer.is_active());
+        assert!(effects.iter().any(|e| matches!(
+            e,
+            Effect::Send { to, frame } if to.0 == 0
+                && frame.bytes()[60] == wire::Command::RequestStateTransfer.byte()
+        )));
+        // An uncommitted head without a suffix is still refused, with no transfer.
+        let mut out = Outbox::new();
+        let mut c = crate::Replica::new(
+            raw(3, 1).validate().unwrap(),
+            Recovered::wiped(5),
+            crate::DigestStateMachine::default(),
+            &mut out,
+        );
+        persisted(&mut c);
+        let (result, _) = feed(&mut c, 0, &start_view(0, 0, 16, 15, &[]));
+        assert_eq!(result, Err(crate::Ignored::StartViewRejected));
+        assert!(!c.transfer.is_active());
+    }
+
+    #[test]
     fn a_wiped_replica_probes_forever_and_never_elects() {
         let mut out = Outbox::new();
         let mut b = crate::Replica::new(
