@@ -43,6 +43,7 @@ impl Pipeline {
     pub fn head(&self) -> Option<&Prepared> {
         self.entries.front()
     }
+    #[cfg(debug_assertions)]
     pub fn tail(&self) -> Option<&Prepared> {
         self.entries.back()
     }
@@ -88,6 +89,7 @@ impl Pipeline {
     }
 
     /// Debug sweep: consecutive ops and chained parents.
+    #[cfg(debug_assertions)]
     pub fn verify(&self) {
         for pair in self.entries.iter().collect::<Vec<_>>().windows(2) {
             debug_assert_eq!(pair[1].op(), pair[0].op() + 1);

@@ -10,7 +10,7 @@ use crate::swarm::Swarm;
 pub struct Overrides {
     /// Cluster size.
     pub replicas: Option<u8>,
-    /// Partition groups.
+    /// Partition groups besides the metadata group (the CLI's `--groups` minus one).
     pub groups: Option<u8>,
     /// Fault phase length in ticks.
     pub ticks: Option<u64>,
@@ -39,7 +39,8 @@ pub fn replay_command(seed: u64, overrides: Overrides) -> String {
         s.push_str(&format!(" --replicas {r}"));
     }
     if let Some(g) = overrides.groups {
-        s.push_str(&format!(" --groups {g}"));
+        // `--groups` counts every group; the override holds the partition groups alone.
+        s.push_str(&format!(" --groups {}", u16::from(g) + 1));
     }
     if let Some(t) = overrides.ticks {
         s.push_str(&format!(" --ticks {t}"));
@@ -181,4 +182,24 @@ pub fn parse_range(s: &str) -> Option<std::ops::Range<u64>> {
     }
     let (a, b) = s.split_once("..")?;
     Some(a.parse().ok()?..b.parse().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_command_names_the_groups_the_cli_was_given() {
+        // `--groups 5` on the command line means the metadata group and 4 partition groups.
+        let overrides = Overrides {
+            replicas: Some(4),
+            groups: Some(4),
+            ..Overrides::default()
+        };
+        let command = replay_command(53286, overrides);
+        assert!(
+            command.ends_with("--seed 53286 --replicas 4 --groups 5"),
+            "{command}"
+        );
+    }
 }
