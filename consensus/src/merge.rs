@@ -17,6 +17,9 @@ pub(crate) enum Slot {
         header: PrepareHeader,
         present: bool,
     },
+    /// A header the sender knows from its view's log without ever having journaled the body
+    /// (decision 33): it describes the op and nacks it.
+    HeldNack { header: PrepareHeader },
     /// A blank slot; `nack`: the sender proves it never prepared the op.
     Blank { nack: bool },
 }
@@ -35,7 +38,7 @@ pub(crate) struct Dvc {
 impl Dvc {
     fn header(&self, op: u64) -> Option<&PrepareHeader> {
         match self.slots.get(&op) {
-            Some(Slot::Held { header, .. }) => Some(header),
+            Some(Slot::Held { header, .. } | Slot::HeldNack { header }) => Some(header),
             _ => None,
         }
     }
@@ -124,7 +127,7 @@ pub(crate) fn merge(dvcs: &[Dvc], n: usize, nack_quorum: usize) -> Outcome {
                 continue;
             }
             match d.slots.get(&op) {
-                Some(Slot::Blank { nack: true }) => nacks += 1,
+                Some(Slot::Blank { nack: true } | Slot::HeldNack { .. }) => nacks += 1,
                 Some(Slot::Held { header, present }) => {
                     let same = canonical_header.is_some_and(|c| checksum(&c) == checksum(header));
                     if same && *present {

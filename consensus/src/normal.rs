@@ -548,6 +548,7 @@ impl<S: StateMachine> Replica<S> {
             .filter(|e| e.verified && e.header.op.get() > self.commit_min)
             .map(|e| e.header)
             .collect();
+        self.held_ceiling = self.held_ceiling.max(self.journal.head());
         let stale = self.journal.truncate_from(from_op);
         self.stale_appends.extend(stale);
         self.durable_prefix = self.durable_prefix.min(from_op - 1);

@@ -74,6 +74,10 @@ pub struct Replica<S: StateMachine> {
     /// The adopted or decided view's headers (StartView body / merged log) not yet journaled
     /// here; bodies arriving by repair or retransmission are verified against them.
     pub(crate) view_headers: BTreeMap<u64, PrepareHeader>,
+    /// The highest op whose prepare this replica's journal may have held and no longer holds
+    /// (truncated in this incarnation, or dropped at boot). A described op above it that the
+    /// journal lacks was never journaled here, so never acked: a DVC nacks it (decision 33).
+    pub(crate) held_ceiling: u64,
     /// The header of the log head as the view described it, kept for when the journal does
     /// not hold the head (installed by transfer, or never fetched because already committed):
     /// DVCs and StartViews still describe the head's identity (decision 32). Only meaningful
@@ -185,6 +189,7 @@ impl<S: StateMachine> Replica<S> {
             last_timestamp: recovered.snapshot_timestamp,
             snapshot_op: recovered.snapshot_op,
             view_headers: BTreeMap::new(),
+            held_ceiling: 0,
             head_header: None,
             recovery_barrier: 0,
             pipeline: Pipeline::default(),
@@ -297,6 +302,12 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         if kept < recovered.frames.len() {
+            // Dropped frames may have been acked: never nack their ops (decision 33).
+            replica.held_ceiling = recovered.frames[kept..]
+                .iter()
+                .map(|f| f.prepare_header().map_or(u64::MAX, |h| h.op.get()))
+                .max()
+                .unwrap_or(0);
             out.push(Effect::Truncate {
                 from_op: replica.op + 1,
             });

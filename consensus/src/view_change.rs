@@ -182,18 +182,29 @@ impl<S: StateMachine> Replica<S> {
                             present: true,
                         },
                     );
-                } else if let Some(header) = self
-                    .view_headers
-                    .get(&o)
-                    .copied()
-                    .or_else(|| self.described_head().filter(|h| h.op.get() == o))
-                    .as_ref()
-                {
+                } else if let Some(header) = self.view_headers.get(&o).copied() {
+                    // Described by the view, body not held. Never journaled here (above the
+                    // commit point and `held_ceiling`): never acknowledged, so the header
+                    // goes with a nack (decision 33).
+                    body.extend_from_slice(header.bytes());
+                    if o > commit && o > self.held_ceiling {
+                        nack |= 1 << i;
+                        slots.insert(o, Slot::HeldNack { header });
+                    } else {
+                        slots.insert(
+                            o,
+                            Slot::Held {
+                                header,
+                                present: false,
+                            },
+                        );
+                    }
+                } else if let Some(header) = self.described_head().filter(|h| h.op.get() == o) {
                     body.extend_from_slice(header.bytes());
                     slots.insert(
                         o,
                         Slot::Held {
-                            header: *header,
+                            header,
                             present: false,
                         },
                     );
@@ -259,6 +270,9 @@ impl<S: StateMachine> Replica<S> {
         let mut slots = BTreeMap::new();
         for (i, entry) in suffix.entries().enumerate() {
             let slot = match entry {
+                SuffixEntry::Held(h) if nack & (1 << i) != 0 && present & (1 << i) == 0 => {
+                    Slot::HeldNack { header: *h }
+                }
                 SuffixEntry::Held(h) => Slot::Held {
                     header: *h,
                     present: present & (1 << i) != 0,
@@ -616,6 +630,19 @@ impl<S: StateMachine> Replica<S> {
                 .map(|h| h.frame.checksum.get())
                 .expect("checked: the head is described");
             self.head_header = headers.get(&op).copied();
+        } else if self.op > self.commit_min {
+            // The view's log ends at or below our commit point: a head above it that only an
+            // older view described (the journal holds nothing there after reconciling) is not
+            // the view's (decision 33).
+            self.op = self.commit_min;
+            if let Some(h) = headers.get(&self.op) {
+                self.last_checksum = h.frame.checksum.get();
+                self.head_header = Some(*h);
+            } else if let Some(checksum) = self.checksum_at(self.op) {
+                self.last_checksum = checksum;
+            } else {
+                self.transfer.anchor_unknown = true;
+            }
         }
         for h in headers.values() {
             self.last_timestamp = self.last_timestamp.max(h.timestamp.get());
@@ -690,6 +717,7 @@ impl<S: StateMachine> Replica<S> {
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
+            self.held_ceiling = self.held_ceiling.max(self.journal.head());
             let stale = self.journal.truncate_from(from_op);
             self.stale_appends.extend(stale);
             self.durable_prefix = self.durable_prefix.min(from_op - 1);
