@@ -500,6 +500,86 @@ mod tests {
     }
 
     #[test]
+    fn held_nack_names_the_header_and_nacks() {
+        // Seed 4605's shape (n = 3): the canonical sender describes op 2 without ever having
+        // journaled it; a stale sender holds that same prepare. Not a nack from the stale one.
+        let l = log(2, 0, &[]);
+        let canonical = Dvc {
+            replica: 0,
+            log_view: 2,
+            op: 2,
+            commit: 1,
+            slots: BTreeMap::from([
+                (
+                    1,
+                    Slot::Held {
+                        header: l[0],
+                        present: true,
+                    },
+                ),
+                (2, Slot::HeldNack { header: l[1] }),
+            ]),
+        };
+        let stale = Dvc {
+            replica: 1,
+            log_view: 1,
+            op: 2,
+            commit: 1,
+            slots: BTreeMap::from([
+                (
+                    1,
+                    Slot::Held {
+                        header: l[0],
+                        present: true,
+                    },
+                ),
+                (
+                    2,
+                    Slot::Held {
+                        header: l[1],
+                        present: true,
+                    },
+                ),
+            ]),
+        };
+        let Outcome::Ready(m) = merge(&[canonical.clone(), stale], 3, 2) else {
+            panic!()
+        };
+        assert_eq!(m.op_head, 2);
+        // Seed 53286's shape (n = 4, Q_nack = 3): two senders below op 2 plus the HeldNack.
+        let low = |replica| Dvc {
+            replica,
+            log_view: 2,
+            op: 1,
+            commit: 1,
+            slots: BTreeMap::from([(
+                1,
+                Slot::Held {
+                    header: l[0],
+                    present: true,
+                },
+            )]),
+        };
+        let Outcome::Ready(m) = merge(&[canonical.clone(), low(1), low(2)], 4, 3) else {
+            panic!()
+        };
+        assert_eq!(m.op_head, 1);
+        // Without the nack (held, no body) it waits for a copy.
+        let mut held = canonical;
+        held.slots.insert(
+            2,
+            Slot::Held {
+                header: l[1],
+                present: false,
+            },
+        );
+        assert_eq!(
+            merge(&[held, low(1), low(2)], 4, 3),
+            Outcome::AwaitingRepair
+        );
+    }
+
+    #[test]
     fn empty_cluster_is_ready_and_empty() {
         let a = Dvc {
             replica: 0,
