@@ -18,12 +18,7 @@ impl<S: StateMachine> Replica<S> {
         self.status = Status::Recovering;
         self.probe_attempts = 0;
         self.pipeline.clear();
-        self.requests.clear();
-        self.cancel_forwards();
-        self.repair.session = None;
-        self.timers.normal_heartbeat.stop();
-        self.timers.commit_message.stop();
-        self.timers.prepare.stop();
+        self.leave_role();
         self.timers.start_view_change.stop();
         self.timers.do_view_change.stop();
         self.timers.view_change_status.stop();

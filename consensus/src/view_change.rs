@@ -42,12 +42,7 @@ impl<S: StateMachine> Replica<S> {
         self.status = Status::ViewChange;
         self.vc = ViewChangeState::default();
         self.vc.svc_from = 1 << self.id.0;
-        self.requests.clear();
-        self.cancel_forwards();
-        self.repair.session = None;
-        self.timers.normal_heartbeat.stop();
-        self.timers.commit_message.stop();
-        self.timers.prepare.stop();
+        self.leave_role();
         self.timers.do_view_change.stop();
         self.timers
             .start_view_change
@@ -112,12 +107,28 @@ impl<S: StateMachine> Replica<S> {
 
     // ---- StartViewChange (§8.3) -------------------------------------------------------------
 
-    pub(crate) fn on_start_view_change(
-        &mut self,
-        header: &StartViewChangeHeader,
-        out: &mut Outbox,
-    ) -> Result<(), Ignored> {
-        let view = header.frame.view.get();
+    /// What a replica abandons whenever its role ends (entering a view change or Recovering, or
+    /// adopting a view): parked client requests, forwarded-session waiters and the repair
+    /// session.
+    pub(crate) fn drop_role_work(&mut self) {
+        self.requests.clear();
+        self.cancel_forwards();
+        self.repair.session = None;
+    }
+
+    /// [`Self::drop_role_work`] plus the timers of normal operation (heartbeat, commit
+    /// broadcast, prepare retransmission).
+    pub(crate) fn leave_role(&mut self) {
+        self.drop_role_work();
+        self.timers.normal_heartbeat.stop();
+        self.timers.commit_message.stop();
+        self.timers.prepare.stop();
+    }
+
+    /// The filter shared by StartViewChange and DoViewChange (§8.3, §16.2): a Recovering replica
+    /// is quorum-invisible; a view below ours, or ours while Normal (a late retransmit), is old;
+    /// a newer view is joined before the frame is recorded.
+    fn join_view_change(&mut self, view: u32, out: &mut Outbox) -> Result<(), Ignored> {
         if self.status == Status::Recovering {
             return Err(Ignored::Status);
         }
@@ -127,6 +138,15 @@ impl<S: StateMachine> Replica<S> {
         if view > self.view {
             self.start_view_change_to(view, out);
         }
+        Ok(())
+    }
+
+    pub(crate) fn on_start_view_change(
+        &mut self,
+        header: &StartViewChangeHeader,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
+        self.join_view_change(header.frame.view.get(), out)?;
         self.vc.svc_from |= 1 << header.frame.replica;
         self.maybe_send_do_view_change(out);
         Ok(())
@@ -245,16 +265,7 @@ impl<S: StateMachine> Replica<S> {
         suffix: &Suffix<'_>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        let view = header.frame.view.get();
-        if self.status == Status::Recovering {
-            return Err(Ignored::Status);
-        }
-        if view < self.view || (view == self.view && self.status == Status::Normal) {
-            return Err(Ignored::ViewOld);
-        }
-        if view > self.view {
-            self.start_view_change_to(view, out);
-        }
+        self.join_view_change(header.frame.view.get(), out)?;
         if self.primary_index(self.view) != self.id {
             return Ok(());
         }
@@ -619,9 +630,7 @@ impl<S: StateMachine> Replica<S> {
         self.commit_max = self.commit_max.max(header.commit.get());
         self.vc = ViewChangeState::default();
         self.pipeline.clear();
-        self.requests.clear();
-        self.cancel_forwards();
-        self.repair.session = None;
+        self.drop_role_work();
         self.reconcile(&headers, op.max(self.commit_min), out);
         if op > self.commit_min {
             self.op = op;

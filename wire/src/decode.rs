@@ -683,106 +683,71 @@ fn forwarding(
     zero(reserved, reserved_offset)
 }
 
-/// ForwardRegisterResult outcome (wire.md §11.16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum RegisterOutcome {
-    Ok = 0,
-    NotPrimary = 1,
-    /// Reserved, never produced.
-    NotCaughtUp = 2,
-    PipelineFull = 3,
-    InProgress = 4,
-    Canceled = 5,
-    ClientIdOwnedByAnotherUser = 6,
+/// Declares a one-byte enum of the wire with its decoder; undefined bytes decode to `None`.
+macro_rules! byte_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[allow(missing_docs)] // the names are the spec's
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $value),+
+        }
+
+        impl $name {
+            /// Decodes the byte; `None` for a value the spec does not define.
+            pub const fn from_byte(byte: u8) -> Option<Self> {
+                match byte {
+                    $($value => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl RegisterOutcome {
-    /// Decodes the outcome byte.
-    pub const fn from_byte(byte: u8) -> Option<Self> {
-        use RegisterOutcome::*;
-        Some(match byte {
-            0 => Ok,
-            1 => NotPrimary,
-            2 => NotCaughtUp,
-            3 => PipelineFull,
-            4 => InProgress,
-            5 => Canceled,
-            6 => ClientIdOwnedByAnotherUser,
-            _ => return None,
-        })
+byte_enum! {
+    /// ForwardRegisterResult outcome (wire.md §11.16).
+    RegisterOutcome {
+        Ok = 0,
+        NotPrimary = 1,
+        /// Reserved, never produced.
+        NotCaughtUp = 2,
+        PipelineFull = 3,
+        InProgress = 4,
+        Canceled = 5,
+        ClientIdOwnedByAnotherUser = 6,
     }
 }
 
-/// ForwardLogoutResult outcome (wire.md §11.16).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum LogoutOutcome {
-    Ok = 0,
-    NotPrimary = 1,
-    PipelineFull = 2,
-    InProgress = 3,
-    Canceled = 4,
-}
-
-impl LogoutOutcome {
-    /// Decodes the outcome byte.
-    pub const fn from_byte(byte: u8) -> Option<Self> {
-        use LogoutOutcome::*;
-        Some(match byte {
-            0 => Ok,
-            1 => NotPrimary,
-            2 => PipelineFull,
-            3 => InProgress,
-            4 => Canceled,
-            _ => return None,
-        })
+byte_enum! {
+    /// ForwardLogoutResult outcome (wire.md §11.16).
+    LogoutOutcome {
+        Ok = 0,
+        NotPrimary = 1,
+        PipelineFull = 2,
+        InProgress = 3,
+        Canceled = 4,
     }
 }
 
-/// Eviction reasons (wire.md §11.7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum EvictionReason {
-    NoSession = 1,
-    ClientReleaseTooLow = 2,
-    ClientReleaseTooHigh = 3,
-    InvalidRequestOperation = 4,
-    InvalidRequestBody = 5,
-    InvalidRequestBodySize = 6,
-    SessionTooLow = 7,
-    SessionReleaseMismatch = 8,
-    InvalidCredentials = 9,
-    InvalidToken = 10,
-    UserInactive = 11,
-    SessionError = 12,
-    StaleClient = 13,
-    IncompatibleProtocol = 14,
-    MalformedLogin = 15,
-}
-
-impl EvictionReason {
-    /// Decodes the reason byte; 0 (Reserved) is not a valid reason.
-    pub const fn from_byte(byte: u8) -> Option<Self> {
-        use EvictionReason::*;
-        Some(match byte {
-            1 => NoSession,
-            2 => ClientReleaseTooLow,
-            3 => ClientReleaseTooHigh,
-            4 => InvalidRequestOperation,
-            5 => InvalidRequestBody,
-            6 => InvalidRequestBodySize,
-            7 => SessionTooLow,
-            8 => SessionReleaseMismatch,
-            9 => InvalidCredentials,
-            10 => InvalidToken,
-            11 => UserInactive,
-            12 => SessionError,
-            13 => StaleClient,
-            14 => IncompatibleProtocol,
-            15 => MalformedLogin,
-            _ => return None,
-        })
+byte_enum! {
+    /// Eviction reasons (wire.md §11.7); 0 (Reserved) is not a valid reason.
+    EvictionReason {
+        NoSession = 1,
+        ClientReleaseTooLow = 2,
+        ClientReleaseTooHigh = 3,
+        InvalidRequestOperation = 4,
+        InvalidRequestBody = 5,
+        InvalidRequestBodySize = 6,
+        SessionTooLow = 7,
+        SessionReleaseMismatch = 8,
+        InvalidCredentials = 9,
+        InvalidToken = 10,
+        UserInactive = 11,
+        SessionError = 12,
+        StaleClient = 13,
+        IncompatibleProtocol = 14,
+        MalformedLogin = 15,
     }
 }
 
