@@ -55,6 +55,11 @@ pub enum CrashMode {
     /// Each unsynced sector write survives or not independently (a disk that reorders), length
     /// changes in order.
     Reorder,
+    /// Every unsynced operation of a file lands except its last write, which lands torn: a
+    /// random non-empty strict prefix of its sectors, or, for a one-sector write, the sector
+    /// with one byte flipped (a device without sector atomicity). The simulator's tear: it
+    /// lands the writes a crash let through and leaves the last one unsynced.
+    TornLast,
 }
 
 #[derive(Debug, Clone)]
@@ -141,6 +146,33 @@ impl MemStorage {
                         apply_write(&mut image, *offset, &data[..torn]);
                     }
                 }
+                CrashMode::TornLast => {
+                    let last = pending
+                        .iter()
+                        .rposition(|op| matches!(op, Pending::Write { .. }));
+                    for (i, op) in pending.iter().enumerate() {
+                        match op {
+                            Pending::Write { offset, data } if Some(i) == last => {
+                                let sectors = data.len() / SECTOR;
+                                if sectors >= 2 {
+                                    let keep = 1 + prng.below(sectors as u64 - 1) as usize;
+                                    apply_write(&mut image, *offset, &data[..keep * SECTOR]);
+                                } else {
+                                    let mut torn = data.clone();
+                                    if !torn.is_empty() {
+                                        let at = prng.below(torn.len() as u64) as usize;
+                                        torn[at] ^= 0xFF;
+                                    }
+                                    apply_write(&mut image, *offset, &torn);
+                                }
+                            }
+                            Pending::Write { offset, data } => {
+                                apply_write(&mut image, *offset, data)
+                            }
+                            Pending::SetLen(len) => image.resize(*len as usize, 0),
+                        }
+                    }
+                }
                 CrashMode::Reorder => {
                     for op in &pending {
                         match op {
@@ -160,6 +192,8 @@ impl MemStorage {
             file.current = image.clone();
             file.durable = image;
         }
+        // Failures planned for calls that never came are forgotten with the power.
+        state.fail.clear();
     }
 
     /// Makes the next call of `op` fail with [`StorageError::Injected`] (queued in order).
@@ -322,8 +356,14 @@ impl Storage for MemStorage {
         }
         self.state.borrow_mut().syncs += 1;
         self.with_file(&file.0, |f| {
-            f.durable = f.current.clone();
-            f.pending.clear();
+            // The durable image plus the pending operations is the current image: applying
+            // them costs what was written since the last sync, not the file's size.
+            for op in f.pending.drain(..) {
+                match op {
+                    Pending::Write { offset, data } => apply_write(&mut f.durable, offset, &data),
+                    Pending::SetLen(len) => f.durable.resize(len as usize, 0),
+                }
+            }
         })
     }
 
@@ -438,6 +478,61 @@ mod tests {
             ));
             assert!(disk.sync(&f).await.is_ok());
         });
+    }
+
+    #[test]
+    fn torn_last_lands_all_but_a_torn_last_write() {
+        for seed in 0..20 {
+            let disk = MemStorage::new();
+            block_on(async {
+                let f = disk.open("a", OpenMode::Create).await.unwrap();
+                disk.write_at(&f, 0, &sector(1, 1)).await.unwrap();
+                disk.sync(&f).await.unwrap();
+                disk.write_at(&f, 0, &sector(2, 1)).await.unwrap();
+                disk.write_at(&f, 4096, &sector(3, 3)).await.unwrap();
+                let g = disk.open("b", OpenMode::Create).await.unwrap();
+                disk.write_at(&g, 0, &sector(4, 1)).await.unwrap();
+            });
+            disk.crash(CrashMode::TornLast, &mut Prng::new(seed));
+            let a = disk.durable_image("a").unwrap();
+            assert_eq!(
+                a[..4096],
+                sector(2, 1)[..],
+                "an earlier unsynced write lands"
+            );
+            let landed = a[4096..]
+                .chunks(4096)
+                .take_while(|s| s.iter().all(|b| *b == 3));
+            let landed = landed.count();
+            assert!(
+                (1..3).contains(&landed),
+                "a strict, non-empty prefix: {landed}"
+            );
+            let b = disk.durable_image("b").unwrap();
+            assert_eq!(b.iter().filter(|x| **x != 4).count(), 1, "one byte flipped");
+        }
+    }
+
+    #[test]
+    fn sync_makes_exactly_the_current_image_durable() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            disk.write_at(&f, 8192, &sector(1, 2)).await.unwrap();
+            disk.set_len(&f, 4096 * 5).await.unwrap();
+            disk.write_at(&f, 0, &sector(2, 1)).await.unwrap();
+            disk.sync(&f).await.unwrap();
+            disk.write_at(&f, 4096, &sector(3, 1)).await.unwrap();
+            disk.sync(&f).await.unwrap();
+            disk.set_len(&f, 4096 * 3).await.unwrap();
+            disk.sync(&f).await.unwrap();
+        });
+        let mut expected = sector(2, 1);
+        expected.extend(sector(3, 1));
+        expected.extend(sector(1, 1));
+        assert_eq!(disk.durable_image("a").unwrap(), expected);
+        disk.crash(CrashMode::LoseUnsynced, &mut Prng::new(1));
+        assert_eq!(disk.durable_image("a").unwrap(), expected);
     }
 
     #[test]

@@ -646,11 +646,26 @@ impl<S: Storage> MetadataJournal<S> {
         Ok(())
     }
 
-    /// Reads and verifies the frame of `op`.
+    /// Where the stored record of `op` lives: `(file, byte offset, length)` when the journal
+    /// holds it (for fault injection in tests and the simulator).
+    pub fn record_location(&self, op: u64) -> Option<(&'static str, u64, u64)> {
+        let s = op % self.config.slot_count;
+        match self.slots[s as usize] {
+            Some(m) if m.op == op && m.intact && op >= self.checkpoint_op => Some((
+                PREPARES_FILE,
+                s * self.config.slot_size,
+                m.size as u64 + RECORD_TRAILER,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Reads and verifies the frame of `op`. The entry at the checkpoint op itself is readable
+    /// while its slot still holds it (G4 keeps it for its header).
     pub async fn read(&self, op: u64) -> Result<Vec<u8>, JournalError> {
         let s = op % self.config.slot_count;
         let meta = match self.slots[s as usize] {
-            Some(m) if m.op == op && m.intact && op > self.checkpoint_op => m,
+            Some(m) if m.op == op && m.intact && op >= self.checkpoint_op => m,
             _ => return Err(JournalError::NotFound(op)),
         };
         let mut buf = AlignedBuf::zeroed(sector_ceil(meta.size as u64 + RECORD_TRAILER) as usize);

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! 0..4     magic "SBLK" (u32 LE 0x5342_4C4B)
-//! 4..6     version u16 = 1
+//! 4..6     version u16 = 2
 //! 6..8     copy index u16 (a misdirected write reads as damage)
 //! 8..16    sequence u64 (newest wins)
 //! 16..20   payload length u32 (= 82)
@@ -16,7 +16,8 @@
 //!
 //! Payload, little-endian: cluster u128, replica_id u8, replica_count u8, view u32,
 //! log_view u32, commit_max u64, op_head u64, checkpoint_op u64, checkpoint_checksum u128,
-//! offset_frontier u64, reserved u64.
+//! offset_frontier u64, flags u8 (bit 0: `lost_state`; other bits zero), reserved 7 bytes
+//! (zero).
 //!
 //! A write of generation `q` goes to the copy pair `q % 2` (copies `2p` then `2p+1`, each
 //! synced before the next), so the other pair always holds the intact previous generation (G5).
@@ -28,7 +29,7 @@
 use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at};
 
 const MAGIC: u32 = 0x5342_4C4B;
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// Copies of the superblock.
 pub const COPIES: usize = 4;
 const PAYLOAD_LEN: usize = 82;
@@ -60,6 +61,10 @@ pub struct VsrState {
     pub checkpoint_checksum: u128,
     /// Partition plane: next offset to mint. 0 on the metadata plane.
     pub offset_frontier: u64,
+    /// The replica rejoined after its state was wiped and may have acknowledged prepares it no
+    /// longer holds; it must not vote until it adopts a view (consensus.md §9). Persisted so a
+    /// restart before that keeps the restriction.
+    pub lost_state: bool,
 }
 
 /// What the configuration says the data directory must belong to (G6).
@@ -129,7 +134,8 @@ impl VsrState {
         out[42..50].copy_from_slice(&self.checkpoint_op.to_le_bytes());
         out[50..66].copy_from_slice(&self.checkpoint_checksum.to_le_bytes());
         out[66..74].copy_from_slice(&self.offset_frontier.to_le_bytes());
-        out[74..82].fill(0);
+        out[74] = u8::from(self.lost_state);
+        out[75..82].fill(0);
     }
 
     fn decode(bytes: &[u8]) -> Option<VsrState> {
@@ -147,8 +153,10 @@ impl VsrState {
             checkpoint_op: u64_at(42),
             checkpoint_checksum: u128_at(50),
             offset_frontier: u64_at(66),
+            lost_state: bytes[74] == 1,
         };
-        (state.log_view <= state.view && u64_at(74) == 0).then_some(state)
+        let reserved_clear = bytes[74] <= 1 && bytes[75..82].iter().all(|b| *b == 0);
+        (state.log_view <= state.view && reserved_clear).then_some(state)
     }
 
     /// The identity fields.
@@ -355,6 +363,7 @@ mod tests {
             checkpoint_op: 4,
             checkpoint_checksum: 0xabc,
             offset_frontier: 0,
+            lost_state: view % 2 == 1,
         }
     }
 

@@ -581,6 +581,13 @@ impl<S: Storage> PartitionWal<S> {
     pub fn file_count(&self) -> usize {
         self.files.len()
     }
+
+    /// The files in use, oldest first, and the byte offset in the newest where the next window
+    /// goes (for fault injection in tests and the simulator).
+    pub fn layout(&self) -> (Vec<String>, u64) {
+        let names = self.files.iter().map(|f| file_name(f.seq)).collect();
+        (names, self.offset)
+    }
 }
 
 /// Replay of the WAL per partition group: prepares by op, with truncations applied in log
