@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use consensus::{
     ClientRequest, Completion, Config, Effect, Frame, GroupId, Input, Now, Outbox, RawConfig,
-    Recovered, Replica, ReplicaId, Status, VsrState,
+    Recovered, Replica, ReplicaId, Status,
 };
 use wire::{Command, Message, Operation};
 
@@ -22,7 +22,7 @@ use crate::clock::DriftClock;
 use crate::machine::SimMachine;
 use crate::net::{NetConfig, Network, Node};
 use crate::prng::{Prng, Stream};
-use crate::storage::{Disk, Write};
+use crate::storage::{Disk, Entry, GroupBoot, Write};
 use crate::swarm::Swarm;
 
 /// Cluster name of every simulated cluster.
@@ -142,7 +142,7 @@ struct Host {
     up: bool,
     restart_at: u64,
     clock: DriftClock,
-    disk: Disk<VsrState>,
+    disk: Disk,
     snapshots: BTreeMap<u64, Snapshot>,
     reads: Vec<PendingRead>,
     checkpoints: Vec<PendingCheckpoint>,
@@ -252,7 +252,11 @@ impl Sim {
                     swarm.clock_offset_us,
                     swarm.clock_drift_ppm,
                 ),
-                disk: Disk::default(),
+                disk: Disk::new(journal::Identity {
+                    cluster,
+                    replica_id: id,
+                    replica_count: swarm.replicas,
+                }),
                 snapshots: BTreeMap::new(),
                 reads: Vec::new(),
                 checkpoints: Vec::new(),
@@ -370,25 +374,51 @@ impl Sim {
                 recovered_groups.push((group, Recovered::wiped(incarnation)));
             }
         }
-        for &group in groups.iter().filter(|_| !wiped) {
-            match self.recover(r, group) {
-                Some(recovered) => recovered_groups.push((group, recovered)),
-                None => {
-                    // Interior corruption: the journal refuses boot (journal.md G3). The
-                    // operator wipes the data directory and the node rejoins a while later.
-                    let delay = self.prng_crashes.range_inclusive(50, 500);
-                    let host = &mut self.hosts[usize::from(r)];
-                    host.wiped = true;
-                    host.disk = Disk::default();
-                    host.snapshots.clear();
-                    host.restart_at = self.tick + delay;
-                    self.report.boot_refusals += 1;
-                    self.trace(format_args!(
-                        "r{r} refuses boot: interior journal corruption in group {group:#x}; wiped, rejoins in {delay} ticks"
-                    ));
-                    return;
+        let boots = if wiped {
+            Ok(BTreeMap::new())
+        } else {
+            self.hosts[usize::from(r)].disk.boot(&groups)
+        };
+        let refusal = match boots {
+            Ok(mut boots) => {
+                let mut refusal = None;
+                for &group in groups.iter().filter(|_| !wiped) {
+                    let boot = boots.remove(&group).unwrap_or_default();
+                    match self.recover(r, group, boot) {
+                        Ok(recovered) => recovered_groups.push((group, recovered)),
+                        Err(why) => {
+                            refusal = Some(why);
+                            break;
+                        }
+                    }
                 }
+                refusal
             }
+            Err(why) => Some(why),
+        };
+        if let Some(why) = refusal {
+            // Interior damage: boot is refused (journal.md G3). The operator wipes the data
+            // directory and the node rejoins a while later.
+            let delay = self.prng_crashes.range_inclusive(50, 500);
+            let identity = self.disk_identity(r);
+            let host = &mut self.hosts[usize::from(r)];
+            host.wiped = true;
+            host.disk = Disk::new(identity);
+            host.snapshots.clear();
+            host.restart_at = self.tick + delay;
+            self.report.boot_refusals += 1;
+            self.trace(format_args!(
+                "r{r} refuses boot: {why}; wiped, rejoins in {delay} ticks"
+            ));
+            return;
+        }
+        if wiped {
+            // A wiped directory boots empty.
+            let groups = self.groups.clone();
+            self.hosts[usize::from(r)]
+                .disk
+                .boot(&groups)
+                .expect("an empty directory boots");
         }
         self.hosts[usize::from(r)].up = true;
         self.net.set_down(Node::Replica(r), false);
@@ -428,10 +458,21 @@ impl Sim {
         self.sync_connections();
     }
 
-    /// What the disk holds for `group`, as the journal's recovery would hand it back: the
-    /// superblock, the snapshot, and the unbroken, verified chain of entries above it. Entries
-    /// after the first gap, torn or corrupt entry, or chain break are truncated.
-    fn recover(&mut self, r: u8, group: u64) -> Option<Recovered> {
+    fn disk_identity(&self, r: u8) -> journal::Identity {
+        journal::Identity {
+            cluster: self.cluster,
+            replica_id: r,
+            replica_count: self.swarm.replicas,
+        }
+    }
+
+    /// What the journal's recovery found for `group`, handed to the core: the superblock, the
+    /// snapshot, and every intact entry above it (holes allowed: entries above a hole may have
+    /// been acknowledged; the core replays the unbroken chain and asks for a Truncate at a
+    /// chain break). A damaged entry that the journal knows was written is acknowledged data
+    /// when an intact entry follows it: boot is refused (journal.md G3). A damaged newest entry
+    /// is cut.
+    fn recover(&mut self, r: u8, group: u64, boot: GroupBoot) -> Result<Recovered, String> {
         let incarnation = self.prng_identity.next_u128_nonzero();
         let host = &mut self.hosts[usize::from(r)];
         let snapshot = host.snapshots.get(&group).cloned();
@@ -442,48 +483,46 @@ impl Sim {
             recovered.snapshot_timestamp = s.timestamp;
             recovered.client_table = s.client_table.clone();
         }
-        let Some(disk) = host.disk.group(group).cloned() else {
-            return Some(recovered);
-        };
-        recovered.superblock = disk.superblock;
-        // Every entry above the snapshot, holes allowed (entries above a hole may have been
-        // acknowledged; the core replays only the unbroken chain and asks for a Truncate at a
-        // chain break). A damaged entry (checksum, or not a prepare of this op and group) is a
-        // torn tail when nothing follows it, else interior corruption: boot is refused.
-        let first = recovered.snapshot_op + 1;
+        recovered.superblock = boot.state;
+        self.trace(format_args!(
+            "r{r} boot group {group:#x}: state {:?} checkpoint {} entries {:?} damaged {:?}",
+            boot.state,
+            boot.checkpoint_op,
+            boot.entries.keys().collect::<Vec<_>>(),
+            boot.damaged
+        ));
         // The entry at the snapshot op, kept by compaction (G4): handed over for its header
         // when intact; a damaged one is simply not handed over (nothing depends on its body).
+        let first = recovered.snapshot_op + 1;
         if recovered.snapshot_op > 0
-            && let Some(bytes) = disk.journal.get(&recovered.snapshot_op)
-            && disk.intact(recovered.snapshot_op).is_some()
+            && let Some(bytes) = boot.entries.get(&recovered.snapshot_op)
         {
             recovered.frames.push(Frame::new(bytes.clone()));
         }
-        let mut cut = None;
-        for (&op, bytes) in disk.journal.range(first..) {
-            let valid = disk.intact(op).is_some()
-                && matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
-                    if header.op.get() == op && header.group.get() == group);
+        let mut damaged = boot.damaged.clone();
+        for (&op, bytes) in boot.entries.range(first..) {
+            let valid = matches!(wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT), Ok(Message::Prepare { header, .. })
+                if header.op.get() == op && header.group.get() == group);
             if valid {
                 recovered.frames.push(Frame::new(bytes.clone()));
-                continue;
+            } else {
+                damaged.insert(op);
             }
-            if self.options.trace {
-                eprintln!(
-                    "[{} t{}] r{r} recovery: damaged entry at op {op}",
-                    self.seed, self.tick
-                );
-            }
-            if disk.journal.range(op + 1..).next().is_some() {
-                return None;
-            }
-            cut = Some(op);
         }
-        if let Some(op) = cut {
-            host.disk.truncate_now(group, op);
-            self.report.recovery_truncations += 1;
+        let Some(&lowest) = damaged.range(first..).next() else {
+            return Ok(recovered);
+        };
+        self.trace(format_args!(
+            "r{r} recovery: group {group:#x} damaged entries {damaged:?}"
+        ));
+        if boot.entries.range(lowest + 1..).next().is_some() {
+            return Err(format!(
+                "interior journal damage in group {group:#x} at op {lowest}"
+            ));
         }
-        Some(recovered)
+        self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
+        self.report.recovery_truncations += 1;
+        Ok(recovered)
     }
 
     fn crash(&mut self, r: u8, why: &str) {
@@ -523,7 +562,8 @@ impl Sim {
             return;
         }
         host.snapshots.insert(c.group, c.snapshot.clone());
-        host.disk.truncate_below(c.group, c.snapshot.op);
+        host.disk
+            .install_checkpoint(c.group, c.snapshot.op, c.snapshot.checksum);
     }
 
     /// Crashes replica `r` now (scenario DSL).
@@ -787,20 +827,15 @@ impl Sim {
                 | Command::RequestStateTransfer
                 | Command::RequestStateChunk
         );
-        let disk = self.hosts[usize::from(r)].disk.group(group);
+        let disk = &self.hosts[usize::from(r)].disk;
+        let durable = disk.durable_state(group);
         if !requester_side {
             // Without a superblock, recovery infers the view from the journal (consensus.md
             // §9.1), so that is what a restart would come back with.
-            let durable_view = disk.map_or(0, |d| match d.superblock {
+            let durable_view = match durable {
                 Some(sb) => sb.view,
-                None => d
-                    .journal
-                    .values()
-                    .filter(|b| b.len() >= 56)
-                    .map(|b| u32::from_le_bytes(b[52..56].try_into().expect("4 bytes")))
-                    .max()
-                    .unwrap_or(0),
-            });
+                None => disk.journal_max_view(group),
+            };
             self.checker.on_view_scoped_send(
                 self.tick,
                 r,
@@ -815,7 +850,7 @@ impl Sim {
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
             // Without a superblock the recovered log_view is 0 (§9.1).
-            let durable_log_view = disk.and_then(|d| d.superblock).map_or(0, |s| s.log_view);
+            let durable_log_view = durable.map_or(0, |s| s.log_view);
             self.checker.on_log_view_send(
                 self.tick,
                 r,
@@ -831,12 +866,12 @@ impl Sim {
             let op = ok.op.get();
             // An entry the fault schedule corrupted after it was written is excused: the
             // replica cannot know (a latent sector error), and recovery or reads catch it.
-            let corrupted =
-                disk.is_some_and(|d| d.journal.contains_key(&op) && d.intact(op).is_none());
-            let durable = disk
-                .and_then(|d| d.intact(op))
-                .map(|bytes| identity_of(bytes));
-            if !corrupted {
+            let entry = self.hosts[usize::from(r)].disk.entry(group, op);
+            let durable = match &entry {
+                Entry::Intact(bytes) => Some(identity_of(bytes)),
+                Entry::Absent | Entry::Damaged => None,
+            };
+            if entry != Entry::Damaged {
                 self.checker.on_prepare_ok(
                     self.tick,
                     r,
@@ -1030,7 +1065,6 @@ impl Sim {
                         log_view: s.log_view,
                     }
                 }
-                Write::Truncate { .. } => continue,
             };
             self.step(r, p.group, Input::Done(completion));
             if !self.hosts[usize::from(r)].up {
@@ -1057,16 +1091,17 @@ impl Sim {
             .partition(|c| c.complete_at <= tick);
         host.reads = keep;
         for read in due {
-            let frame = self.hosts[usize::from(r)]
-                .disk
-                .group(read.group)
-                .and_then(|d| d.intact(read.op))
-                .filter(|bytes| {
-                    bytes.len() >= wire::HEADER_SIZE
-                        && identity_of(bytes) == read.checksum
-                        && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
-                })
-                .map(|bytes| Frame::new(bytes.clone()));
+            let entry = self.hosts[usize::from(r)].disk.entry(read.group, read.op);
+            let frame = match entry {
+                Entry::Intact(bytes) => Some(bytes),
+                Entry::Absent | Entry::Damaged => None,
+            }
+            .filter(|bytes| {
+                bytes.len() >= wire::HEADER_SIZE
+                    && identity_of(bytes) == read.checksum
+                    && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
+            })
+            .map(Frame::new);
             self.step(
                 r,
                 read.group,
@@ -1122,7 +1157,7 @@ impl Sim {
                 .corrupt_interior(&mut self.prng_crashes, group)
             {
                 self.report.entries_corrupted += 1;
-                self.trace(format_args!("corrupt r{r} group {group:#x} op {op}"));
+                self.trace(format_args!("corrupt r{r} group {group:#x} at {op}"));
             }
         }
         if self.swarm.lose_ppm > 0

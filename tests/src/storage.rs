@@ -1,53 +1,78 @@
-//! The simulated disk of one replica: per group, a journal (entries by op) and a superblock.
+//! The simulated disk of one replica: the journal crate's own layouts on its in-memory fault
+//! backend ([`journal::MemStorage`]). The metadata group keeps its superblock and prepare journal
+//! (fixed slots + header ring); the partition groups share the node's partition WAL (group
+//! commit) and each keep a superblock. Recovery at boot is the journal's: superblock choice,
+//! slot classification, WAL replay.
 //!
-//! A write is only *issued* when the replica emits its effect; it becomes durable when the
-//! simulator delivers its completion (the replica then learns it through an input). A crash keeps
-//! the durable state, lets an in-order prefix of the issued-but-unreported journal writes land
-//! (the last one possibly torn), and forgets the rest. Disk faults (bit flips in durable entries,
-//! lost entries) are injected only on replicas the fault schedule marks as faulty, a minority.
+//! What the simulator adds is time. A write is *issued* when the replica emits its effect and
+//! executed on the journal, durably, when the simulator delivers its completion (the replica then
+//! learns it through an input); partition appends completing in the same tick share one WAL
+//! window and one sync. A crash lets an in-order prefix of each group's issued-but-unreported
+//! appends land (the disk had written them, the completion never reached the replica), the last
+//! one possibly torn ([`journal::CrashMode::TornLast`]), lands or drops each unreported
+//! superblock write whole, and forgets the rest. Faults on durable data (bit flips in an interior
+//! entry, lost entries) are written into the backend's files, where recovery has to find them.
 //!
-//! The superblock type is generic: the simulator stores whatever the core asks to persist.
+//! The state-machine snapshots stay with the simulator (the journal stores only their op and
+//! checksum in the superblock, journal.md G4).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use consensus::VsrState;
+use journal::{
+    CrashMode, GroupReplay, Identity, JournalConfig, JournalError, MemStorage, MetadataJournal,
+    PartitionWal, SECTOR, SlotState, Superblock, WalConfig, block_on, recover_metadata,
+};
+use wire::GroupId;
 
 use crate::prng::Prng;
 
 /// Identifies one issued write until its completion is delivered.
 pub type WriteId = u64;
 
+/// Metadata journal geometry: enough slots for every op a simulated group holds above its
+/// checkpoint (checkpoints come every few dozen ops), slots for the simulator's small frames.
+const JOURNAL: JournalConfig = JournalConfig {
+    slot_count: 1024,
+    slot_size: 2 * SECTOR as u64,
+};
+
+/// Partition WAL geometry: small files, so rotation happens within a seed.
+const WAL: WalConfig = WalConfig {
+    file_size_max: 256 * 1024,
+    window_bytes_max: 64 * 1024,
+    window_us_max: 500,
+};
+
 /// A write issued by a replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Write<S> {
-    /// Journal the frame at `op` (replacing whatever was there).
+pub enum Write {
+    /// Journal the frame at `op`.
     Append {
         /// Op number.
         op: u64,
         /// The whole prepare frame.
         frame: Vec<u8>,
     },
-    /// Remove every journal entry at or above `from_op`.
-    Truncate {
-        /// First op removed.
-        from_op: u64,
-    },
-    /// Replace the superblock (atomic: either the old or the new copy survives a crash).
-    Superblock(S),
+    /// Replace the group's durable VSR state (atomic: the old or the new generation survives).
+    Superblock(VsrState),
 }
 
 /// An issued, not yet completed write.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending<S> {
+pub struct Pending {
     /// Its id.
     pub id: WriteId,
     /// Group it belongs to.
     pub group: u64,
     /// What it writes.
-    pub write: Write<S>,
+    pub write: Write,
     /// Tick at which its completion is delivered.
     pub complete_at: u64,
     /// A later truncate removed it: it completes but writes nothing.
     pub void: bool,
-    /// The device reports an error for it: nothing is written, the completion says failed.
+    /// The device reports an error for it (or the journal refused it): nothing is written, the
+    /// completion says failed.
     pub failed: bool,
 }
 
@@ -56,58 +81,70 @@ pub struct Pending<S> {
 pub struct DiskStats {
     /// Writes issued.
     pub issued: u64,
-    /// Writes completed (became durable and were reported).
+    /// Writes completed (executed durably and reported).
     pub completed: u64,
     /// Unreported writes lost in a crash.
     pub lost_in_crash: u64,
     /// Unreported writes that landed anyway before a crash.
     pub landed_in_crash: u64,
-    /// Entries torn by a crash.
+    /// Writes torn by a crash.
     pub torn: u64,
-    /// Durable entries corrupted by a fault.
+    /// Durable entries damaged by a fault.
     pub corrupted: u64,
+    /// Appends the journal refused (reported to the replica as failed writes).
+    pub refused: u64,
 }
 
-/// One group's durable state.
+/// What the disk holds for one group at boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupBoot {
+    /// The durable VSR state, `None` if no superblock was ever written.
+    pub state: Option<VsrState>,
+    /// The checkpoint op the superblock names (the journal's floor).
+    pub checkpoint_op: u64,
+    /// Intact entries at or above the checkpoint op, by op (holes possible).
+    pub entries: BTreeMap<u64, Vec<u8>>,
+    /// Ops above the checkpoint the journal knows were written and whose stored entry is
+    /// damaged (recovery's `Corrupt` slots).
+    pub damaged: BTreeSet<u64>,
+}
+
+/// What the disk holds for one op right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupDisk<S> {
-    /// Durable journal entries by op (bytes as stored, possibly torn or corrupted).
-    pub journal: BTreeMap<u64, Vec<u8>>,
-    /// The checksum each entry was written with (a WAL entry carries its own checksum, which
-    /// also covers partition bodies that the prepare identity does not).
-    pub sums: BTreeMap<u64, u64>,
-    /// Durable superblock, if one was ever written.
-    pub superblock: Option<S>,
+pub enum Entry {
+    /// Nothing.
+    Absent,
+    /// The entry, verified.
+    Intact(Vec<u8>),
+    /// Written, and damaged since (the replica cannot know until it reads it).
+    Damaged,
 }
 
-/// The checksum a journal entry is written with.
-pub fn sum(bytes: &[u8]) -> u64 {
-    wire::integrity::xxh3(bytes)
+/// A partition group's durable state: its superblock, and the prepares its WAL records hold
+/// (the replay of the WAL, kept current as appends and truncations become durable).
+#[derive(Debug)]
+struct PartitionDisk {
+    superblock: Superblock<MemStorage>,
+    frames: BTreeMap<u64, Vec<u8>>,
 }
 
-impl<S> GroupDisk<S> {
-    /// The entry at `op` if it reads back with the checksum it was written with.
-    pub fn intact(&self, op: u64) -> Option<&Vec<u8>> {
-        let bytes = self.journal.get(&op)?;
-        (self.sums.get(&op) == Some(&sum(bytes))).then_some(bytes)
-    }
-}
-
-impl<S> Default for GroupDisk<S> {
-    fn default() -> Self {
-        GroupDisk {
-            journal: BTreeMap::new(),
-            sums: BTreeMap::new(),
-            superblock: None,
-        }
-    }
+#[derive(Debug)]
+struct Booted {
+    superblock: Superblock<MemStorage>,
+    journal: MetadataJournal<MemStorage>,
+    wal: PartitionWal<MemStorage>,
+    /// Where the newest WAL window starts: `(file, offset)`.
+    last_window: Option<(String, u64)>,
+    partitions: BTreeMap<u64, PartitionDisk>,
 }
 
 /// A replica's disk.
-#[derive(Debug, Clone)]
-pub struct Disk<S> {
-    groups: BTreeMap<u64, GroupDisk<S>>,
-    pending: VecDeque<Pending<S>>,
+#[derive(Debug)]
+pub struct Disk {
+    storage: MemStorage,
+    identity: Identity,
+    booted: Option<Booted>,
+    pending: VecDeque<Pending>,
     /// Latest completion tick per group and kind (journal 0, superblock 1), to keep order.
     last_completion: BTreeMap<(u64, u8), u64>,
     next_id: WriteId,
@@ -115,31 +152,134 @@ pub struct Disk<S> {
     pub stats: DiskStats,
 }
 
-impl<S: Clone> Default for Disk<S> {
-    fn default() -> Self {
+fn prefix(group: u64) -> String {
+    format!("p{group:016x}-")
+}
+
+fn is_metadata(group: u64) -> bool {
+    GroupId(group).is_metadata()
+}
+
+fn view_of(frame: &[u8]) -> u32 {
+    frame
+        .get(52..56)
+        .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+}
+
+/// The core's part of the superblock's state.
+fn core_state(state: Option<&journal::VsrState>) -> Option<VsrState> {
+    state.map(|s| VsrState {
+        view: s.view,
+        log_view: s.log_view,
+        commit_max: s.commit_max,
+        lost_state: s.lost_state,
+    })
+}
+
+impl Disk {
+    /// An empty data directory of the replica `identity` names. Boot it before use.
+    pub fn new(identity: Identity) -> Disk {
         Disk {
-            groups: BTreeMap::new(),
+            storage: MemStorage::new(),
+            identity,
+            booted: None,
             pending: VecDeque::new(),
             last_completion: BTreeMap::new(),
             next_id: 1,
             stats: DiskStats::default(),
         }
     }
-}
 
-impl<S: Clone> Disk<S> {
-    /// Issues a write that completes `latency` ticks after `now` (never before an earlier write of
-    /// the same group and kind: the journal and the superblock are each written in order).
-    pub fn issue(&mut self, now: u64, group: u64, write: Write<S>, latency: u64) -> WriteId {
-        self.issue_with(now, group, write, latency, false)
+    /// Recovers every group: the metadata superblock and journal, the partition WAL, each
+    /// partition superblock. An error means the node must not start (an unreadable superblock,
+    /// or interior damage in the WAL, whose lost records cannot be attributed to groups).
+    pub fn boot(&mut self, groups: &[u64]) -> Result<BTreeMap<u64, GroupBoot>, String> {
+        self.booted = None;
+        let storage = self.storage.clone();
+        let recovered = block_on(recover_metadata(storage.clone(), self.identity, JOURNAL))
+            .map_err(|e| format!("metadata: {e}"))?;
+        let mut boots = BTreeMap::new();
+        let checkpoint_op = recovered.state.map_or(0, |s| s.checkpoint_op);
+        let mut metadata = GroupBoot {
+            state: core_state(recovered.state.as_ref()),
+            checkpoint_op,
+            ..GroupBoot::default()
+        };
+        let ops = recovered.recovery.headers.iter().map(|h| h.op());
+        for op in std::iter::once(checkpoint_op)
+            .filter(|&op| op > 0)
+            .chain(ops)
+        {
+            match block_on(recovered.journal.read(op)) {
+                Ok(frame) => {
+                    metadata.entries.insert(op, frame);
+                }
+                Err(JournalError::NotFound(_)) => {}
+                Err(_) => {
+                    metadata.damaged.insert(op);
+                }
+            }
+        }
+        for slot in &recovered.recovery.slots {
+            if let SlotState::Corrupt { op, .. } = slot {
+                metadata.damaged.insert(*op);
+            }
+        }
+        let mut replay = GroupReplay::default();
+        let (wal, wal_recovery) = block_on(PartitionWal::open(storage.clone(), WAL, |r| {
+            replay.apply(r)
+        }))
+        .map_err(|e| format!("partition WAL: {e}"))?;
+        if !wal_recovery.is_clean() {
+            return Err(format!(
+                "partition WAL: interior damage {:?}, truncated files {:?}",
+                wal_recovery.damage, wal_recovery.truncated
+            ));
+        }
+        let mut partitions = BTreeMap::new();
+        for &group in groups.iter().filter(|&&g| !is_metadata(g)) {
+            let superblock = block_on(Superblock::open(
+                storage.clone(),
+                &prefix(group),
+                self.identity,
+            ))
+            .map_err(|e| format!("partition {group:#x} superblock: {e}"))?;
+            let checkpoint_op = superblock.state().map_or(0, |s| s.checkpoint_op);
+            let frames: BTreeMap<u64, Vec<u8>> = replay
+                .groups
+                .remove(&group)
+                .unwrap_or_default()
+                .split_off(&checkpoint_op);
+            boots.insert(
+                group,
+                GroupBoot {
+                    state: core_state(superblock.state()),
+                    checkpoint_op,
+                    entries: frames.clone(),
+                    damaged: BTreeSet::new(),
+                },
+            );
+            partitions.insert(group, PartitionDisk { superblock, frames });
+        }
+        boots.insert(GroupId::METADATA.0, metadata);
+        self.booted = Some(Booted {
+            superblock: recovered.superblock,
+            journal: recovered.journal,
+            wal,
+            last_window: None,
+            partitions,
+        });
+        Ok(boots)
     }
 
-    /// [`Disk::issue`] of a write that fails (an IO error) when `failed`.
+    /// Issues a write that completes `latency` ticks after `now` (never before an earlier write
+    /// of the same group and kind: the journal and the superblock are each written in order).
+    /// It fails (an IO error) when `failed`.
     pub fn issue_with(
         &mut self,
         now: u64,
         group: u64,
-        write: Write<S>,
+        write: Write,
         latency: u64,
         failed: bool,
     ) -> WriteId {
@@ -161,9 +301,16 @@ impl<S: Clone> Disk<S> {
         id
     }
 
-    /// Completes every write due at `now`: applies it to the durable state and returns it, in
-    /// issue order. The caller turns each into the replica's completion input.
-    pub fn complete_due(&mut self, now: u64) -> Vec<Pending<S>> {
+    fn booted(&mut self) -> &mut Booted {
+        self.booted
+            .as_mut()
+            .expect("the simulator uses a disk only while its node is up")
+    }
+
+    /// Executes every write due at `now` on the journal, durably, and returns them in issue
+    /// order (a refused append comes back `failed`). The caller turns each into the replica's
+    /// completion input. Partition appends share one WAL window.
+    pub fn complete_due(&mut self, now: u64) -> Vec<Pending> {
         let mut done = Vec::new();
         let mut keep = VecDeque::with_capacity(self.pending.len());
         for p in self.pending.drain(..) {
@@ -174,101 +321,109 @@ impl<S: Clone> Disk<S> {
             }
         }
         self.pending = keep;
-        for p in &done {
-            if !p.void && !p.failed {
-                Self::apply(self.groups.entry(p.group).or_default(), &p.write);
-            }
+        let mut window = Vec::new();
+        for (i, p) in done.iter_mut().enumerate() {
             self.stats.completed += 1;
+            if p.void || p.failed {
+                continue;
+            }
+            match &p.write {
+                Write::Append { frame, .. } if !is_metadata(p.group) => {
+                    let group = p.group;
+                    match self.booted().wal.submit(group, frame, 0) {
+                        Ok(_) => window.push(i),
+                        Err(_) => p.failed = true,
+                    }
+                }
+                Write::Append { .. } | Write::Superblock(_) => {
+                    if !self.execute(p) {
+                        p.failed = true;
+                    }
+                }
+            }
+            if p.failed {
+                self.stats.refused += 1;
+            }
+        }
+        if !window.is_empty() {
+            let committed = self.commit_window();
+            for i in window {
+                let p = &mut done[i];
+                if !committed {
+                    p.failed = true;
+                    self.stats.refused += 1;
+                } else if let Write::Append { op, frame } = &p.write {
+                    let part = self.booted().partitions.get_mut(&p.group).expect("hosted");
+                    part.frames.insert(*op, frame.clone());
+                }
+            }
         }
         done
     }
 
-    fn apply(disk: &mut GroupDisk<S>, write: &Write<S>) {
-        match write {
-            Write::Append { op, frame } => {
-                disk.journal.insert(*op, frame.clone());
-                disk.sums.insert(*op, crate::storage::sum(frame));
-            }
-            Write::Truncate { from_op } => {
-                disk.journal.split_off(from_op);
-                disk.sums.split_off(from_op);
-            }
-            Write::Superblock(s) => disk.superblock = Some(s.clone()),
+    /// Commits the open WAL window; `false` if the WAL failed.
+    fn commit_window(&mut self) -> bool {
+        let booted = self.booted();
+        let (before, offset) = booted.wal.layout();
+        let ok = block_on(booted.wal.commit()).is_ok();
+        if ok {
+            let (after, _) = booted.wal.layout();
+            let newest = after.last().cloned().expect("one file at least");
+            let start = if before.last() == Some(&newest) {
+                offset
+            } else {
+                0
+            };
+            booted.last_window = Some((newest, start));
         }
+        ok
     }
 
-    /// The durable state of a group.
-    pub fn group(&self, group: u64) -> Option<&GroupDisk<S>> {
-        self.groups.get(&group)
-    }
-
-    /// Every group with durable state.
-    pub fn groups(&self) -> impl Iterator<Item = (&u64, &GroupDisk<S>)> {
-        self.groups.iter()
-    }
-
-    /// Issued writes not yet completed.
-    pub fn pending(&self) -> impl Iterator<Item = &Pending<S>> {
-        self.pending.iter()
-    }
-
-    /// A crash. Per group, an in-order prefix of the unreported journal writes may land (the
-    /// disk had written them but the completion never reached the replica); when `may_tear`, the
-    /// last landed append may be torn. Unreported superblock writes land or not, atomically.
-    /// Everything else pending is forgotten.
-    pub fn crash(&mut self, prng: &mut Prng, may_tear: bool) {
-        let pending: Vec<Pending<S>> = self.pending.drain(..).collect();
-        self.last_completion.clear();
-        let groups: std::collections::BTreeSet<u64> = pending.iter().map(|p| p.group).collect();
-        for group in groups {
-            let writes: Vec<&Pending<S>> = pending.iter().filter(|p| p.group == group).collect();
-            let journal: Vec<&Pending<S>> = writes
-                .iter()
-                .copied()
-                .filter(|p| !matches!(p.write, Write::Superblock(_)))
-                .collect();
-            let land = prng.range_inclusive(0, journal.len() as u64) as usize;
-            let disk = self.groups.entry(group).or_default();
-            for (i, p) in journal.iter().enumerate() {
-                if i >= land || p.void || p.failed {
-                    self.stats.lost_in_crash += 1;
-                    continue;
-                }
-                self.stats.landed_in_crash += 1;
-                Self::apply(disk, &p.write);
-                if i + 1 == land
-                    && may_tear
-                    && prng.chance_ppm(500_000)
-                    && let Write::Append { op, frame } = &p.write
-                {
-                    // Tear at a 512-byte sector boundary, or flip a byte if the frame is
-                    // shorter than two sectors (a torn header).
-                    let torn = tear(prng, frame);
-                    disk.journal.insert(*op, torn);
-                    self.stats.torn += 1;
-                }
-            }
-            for p in writes
-                .iter()
-                .filter(|p| matches!(p.write, Write::Superblock(_)))
-            {
-                if prng.chance_ppm(500_000) {
-                    self.stats.landed_in_crash += 1;
-                    Self::apply(disk, &p.write);
+    /// Executes one metadata append or any superblock write durably; `false` if refused.
+    fn execute(&mut self, p: &Pending) -> bool {
+        let identity = self.identity;
+        let booted = self.booted();
+        match &p.write {
+            Write::Append { frame, .. } => block_on(booted.journal.append(frame)).is_ok(),
+            Write::Superblock(s) => {
+                let superblock = if is_metadata(p.group) {
+                    &mut booted.superblock
                 } else {
-                    self.stats.lost_in_crash += 1;
-                }
+                    match booted.partitions.get_mut(&p.group) {
+                        Some(part) => &mut part.superblock,
+                        None => return false,
+                    }
+                };
+                let base = superblock.state().copied().unwrap_or_default();
+                let state = journal::VsrState {
+                    cluster: identity.cluster,
+                    replica_id: identity.replica_id,
+                    replica_count: identity.replica_count,
+                    view: s.view,
+                    log_view: s.log_view,
+                    commit_max: s.commit_max,
+                    lost_state: s.lost_state,
+                    ..base
+                };
+                block_on(superblock.write(&state)).is_ok()
             }
         }
     }
 
-    /// Truncates `group`'s journal from `from_op` at once, and voids issued appends at or above
-    /// it (they still complete, but write nothing): the journal executes a truncate in emission
-    /// order, after the appends issued before it.
+    /// Truncates `group`'s journal from `from_op` at once, durably, and voids issued appends at
+    /// or above it (they still complete, but write nothing): the journal executes a truncate in
+    /// emission order, after the appends issued before it.
     pub fn truncate_now(&mut self, group: u64, from_op: u64) {
-        if let Some(disk) = self.groups.get_mut(&group) {
-            disk.journal.split_off(&from_op);
-            disk.sums.split_off(&from_op);
+        let booted = self.booted();
+        if is_metadata(group) {
+            block_on(booted.journal.truncate_from(from_op)).expect("in-memory truncate");
+        } else if let Some(part) = booted.partitions.get_mut(&group) {
+            part.frames.split_off(&from_op);
+            booted
+                .wal
+                .submit_truncate(group, from_op, 0)
+                .expect("a truncation record fits");
+            assert!(self.commit_window(), "in-memory WAL commit");
         }
         for p in self.pending.iter_mut() {
             if p.group == group && matches!(p.write, Write::Append { op, .. } if op >= from_op) {
@@ -277,60 +432,245 @@ impl<S: Clone> Disk<S> {
         }
     }
 
-    /// Drops `group`'s journal entries at or below `op` (a checkpoint superseded them).
-    pub fn truncate_below(&mut self, group: u64, op: u64) {
-        if let Some(disk) = self.groups.get_mut(&group) {
-            // G4: the entry at the checkpoint op itself is kept.
-            disk.journal = disk.journal.split_off(&op);
-            disk.sums = disk.sums.split_off(&op);
+    /// Records a durable checkpoint at `op` (the snapshot is already durable): the superblock
+    /// names it, then the journal's floor rises to it (journal.md G4: the entry at `op` stays).
+    pub fn install_checkpoint(&mut self, group: u64, op: u64, checksum: u128) {
+        let identity = self.identity;
+        let booted = self.booted();
+        let superblock = if is_metadata(group) {
+            &mut booted.superblock
+        } else {
+            &mut booted
+                .partitions
+                .get_mut(&group)
+                .expect("hosted")
+                .superblock
+        };
+        let base = superblock.state().copied().unwrap_or(journal::VsrState {
+            cluster: identity.cluster,
+            replica_id: identity.replica_id,
+            replica_count: identity.replica_count,
+            ..journal::VsrState::default()
+        });
+        let state = journal::VsrState {
+            checkpoint_op: op,
+            checkpoint_checksum: checksum,
+            ..base
+        };
+        block_on(superblock.write(&state)).expect("in-memory superblock write");
+        if is_metadata(group) {
+            booted
+                .journal
+                .set_checkpoint(op)
+                .expect("checkpoints only move forward");
+        } else if let Some(part) = booted.partitions.get_mut(&group) {
+            part.frames = part.frames.split_off(&op);
         }
     }
 
-    /// Flips one bit of a random durable journal entry of `group` that is not the last one
-    /// (damage followed by a complete entry: recovery must refuse boot rather than truncate
-    /// acknowledged entries, journal.md G3). Returns the op hit.
+    /// A crash. Per group, an in-order prefix of the unreported appends may land (the disk had
+    /// written them but the completion never reached the replica); when `may_tear`, the last
+    /// landed append of a group may be torn (at most one per file: the metadata journal, the
+    /// WAL). Unreported superblock writes land or not, whole. Everything else is forgotten,
+    /// and the disk must boot again.
+    pub fn crash(&mut self, prng: &mut Prng, may_tear: bool) {
+        let pending: Vec<Pending> = self.pending.drain(..).collect();
+        self.last_completion.clear();
+        if self.booted.is_none() {
+            return;
+        }
+        let groups: BTreeSet<u64> = pending.iter().map(|p| p.group).collect();
+        // Per pending write: lands whole, lands torn, or is lost.
+        let mut land = vec![false; pending.len()];
+        let mut torn: Vec<usize> = Vec::new();
+        for group in groups {
+            let appends: Vec<usize> = (0..pending.len())
+                .filter(|&i| pending[i].group == group)
+                .filter(|&i| matches!(pending[i].write, Write::Append { .. }))
+                .collect();
+            let landed = prng.range_inclusive(0, appends.len() as u64) as usize;
+            for (k, &i) in appends.iter().enumerate() {
+                let p = &pending[i];
+                if k >= landed || p.void || p.failed {
+                    self.stats.lost_in_crash += 1;
+                    continue;
+                }
+                self.stats.landed_in_crash += 1;
+                land[i] = true;
+                let shares_file = |&j: &usize| is_metadata(pending[j].group) == is_metadata(group);
+                if k + 1 == landed
+                    && may_tear
+                    && prng.chance_ppm(500_000)
+                    && !torn.iter().any(shares_file)
+                {
+                    torn.push(i);
+                }
+            }
+            for i in (0..pending.len()).filter(|&i| pending[i].group == group) {
+                if matches!(pending[i].write, Write::Superblock(_)) {
+                    if prng.chance_ppm(500_000) && !pending[i].failed {
+                        self.stats.landed_in_crash += 1;
+                        land[i] = true;
+                    } else {
+                        self.stats.lost_in_crash += 1;
+                    }
+                }
+            }
+        }
+        // What landed, in issue order, durably; the torn writes last, left unsynced.
+        for (i, p) in pending.iter().enumerate() {
+            if !land[i] || torn.contains(&i) {
+                continue;
+            }
+            match &p.write {
+                Write::Append { op, frame } if !is_metadata(p.group) => {
+                    let booted = self.booted();
+                    if booted.wal.submit(p.group, frame, 0).is_ok() && self.commit_window() {
+                        let part = self.booted().partitions.get_mut(&p.group);
+                        part.expect("hosted").frames.insert(*op, frame.clone());
+                    }
+                }
+                _ => {
+                    self.execute(p);
+                }
+            }
+        }
+        for &i in &torn {
+            let p = &pending[i];
+            let Write::Append { frame, .. } = &p.write else {
+                continue;
+            };
+            self.storage.fail_next(journal::FailOp::Sync);
+            let booted = self.booted();
+            // The write reaches the device; its sync never returns.
+            if is_metadata(p.group) {
+                let _ = block_on(booted.journal.append(frame));
+            } else if booted.wal.submit(p.group, frame, 0).is_ok() {
+                let _ = block_on(booted.wal.commit());
+            }
+            self.stats.torn += 1;
+        }
+        let mode = if torn.is_empty() {
+            CrashMode::LoseUnsynced
+        } else {
+            CrashMode::TornLast
+        };
+        self.storage
+            .crash(mode, &mut journal::Prng::new(prng.next_u64()));
+        self.booted = None;
+    }
+
+    /// Flips one bit of a durable entry of `group` that is followed by another (damage before
+    /// a complete entry: recovery must not mistake it for a torn tail). Metadata: a prepare
+    /// other than the newest; partitions: a byte of a WAL window older than the newest.
+    /// Returns the op hit (metadata) or the byte offset in the WAL file (partitions).
     pub fn corrupt_interior(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
-        let disk = self.groups.get_mut(&group)?;
-        let ops: Vec<u64> = disk.journal.keys().copied().collect();
-        if ops.len() < 2 {
+        let storage = self.storage.clone();
+        let booted = self.booted.as_mut()?;
+        let hit = if is_metadata(group) {
+            let journal = &booted.journal;
+            let ops: Vec<u64> = (journal.checkpoint_op() + 1..=journal.op_head())
+                .filter(|&op| journal.has(op))
+                .collect();
+            if ops.len() < 2 {
+                return None;
+            }
+            let op = ops[prng.below(ops.len() as u64 - 1) as usize];
+            let (file, at, len) = journal.record_location(op)?;
+            let byte = at + prng.below(len);
+            storage.flip_bit(file, byte, prng.below(8) as u8).ok()?;
+            op
+        } else {
+            let (file, start) = booted.last_window.clone()?;
+            if start == 0 {
+                return None;
+            }
+            let byte = prng.below(start);
+            storage.flip_bit(&file, byte, prng.below(8) as u8).ok()?;
+            byte
+        };
+        self.stats.corrupted += 1;
+        Some(hit)
+    }
+
+    /// Zeroes the stored prepare of a random durable metadata op, as a lying fsync would. This
+    /// breaks the durability contract the protocol relies on (an acked op disappears), so
+    /// schedules use it only when asked to. Partition groups are not hit (their WAL records
+    /// carry several groups each).
+    pub fn lose_entry(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
+        if !is_metadata(group) {
             return None;
         }
-        let op = ops[prng.below(ops.len() as u64 - 1) as usize];
-        let frame = disk.journal.get_mut(&op).expect("picked");
-        let byte = prng.below(frame.len() as u64) as usize;
-        frame[byte] ^= 1 << prng.below(8);
-        self.stats.corrupted += 1;
-        Some(op)
-    }
-
-    /// Removes a durable entry as a lying fsync would. This breaks the durability contract the
-    /// protocol relies on (an acked op disappears), so schedules use it only when asked to.
-    pub fn lose_entry(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
-        let disk = self.groups.get_mut(&group)?;
-        let ops: Vec<u64> = disk.journal.keys().copied().collect();
+        let storage = self.storage.clone();
+        let journal = &self.booted.as_ref()?.journal;
+        let ops: Vec<u64> = (journal.checkpoint_op() + 1..=journal.op_head())
+            .filter(|&op| journal.has(op))
+            .collect();
         if ops.is_empty() {
             return None;
         }
         let op = *prng.pick(&ops);
-        disk.journal.remove(&op);
-        disk.sums.remove(&op);
+        let (file, at, len) = journal.record_location(op)?;
+        let sectors = at / SECTOR as u64..(at + len).div_ceil(SECTOR as u64);
+        for sector in sectors {
+            storage.zero_sector(file, sector).ok()?;
+        }
         self.stats.corrupted += 1;
         Some(op)
     }
-}
 
-fn tear(prng: &mut Prng, frame: &[u8]) -> Vec<u8> {
-    let sectors = frame.len() / 512;
-    if sectors >= 2 {
-        let keep = prng.range_inclusive(1, sectors as u64 - 1) as usize * 512;
-        frame[..keep].to_vec()
-    } else {
-        let mut torn = frame.to_vec();
-        if !torn.is_empty() {
-            let at = prng.below(torn.len() as u64) as usize;
-            torn[at] ^= 0xFF;
+    /// The durable VSR state of `group` (what a restart would recover).
+    pub fn durable_state(&self, group: u64) -> Option<VsrState> {
+        let booted = self.booted.as_ref()?;
+        if is_metadata(group) {
+            core_state(booted.superblock.state())
+        } else {
+            core_state(booted.partitions.get(&group)?.superblock.state())
         }
-        torn
+    }
+
+    /// The highest view among `group`'s durable entries (what recovery infers without a
+    /// superblock, consensus.md §9.1).
+    pub fn journal_max_view(&self, group: u64) -> u32 {
+        let Some(booted) = self.booted.as_ref() else {
+            return 0;
+        };
+        if is_metadata(group) {
+            let journal = &booted.journal;
+            (journal.checkpoint_op() + 1..=journal.op_head())
+                .filter_map(|op| block_on(journal.read(op)).ok())
+                .map(|frame| view_of(&frame))
+                .max()
+                .unwrap_or(0)
+        } else {
+            booted.partitions.get(&group).map_or(0, |p| {
+                p.frames.values().map(|f| view_of(f)).max().unwrap_or(0)
+            })
+        }
+    }
+
+    /// What the disk holds for `group` at `op` right now.
+    pub fn entry(&self, group: u64, op: u64) -> Entry {
+        let Some(booted) = self.booted.as_ref() else {
+            return Entry::Absent;
+        };
+        if is_metadata(group) {
+            // The entry at the checkpoint op itself stays readable (G4).
+            match block_on(booted.journal.read(op)) {
+                Ok(frame) => Entry::Intact(frame),
+                Err(JournalError::NotFound(_)) => Entry::Absent,
+                Err(_) => Entry::Damaged,
+            }
+        } else {
+            match booted
+                .partitions
+                .get(&group)
+                .and_then(|p| p.frames.get(&op))
+            {
+                Some(frame) => Entry::Intact(frame.clone()),
+                None => Entry::Absent,
+            }
+        }
     }
 }
 
@@ -339,51 +679,95 @@ mod tests {
     use super::*;
     use crate::prng::Stream;
 
-    #[test]
-    fn durable_only_after_completion() {
-        let mut d: Disk<u32> = Disk::default();
-        d.issue(
-            0,
-            1,
-            Write::Append {
-                op: 1,
-                frame: vec![1; 300],
-            },
-            3,
-        );
-        d.issue(0, 1, Write::Superblock(7), 1);
-        assert!(d.group(1).is_none());
-        let done = d.complete_due(1);
-        assert_eq!(done.len(), 1);
-        assert_eq!(d.group(1).unwrap().superblock, Some(7));
-        assert!(d.group(1).unwrap().journal.is_empty());
-        d.complete_due(3);
-        assert_eq!(d.group(1).unwrap().journal.len(), 1);
+    const IDENTITY: Identity = Identity {
+        cluster: 7,
+        replica_id: 1,
+        replica_count: 3,
+    };
+
+    /// A sealed prepare of `op` in `group` chained to `parent`.
+    fn prepare(group: u64, op: u64, parent: u128) -> Vec<u8> {
+        use wire::Layout;
+        use wire::header::{FrameHeader, PrepareHeader};
+        let sender = wire::encode::Sender {
+            cluster: 7,
+            replica: 0,
+            view: 1,
+        };
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(wire::Command::Prepare, sender);
+        header.op.set(op);
+        header.parent.set(parent);
+        header.timestamp.set(1_000 + op);
+        header.operation = wire::Operation::CreateStream.byte();
+        header.group.set(group);
+        let body = vec![op as u8; 100];
+        wire::finish_header(&mut header, &body).expect("finish");
+        let mut frame = header.bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    fn partition() -> u64 {
+        GroupId::partition(wire::PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition: 1,
+        })
+        .expect("small ids")
+        .0
     }
 
     #[test]
-    fn crash_keeps_a_prefix() {
-        for seed in 0..50 {
-            let mut prng = Prng::new(seed, Stream::Storage);
-            let mut d: Disk<u32> = Disk::default();
-            for op in 1..=5 {
-                d.issue(
-                    0,
-                    9,
-                    Write::Append {
-                        op,
-                        frame: vec![op as u8; 256],
-                    },
-                    10,
-                );
-            }
-            d.crash(&mut prng, false);
-            let ops: Vec<u64> = d
-                .group(9)
-                .map(|g| g.journal.keys().copied().collect())
-                .unwrap_or_default();
-            assert_eq!(ops, (1..=ops.len() as u64).collect::<Vec<_>>());
-            assert_eq!(d.pending().count(), 0);
+    fn durable_only_after_completion_and_recovered_at_boot() {
+        let groups = [GroupId::METADATA.0, partition()];
+        let mut d = Disk::new(IDENTITY);
+        d.boot(&groups).unwrap();
+        for &group in &groups {
+            let first = prepare(group, 1, 0);
+            let parent = u128::from_le_bytes(first[0..16].try_into().expect("16"));
+            let second = prepare(group, 2, parent);
+            d.issue_with(
+                0,
+                group,
+                Write::Append {
+                    op: 1,
+                    frame: first,
+                },
+                3,
+                false,
+            );
+            d.issue_with(
+                0,
+                group,
+                Write::Append {
+                    op: 2,
+                    frame: second,
+                },
+                5,
+                false,
+            );
+        }
+        let state = VsrState {
+            view: 2,
+            log_view: 1,
+            commit_max: 0,
+            lost_state: false,
+        };
+        d.issue_with(0, groups[0], Write::Superblock(state), 1, false);
+        assert_eq!(d.complete_due(1).len(), 1);
+        assert_eq!(d.durable_state(groups[0]), Some(state));
+        assert_eq!(d.entry(groups[1], 1), Entry::Absent);
+        assert_eq!(d.complete_due(3).len(), 2);
+        assert!(matches!(d.entry(groups[0], 1), Entry::Intact(_)));
+        assert!(matches!(d.entry(groups[1], 1), Entry::Intact(_)));
+        let mut prng = Prng::new(3, Stream::Storage);
+        d.crash(&mut prng, false);
+        let boots = d.boot(&groups).unwrap();
+        assert_eq!(boots[&groups[0]].state, Some(state));
+        for group in groups {
+            let ops: Vec<u64> = boots[&group].entries.keys().copied().collect();
+            assert!(ops.starts_with(&[1]), "{ops:?}");
         }
     }
 }
