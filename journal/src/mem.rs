@@ -91,6 +91,7 @@ struct MemState {
     fail: Vec<FailOp>,
     writes: u64,
     syncs: u64,
+    lying_sync: bool,
 }
 
 /// The in-memory disk. Cloning shares it.
@@ -194,6 +195,12 @@ impl MemStorage {
         }
         // Failures planned for calls that never came are forgotten with the power.
         state.fail.clear();
+    }
+
+    /// A device that acknowledges flushes it never did: while on, `sync` reports success and
+    /// makes nothing durable (a crash loses every write since). For checker self-tests.
+    pub fn set_lying_sync(&self, on: bool) {
+        self.state.borrow_mut().lying_sync = on;
     }
 
     /// Makes the next call of `op` fail with [`StorageError::Injected`] (queued in order).
@@ -355,6 +362,9 @@ impl Storage for MemStorage {
             });
         }
         self.state.borrow_mut().syncs += 1;
+        if self.state.borrow().lying_sync {
+            return self.with_file(&file.0, |_| ());
+        }
         self.with_file(&file.0, |f| {
             // The durable image plus the pending operations is the current image: applying
             // them costs what was written since the last sync, not the file's size.

@@ -35,6 +35,9 @@ pub struct Options {
     pub trace: bool,
     /// Stop at the first violation (the default for seed runs).
     pub stop_at_violation: bool,
+    /// Disks that acknowledge flushes they never did (a checker self-test: the simulator must
+    /// notice, since it runs on the journal's fault backend).
+    pub lying_sync: bool,
     /// Deliberately broken core rules (checker self-tests).
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: consensus::BugKnobs,
@@ -252,11 +255,14 @@ impl Sim {
                     swarm.clock_offset_us,
                     swarm.clock_drift_ppm,
                 ),
-                disk: Disk::new(journal::Identity {
-                    cluster,
-                    replica_id: id,
-                    replica_count: swarm.replicas,
-                }),
+                disk: Disk::new(
+                    journal::Identity {
+                        cluster,
+                        replica_id: id,
+                        replica_count: swarm.replicas,
+                    },
+                    options.lying_sync,
+                ),
                 snapshots: BTreeMap::new(),
                 reads: Vec::new(),
                 checkpoints: Vec::new(),
@@ -403,7 +409,7 @@ impl Sim {
             let identity = self.disk_identity(r);
             let host = &mut self.hosts[usize::from(r)];
             host.wiped = true;
-            host.disk = Disk::new(identity);
+            host.disk = Disk::new(identity, self.options.lying_sync);
             host.snapshots.clear();
             host.restart_at = self.tick + delay;
             self.report.boot_refusals += 1;

@@ -177,10 +177,13 @@ fn core_state(state: Option<&journal::VsrState>) -> Option<VsrState> {
 }
 
 impl Disk {
-    /// An empty data directory of the replica `identity` names. Boot it before use.
-    pub fn new(identity: Identity) -> Disk {
+    /// An empty data directory of the replica `identity` names. Boot it before use. With
+    /// `lying_sync` the device acknowledges flushes it never did (checker self-tests).
+    pub fn new(identity: Identity, lying_sync: bool) -> Disk {
+        let storage = MemStorage::new();
+        storage.set_lying_sync(lying_sync);
         Disk {
-            storage: MemStorage::new(),
+            storage,
             identity,
             booted: None,
             pending: VecDeque::new(),
@@ -721,7 +724,7 @@ mod tests {
     #[test]
     fn durable_only_after_completion_and_recovered_at_boot() {
         let groups = [GroupId::METADATA.0, partition()];
-        let mut d = Disk::new(IDENTITY);
+        let mut d = Disk::new(IDENTITY, false);
         d.boot(&groups).unwrap();
         for &group in &groups {
             let first = prepare(group, 1, 0);
