@@ -9,7 +9,8 @@
 //!
 //! Map:
 //! - [`storage`]: the `Storage` trait (sector-aligned positional IO, `async fn`) and helpers.
-//! - [`mem`]: the in-memory backend with deterministic fault injection (the simulator's disk).
+//! - [`mem`]: the in-memory backend with deterministic fault injection (the simulator's disks:
+//!   `tests/src/storage.rs` runs these layouts on it).
 //! - [`file`]: the std-file backend (`O_DIRECT` + `fdatasync`, aligned buffers, no `unsafe`).
 //! - `dma` (feature `glommio`): the glommio DMA backend (io_uring, `O_DIRECT`, `DmaBuffer`).
 //! - [`prepare`]: verification of stored prepare frames (identity and body digest via `wire`).
@@ -23,8 +24,6 @@
 //! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
 //! - [`partition`]: boot of one partition group (superblock, segments, offsets, next offset).
 //! - [`pingpong`]: a small record replaced atomically (two alternating copies).
-//! - [`sim`]: one replica's metadata disk on the in-memory backend, driven synchronously (the
-//!   simulator's adapter from storage effects to completions).
 //! - [`artifact`]: state-transfer artifacts (ICT2, ICO1, segment logs, snapshot), their stores,
 //!   manifests with checksums, and the partition offer / install.
 #![forbid(unsafe_code)]
@@ -42,7 +41,6 @@ pub mod pingpong;
 pub mod prepare;
 pub mod recover;
 pub mod segment;
-pub mod sim;
 pub mod storage;
 pub mod superblock;
 pub mod wal;
@@ -60,7 +58,6 @@ pub use recover::{
     recover_metadata,
 };
 pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
-pub use sim::{Boot, SimDisk, SimDiskError};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};
 pub use superblock::{Identity, Superblock, SuperblockError, VsrState};
 pub use wal::{GroupReplay, PartitionWal, WalConfig, WalError, WalRecord, WalRecovery};

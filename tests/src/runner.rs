@@ -89,6 +89,8 @@ pub struct Summary {
     pub frames_overrun: u64,
     /// Sum of torn writes.
     pub torn_writes: u64,
+    /// Appends the journal refused.
+    pub journal_refusals: u64,
     /// Sum of corrupted journal entries.
     pub entries_corrupted: u64,
     /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
@@ -123,6 +125,7 @@ impl Summary {
         self.requests_completed += report.requests_completed;
         self.frames_overrun += report.frames_overrun;
         self.torn_writes += report.torn_writes;
+        self.journal_refusals += report.journal_refusals;
         self.entries_corrupted += report.entries_corrupted;
         self.boot_refusals += report.boot_refusals;
         self.wiped_rejoins += report.wiped_rejoins;
@@ -161,6 +164,7 @@ impl Summary {
             "requests_completed": self.requests_completed,
             "frames_overrun": self.frames_overrun,
             "torn_writes": self.torn_writes,
+            "journal_refusals": self.journal_refusals,
             "entries_corrupted": self.entries_corrupted,
             "boot_refusals": self.boot_refusals,
             "wiped_rejoins": self.wiped_rejoins,

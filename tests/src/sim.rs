@@ -92,6 +92,8 @@ pub struct Report {
     pub heal_ticks: u64,
     /// Unreported appends torn by crashes.
     pub torn_writes: u64,
+    /// Appends the journal refused (completed as failed writes).
+    pub journal_refusals: u64,
     /// Journal entries recovery truncated after a gap, torn entry or chain break.
     pub recovery_truncations: u64,
     /// Wiped nodes that rejoined (`Recovered::wiped`).
@@ -1398,6 +1400,7 @@ impl Sim {
         self.report.frames_dropped = self.net.stats.dropped();
         self.report.frames_overrun = self.net.stats.dropped_overrun;
         self.report.torn_writes = self.hosts.iter().map(|h| h.disk.stats.torn).sum();
+        self.report.journal_refusals = self.hosts.iter().map(|h| h.disk.stats.refused).sum();
         self.report.violations = self.checker.violations.clone();
         self.report.stalls = self
             .checker
