@@ -176,6 +176,13 @@ fn core_state(state: Option<&journal::VsrState>) -> Option<VsrState> {
     })
 }
 
+/// The ops the metadata journal holds above its checkpoint.
+fn journaled_ops(journal: &MetadataJournal<MemStorage>) -> Vec<u64> {
+    (journal.checkpoint_op() + 1..=journal.op_head())
+        .filter(|&op| journal.has(op))
+        .collect()
+}
+
 impl Disk {
     /// An empty data directory of the replica `identity` names. Boot it before use. With
     /// `lying_sync` the device acknowledges flushes it never did (checker self-tests).
@@ -577,9 +584,7 @@ impl Disk {
         let booted = self.booted.as_mut()?;
         let hit = if is_metadata(group) {
             let journal = &booted.journal;
-            let ops: Vec<u64> = (journal.checkpoint_op() + 1..=journal.op_head())
-                .filter(|&op| journal.has(op))
-                .collect();
+            let ops = journaled_ops(journal);
             if ops.len() < 2 {
                 return None;
             }
@@ -611,9 +616,7 @@ impl Disk {
         }
         let storage = self.storage.clone();
         let journal = &self.booted.as_ref()?.journal;
-        let ops: Vec<u64> = (journal.checkpoint_op() + 1..=journal.op_head())
-            .filter(|&op| journal.has(op))
-            .collect();
+        let ops = journaled_ops(journal);
         if ops.is_empty() {
             return None;
         }
@@ -645,7 +648,8 @@ impl Disk {
         };
         if is_metadata(group) {
             let journal = &booted.journal;
-            (journal.checkpoint_op() + 1..=journal.op_head())
+            journaled_ops(journal)
+                .into_iter()
                 .filter_map(|op| block_on(journal.read(op)).ok())
                 .map(|frame| view_of(&frame))
                 .max()
