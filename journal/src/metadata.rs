@@ -29,7 +29,9 @@ use wire::integrity::xxh3;
 
 use crate::file::AlignedBuf;
 use crate::prepare::{FrameFault, Header, verify_frame, verify_header};
-use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
+use crate::storage::{
+    OpenMode, SECTOR, Storage, StorageError, is_zero, read_exact_at, sector_ceil,
+};
 
 /// The prepare slots file.
 pub const PREPARES_FILE: &str = "journal.prepares";
@@ -394,7 +396,7 @@ fn verify_record(bytes: &[u8], size: usize) -> Result<Header, FrameFault> {
 }
 
 fn ring_read(bytes: &[u8], slot: u64, n: u64) -> RingRead {
-    if bytes.iter().all(|b| *b == 0) {
+    if is_zero(bytes) {
         return RingRead::Empty;
     }
     match verify_header(bytes) {
@@ -532,7 +534,7 @@ impl<S: Storage> MetadataJournal<S> {
             Err(e) if e.is_media() => return Ok(PrepareRead::Unreadable),
             Err(e) => return Err(e.into()),
         }
-        if first.iter().all(|b| *b == 0) {
+        if is_zero(first) {
             return Ok(PrepareRead::Zeroed);
         }
         let header = match verify_header(first) {

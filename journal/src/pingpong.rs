@@ -9,7 +9,7 @@
 use wire::integrity::xxh3;
 
 use crate::file::AlignedBuf;
-use crate::storage::{OpenMode, Storage, StorageError, read_exact_at, sector_ceil};
+use crate::storage::{OpenMode, Storage, StorageError, is_zero, read_exact_at, sector_ceil};
 
 const HEAD: usize = 32;
 
@@ -34,7 +34,7 @@ pub struct PingPong<S: Storage> {
 }
 
 fn decode(magic: u32, bytes: &[u8]) -> Result<Option<(u64, Vec<u8>)>, ()> {
-    if bytes.iter().all(|b| *b == 0) {
+    if is_zero(bytes) {
         return Ok(None);
     }
     let head = bytes.get(..HEAD).ok_or(())?;

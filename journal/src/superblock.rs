@@ -26,7 +26,7 @@
 //! Unreadable`]) instead of falling back to an older view. A crash can damage at most the copy
 //! being written, whose generation was not yet complete.
 
-use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at};
+use crate::storage::{OpenMode, SECTOR, Storage, StorageError, is_zero, read_exact_at};
 
 const MAGIC: u32 = 0x5342_4C4B;
 const VERSION: u16 = 2;
@@ -190,12 +190,8 @@ pub fn encode_copy(state: &VsrState, sequence: u64, copy: usize) -> Vec<u8> {
 /// Decodes one copy: `Ok(None)` for an empty sector, `Ok(Some)` for a valid one,
 /// `Err(Some(version))` for a verified record of an unknown version, `Err(None)` for damage.
 pub fn decode_copy(sector: &[u8], copy: usize) -> DecodedCopy {
-    if sector.len() < SECTOR || sector.iter().all(|b| *b == 0) {
-        return if sector.iter().all(|b| *b == 0) {
-            Ok(None)
-        } else {
-            Err(None)
-        };
+    if sector.len() < SECTOR || is_zero(sector) {
+        return if is_zero(sector) { Ok(None) } else { Err(None) };
     }
     let checksum = u64::from_le_bytes(sector[CHECKSUM_AT..SECTOR].try_into().expect("8"));
     if checksum != wire::integrity::xxh3(&sector[..CHECKSUM_AT]) {
