@@ -5,27 +5,49 @@
 //! ring in locked memory; [`memlock_limit`] reads `RLIMIT_MEMLOCK` so the shard can report
 //! whether `io_memory x 3 rings x executors` fits (DESIGN.md §6) instead of relying on glommio's
 //! silent fallback to unregistered buffers.
-
+//!
+//! Glommio decides once per thread and block device whether `O_DIRECT` IO goes to its `IOPOLL`
+//! ring, by reading the first sector of the first DMA file opened on the device and taking
+//! anything but `EOPNOTSUPP` as "polling works". A freshly created (empty) file answers that read
+//! at end of file without reaching the device, so the device is taken as pollable even when it
+//! has no poll queues (`queue/io_poll` = 0 on virtio-blk), and every later read that does reach
+//! it fails with `EOPNOTSUPP`. [`DmaStorage`] therefore opens a one-sector probe file first, so
+//! glommio's probe asks the device itself (decision 45).
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
-use glommio::io::{DmaFile, OpenOptions};
+use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
 use crate::file::AlignedBuf;
 
-use crate::storage::{OpenMode, Storage, StorageError, check_aligned, check_name};
+use crate::storage::{OpenMode, SECTOR, Storage, StorageError, check_aligned, check_name};
+
+/// The probe file [`DmaStorage`] opens before any other (see the module docs); hidden from
+/// [`Storage::list`].
+const PROBE_NAME: &str = ".dma-probe";
+/// Write buffers kept for reuse, and the largest size kept.
+const WRITE_BUFS_KEPT: usize = 4;
+const WRITE_BUF_KEPT_MAX: usize = 16 * 1024 * 1024;
 
 /// A directory of DMA files.
 ///
-/// Reads try glommio's `read_at_aligned` (io_uring `READ_FIXED`); a kernel that answers
-/// `EOPNOTSUPP` (seen on this project's VMs) switches the storage to `pread(2)` on an
-/// `O_DIRECT` std descriptor of the same file, which blocks the shard for the read: reads happen
-/// at recovery, for repair and for cold polls. Writes and `fdatasync` always go through io_uring.
+/// Reads go through glommio's `read_at_aligned` (io_uring `READ` / `READ_FIXED`); should a
+/// kernel still answer `EOPNOTSUPP`, the storage switches to `pread(2)` on an `O_DIRECT` std
+/// descriptor of the same file, which blocks the shard for the read (reported by
+/// [`DmaStorage::reads_through_std`]). Writes and `fdatasync` always go through io_uring.
+///
+/// Writes copy the caller's bytes into a DMA buffer kept from an earlier write of the same
+/// length (the WAL's windows, the journal's slots repeat their sizes), so a steady stream of
+/// writes allocates and faults in no new memory.
 #[derive(Debug, Clone)]
 pub struct DmaStorage {
     root: PathBuf,
-    reads_through_std: std::rc::Rc<std::cell::Cell<bool>>,
+    reads_through_std: Rc<Cell<bool>>,
+    probed: Rc<Cell<bool>>,
+    write_bufs: Rc<RefCell<Vec<DmaBuffer>>>,
 }
 
 /// An open DMA file.
@@ -60,8 +82,54 @@ impl DmaStorage {
             .map_err(|e| StorageError::io("mkdir", &root.display().to_string(), &e))?;
         Ok(DmaStorage {
             root: root.to_owned(),
-            reads_through_std: std::rc::Rc::new(std::cell::Cell::new(false)),
+            reads_through_std: Rc::new(Cell::new(false)),
+            probed: Rc::new(Cell::new(false)),
+            write_bufs: Rc::new(RefCell::new(Vec::new())),
         })
+    }
+
+    /// Opens a one-sector file as the first DMA file of this storage, so that glommio's IOPOLL
+    /// probe reads from the device instead of the end of an empty file (module docs). Glommio
+    /// caches the answer per thread and device; a DMA file opened on the device before this
+    /// storage's first `open` has already decided it.
+    async fn probe(&self) -> Result<(), StorageError> {
+        if self.probed.replace(true) {
+            return Ok(());
+        }
+        let path = self.root.join(PROBE_NAME);
+        std::fs::write(&path, [0u8; SECTOR])
+            .map_err(|e| StorageError::io("write", PROBE_NAME, &e))?;
+        let file = DmaFile::open(&path)
+            .await
+            .map_err(|e| io_error("open", PROBE_NAME, e))?;
+        file.close()
+            .await
+            .map_err(|e| io_error("close", PROBE_NAME, e))?;
+        std::fs::remove_file(&path).map_err(|e| StorageError::io("remove", PROBE_NAME, &e))
+    }
+
+    /// A DMA buffer holding `data`: a kept one of the same length if there is one.
+    fn write_buf(&self, file: &DmaFile, data: &[u8]) -> DmaBuffer {
+        let kept = {
+            let mut bufs = self.write_bufs.borrow_mut();
+            let at = bufs.iter().position(|b| b.len() == data.len());
+            at.map(|at| bufs.swap_remove(at))
+        };
+        let mut buffer = kept.unwrap_or_else(|| file.alloc_dma_buffer(data.len()));
+        buffer.as_bytes_mut().copy_from_slice(data);
+        buffer
+    }
+
+    /// Keeps a written buffer for the next write of its length.
+    fn keep_write_buf(&self, buffer: DmaBuffer) {
+        if buffer.len() > WRITE_BUF_KEPT_MAX {
+            return;
+        }
+        let mut bufs = self.write_bufs.borrow_mut();
+        if bufs.len() == WRITE_BUFS_KEPT {
+            bufs.remove(0);
+        }
+        bufs.push(buffer);
     }
 
     /// Whether reads fell back to `pread(2)` (glommio's fixed-buffer reads were refused).
@@ -79,6 +147,7 @@ impl Storage for DmaStorage {
 
     async fn open(&self, name: &str, mode: OpenMode) -> Result<DmaHandle, StorageError> {
         check_name(name)?;
+        self.probe().await?;
         let path = self.root.join(name);
         let existed = path.exists();
         let file = OpenOptions::new()
@@ -160,13 +229,16 @@ impl Storage for DmaStorage {
         data: &[u8],
     ) -> Result<(), StorageError> {
         check_aligned("write", &file.name, offset, data.len())?;
-        let mut buffer = file.file.alloc_dma_buffer(data.len());
-        buffer.as_bytes_mut().copy_from_slice(data);
+        let buffer = Rc::new(self.write_buf(&file.file, data));
         let written = file
             .file
-            .write_at(buffer, offset)
+            .write_rc_at(buffer.clone(), offset)
             .await
             .map_err(|e| io_error("write", &file.name, e))?;
+        // The completed write dropped its reference: the buffer is ours again.
+        if let Ok(buffer) = Rc::try_unwrap(buffer) {
+            self.keep_write_buf(buffer);
+        }
         if written != data.len() {
             return Err(StorageError::Io {
                 op: "write",
@@ -208,7 +280,9 @@ impl Storage for DmaStorage {
     }
 
     async fn list(&self) -> Result<Vec<String>, StorageError> {
-        crate::storage::list_dir(&self.root)
+        let mut names = crate::storage::list_dir(&self.root)?;
+        names.retain(|n| n != PROBE_NAME);
+        Ok(names)
     }
 }
 
@@ -217,7 +291,6 @@ mod tests {
     use super::*;
     use crate::metadata::{JournalConfig, MetadataJournal};
     use crate::prepare::tests::prepare;
-    use crate::storage::SECTOR;
     use crate::wal::{PartitionWal, WalConfig};
     use glommio::{LocalExecutorBuilder, Placement};
 
@@ -288,5 +361,43 @@ mod tests {
         let fell_back = handle.join().unwrap();
         eprintln!("glommio reads fell back to pread(2): {fell_back}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Reads go through io_uring, not the `pread(2)` fallback, once the probe has told glommio
+    /// that the device has no poll queues; kept write buffers never leak one write's bytes into
+    /// another; the probe file stays out of `list`.
+    #[test]
+    fn reads_go_through_io_uring_and_write_buffers_are_reused_cleanly() {
+        let dir = std::env::temp_dir().join(format!("journal-dma-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1024 * 1024)
+            .spawn(move || async move {
+                let storage = DmaStorage::new(&root).unwrap();
+                let f = storage.open("r", OpenMode::Create).await.unwrap();
+                for round in 0..3u8 {
+                    let data: Vec<u8> = (0..3 * SECTOR).map(|i| (i as u8) ^ round).collect();
+                    let offset = (round as usize * 3 * SECTOR) as u64;
+                    storage.write_at(&f, offset, &data).await.unwrap();
+                    storage.sync(&f).await.unwrap();
+                    let mut back = vec![0u8; 3 * SECTOR];
+                    let n = storage.read_at(&f, offset, &mut back).await.unwrap();
+                    assert_eq!((n, &back), (3 * SECTOR, &data));
+                }
+                // A read past the end is short.
+                let mut tail = vec![0u8; 4 * SECTOR];
+                let n = storage
+                    .read_at(&f, (6 * SECTOR) as u64, &mut tail)
+                    .await
+                    .unwrap();
+                assert_eq!(n, 3 * SECTOR);
+                assert_eq!(storage.list().await.unwrap(), vec!["r".to_owned()]);
+                storage.reads_through_std()
+            })
+            .unwrap();
+        let fell_back = handle.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!fell_back, "reads fell back to pread(2)");
     }
 }
