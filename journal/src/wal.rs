@@ -429,6 +429,37 @@ fn classify_marked_tail(span: &[u8], previous: Option<&[u8; HEAD]>) -> MarkedTai
     }
 }
 
+/// Encodes `head` (filling in its checksum) and returns it with its bytes.
+fn finish_head(mut head: WindowHead) -> (WindowHead, [u8; HEAD]) {
+    let encoded = head.encode();
+    head.checksum = u64_at(&encoded, 56);
+    (head, encoded)
+}
+
+/// The image of one window write: the window (its header encoded in place), zero padding to the
+/// sector, and its tail marker in the sector after.
+fn window_write(window: &[u8], head: &WindowHead, seq: u64, offset: u64) -> AlignedBuf {
+    let padded = sector_ceil(head.bytes) as usize;
+    let mut buf = AlignedBuf::zeroed(padded + MARKER);
+    let slice = buf.as_mut_slice();
+    slice[..window.len()].copy_from_slice(window);
+    slice[padded..padded + HEAD].copy_from_slice(&Marker::of(seq, offset, head).encode());
+    buf
+}
+
+/// The seal over the damaged window that `m` names: an empty window that records `m`'s lsns
+/// lost, of `kind`.
+fn seal_head(kind: u8, m: &Marker) -> (WindowHead, [u8; HEAD]) {
+    finish_head(WindowHead {
+        count: 0,
+        lsn_first: m.lsn_last + 1,
+        bytes: HEAD as u64,
+        seal: kind,
+        lost_lsn_first: m.lsn_first,
+        checksum: 0,
+    })
+}
+
 impl<S: Storage> PartitionWal<S> {
     /// Opens the WAL, scanning every file in order and handing every intact record to `visit`
     /// (in lsn order). A torn tail window is cut durably; damage is reported, and a damaged last
@@ -642,13 +673,31 @@ impl<S: Storage> PartitionWal<S> {
                 // never acknowledged.
                 recovery.torn_tail = Some((seq, at));
             }
-            // Zero it (the file keeps its preallocated size) and continue the log from there;
-            // a sealed window's lsns are recorded lost by the seal written below.
             for f in files.drain(index + 1..) {
                 storage.remove(&file_name(f.seq)).await?;
             }
+            let mut zero_from = at;
+            if let Some((kind, m)) = seal {
+                // Seal first, then zero the rest: a crash in between must not erase the only
+                // evidence of the lost lsns (a torn seal leaves the damaged window's marker, or
+                // its own, naming the same offset and lsns).
+                let (head, encoded) = seal_head(kind, &m);
+                let buf = window_write(&encoded, &head, seq, at);
+                storage
+                    .write_at(&files[index].file, at, buf.as_slice())
+                    .await?;
+                storage.sync(&files[index].file).await?;
+                zero_from = at + buf.len() as u64;
+                offset = at + SECTOR as u64;
+                lsn_last = m.lsn_last;
+                files[index].lsn_last = lsn_last;
+                last_window = Some(Marker::of(seq, at, &head));
+            } else {
+                offset = at;
+            }
+            // Zero the rest (the file keeps its preallocated size) and continue the log there.
             let zero = AlignedBuf::zeroed(ZERO_CHUNK);
-            let mut chunk = at as usize;
+            let mut chunk = zero_from as usize;
             while chunk < config.file_size_max as usize {
                 let end = (chunk + ZERO_CHUNK).min(config.file_size_max as usize);
                 if image[chunk..end].iter().any(|b| *b != 0) {
@@ -660,7 +709,6 @@ impl<S: Storage> PartitionWal<S> {
                 chunk = end;
             }
             storage.sync(&files[index].file).await?;
-            offset = at;
         } else if let Some((file, off)) = pending_damage {
             recovery.damage.push(WalDamage {
                 file,
@@ -704,8 +752,8 @@ impl<S: Storage> PartitionWal<S> {
             } else {
                 recovery.unverified.push(lost);
             }
-            wal.write_seal(kind, m).await?;
-        } else if let Some(m) = last_window {
+        }
+        if let Some(m) = last_window {
             wal.restore_marker(m).await?;
         }
         Ok((wal, recovery))
@@ -792,21 +840,19 @@ impl<S: Storage> PartitionWal<S> {
         if self.window.is_empty() {
             return Ok(self.durable_lsn);
         }
-        self.write_window(SEAL_NONE, 0).await
+        self.write_window().await
     }
 
     /// Writes the open window and its tail marker (one write) and syncs it.
-    async fn write_window(&mut self, seal: u8, lost_lsn_first: u64) -> Result<u64, WalError> {
-        let mut head = WindowHead {
+    async fn write_window(&mut self) -> Result<u64, WalError> {
+        let (head, encoded) = finish_head(WindowHead {
             count: self.window_count,
             lsn_first: self.window_lsn_first,
             bytes: self.window.len() as u64,
-            seal,
-            lost_lsn_first,
+            seal: SEAL_NONE,
+            lost_lsn_first: 0,
             checksum: 0,
-        };
-        let encoded = head.encode();
-        head.checksum = u64_at(&encoded, 56);
+        });
         self.window[..HEAD].copy_from_slice(&encoded);
         let padded = sector_ceil(head.bytes);
         // The marker's sector is reserved: a window never ends a file.
@@ -814,11 +860,7 @@ impl<S: Storage> PartitionWal<S> {
             self.rotate().await?;
         }
         let file = self.files.last().expect("one file at least");
-        let marker = Marker::of(file.seq, self.offset, &head);
-        let mut buf = AlignedBuf::zeroed(padded as usize + MARKER);
-        let slice = buf.as_mut_slice();
-        slice[..self.window.len()].copy_from_slice(&self.window);
-        slice[padded as usize..padded as usize + HEAD].copy_from_slice(&marker.encode());
+        let buf = window_write(&self.window, &head, file.seq, self.offset);
         self.storage
             .write_at(&file.file, self.offset, buf.as_slice())
             .await?;
@@ -831,18 +873,6 @@ impl<S: Storage> PartitionWal<S> {
         self.window.clear();
         self.window_count = 0;
         Ok(self.durable_lsn)
-    }
-
-    /// Recovery: writes a seal over the damaged last window that `m` names, so that its lsns
-    /// stay accounted lost at every later open and are never reused.
-    async fn write_seal(&mut self, kind: u8, m: Marker) -> Result<(), WalError> {
-        debug_assert!(self.window.is_empty());
-        self.next_lsn = m.lsn_last + 1;
-        self.window_lsn_first = self.next_lsn;
-        self.window.resize(HEAD, 0);
-        self.window_count = 0;
-        self.write_window(kind, m.lsn_first).await?;
-        Ok(())
     }
 
     /// Recovery: rewrites the last window's tail marker when it is gone (zeroed, damaged or cut

@@ -585,3 +585,53 @@ fn truncations_replay_in_log_order_per_group() {
     assert_eq!(ops, vec![1, 2, 3]);
     assert_eq!(replay.groups[&9][&3], prepare_in(9, 3, 0, 10, 7));
 }
+
+#[test]
+fn a_crash_while_sealing_keeps_the_loss_reported() {
+    for seed in 0..60u64 {
+        let disk = MemStorage::new();
+        let (mut wal, _, _) = open(&disk);
+        let (seq, offset, _) = commit_windows(&mut wal, &[&[3000], &[5000, 4000]]);
+        let kind = seed % 2;
+        if kind == 0 {
+            disk.zero_sector(&file_name(seq), offset / SECTOR as u64 + 1)
+        } else {
+            disk.flip_bit(&file_name(seq), offset + 100, 1)
+        }
+        .unwrap();
+        // The seal's write or its sync fails, then power is lost.
+        disk.fail_next(if seed % 4 < 2 {
+            FailOp::Write
+        } else {
+            FailOp::Sync
+        });
+        let failed = block_on(PartitionWal::open(disk.clone(), CONFIG, |_| {}));
+        assert!(failed.is_err(), "seed {seed}: {:?}", failed.map(|r| r.1));
+        let mode = [
+            CrashMode::TornPrefix,
+            CrashMode::Reorder,
+            CrashMode::LoseUnsynced,
+        ][(seed / 4) as usize % 3];
+        disk.crash(mode, &mut Prng::new(seed));
+        let (_, recovery, seen) = open(&disk);
+        let lost: Vec<(u64, u64)> = recovery
+            .damage
+            .iter()
+            .chain(&recovery.unverified)
+            .map(|d| (d.lsn_first, d.lsn_last))
+            .collect();
+        assert_eq!(lost, vec![(2, 3)], "seed {seed}: {recovery:?}");
+        // What a torn seal left after itself (the damaged window's rest) may be cut.
+        assert!(
+            recovery.torn_tail.is_none_or(|t| t.1 > offset),
+            "seed {seed}"
+        );
+        assert_eq!(seen.len(), 1);
+        let (_, again, _) = open(&disk);
+        assert_eq!(
+            again.damage.len() + again.unverified.len(),
+            1,
+            "seed {seed}"
+        );
+    }
+}
