@@ -74,6 +74,8 @@ const SEAL_DAMAGE: u8 = 1;
 const SEAL_UNVERIFIED: u8 = 2;
 /// The largest payload a record holds (a frame of `max_message_size`).
 pub const RECORD_PAYLOAD_MAX: usize = 64 * 1024 * 1024;
+/// Offsets, lengths and lsns that recovery accepts stay below this (no overflow in its arithmetic).
+const FIELD_MAX: u64 = 1 << 62;
 const _: () = assert!(HEAD <= MARKER);
 const _: () = assert!(MARKER.is_multiple_of(SECTOR));
 
@@ -275,8 +277,8 @@ fn parse_window(bytes: &[u8]) -> Option<WindowHead> {
         }
         _ => false,
     };
-    (head[24] == WAL_FORMAT_VERSION && shape && w.bytes >= HEAD as u64 && w.lsn_first > 0)
-        .then_some(w)
+    let bounded = w.bytes >= HEAD as u64 && w.lsn_first > 0 && w.lsn_first < FIELD_MAX;
+    (head[24] == WAL_FORMAT_VERSION && shape && bounded).then_some(w)
 }
 
 /// Parses the record at the start of `bytes`: `(lsn, group, payload, kind, record length)`.
@@ -391,10 +393,14 @@ impl Marker {
             head_checksum: u64_at(m, 40),
             bytes: u64_at(m, 48),
         };
+        // Bounds keep the offset arithmetic and the seal's next lsn from overflowing.
         let shape = marker.offset.is_multiple_of(SECTOR as u64)
+            && marker.offset < FIELD_MAX
             && marker.bytes >= HEAD as u64
+            && marker.bytes < FIELD_MAX
             && marker.lsn_first > 0
-            && marker.lsn_first <= marker.lsn_last;
+            && marker.lsn_first <= marker.lsn_last
+            && marker.lsn_last < FIELD_MAX;
         shape.then_some(marker)
     }
 }
