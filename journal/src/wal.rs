@@ -10,23 +10,44 @@
 //!
 //! Files `wal.{seq:010}`, each preallocated (zero-filled) to [`WalConfig::file_size_max`] bytes,
 //! so that a lost file tail is told from a torn write by the file's length. A window starts on
-//! a sector boundary:
+//! a sector boundary, and the same write carries a tail marker in the sector right after it:
 //!
 //! ```text
 //! window header (64 B): magic "PWIN" | count u32 | lsn_first u64 | bytes u64 (header and
-//!                       records, without padding) | reserved 32 | XXH3-64 of bytes 0..56
-//! record (64 B + payload padded to 8): magic "PREC" | len u32 | lsn u64 | group u64 |
-//!                       XXH3-64(payload) u64 | kind u8 (0 prepare, 1 truncate) | reserved 23 |
-//!                       XXH3-64 of bytes 0..56
+//!                       records, without padding) | version u8 | seal u8 | reserved 6 |
+//!                       lost_lsn_first u64 | reserved 16 | XXH3-64 of bytes 0..56
+//! record (64 B + payload padded to 8 with zeros): magic "PREC" | len u32 | lsn u64 |
+//!                       group u64 | XXH3-64(payload) u64 | kind u8 (0 prepare, 1 truncate) |
+//!                       reserved 23 | XXH3-64 of bytes 0..56
 //! zero padding to the next sector
+//! tail marker (one sector, 64 B used): magic "PTAL" | version u8 | reserved 3 | file seq u64 |
+//!                       window offset u64 | lsn_first u64 | lsn_last u64 | window header
+//!                       XXH3 u64 | window bytes u64 | XXH3-64 of bytes 0..56
 //! ```
 //!
 //! The payload is the whole prepare frame of the group (partition prepares carry no body digest,
 //! so the record checksum covers the body). Window `n + 1` is written only after window `n` is
-//! synced, so at recovery a damaged window followed by a valid later window is interior damage
-//! of acknowledged data (reported with its lsn range, for repair from peers), and a damaged
-//! last window is a torn, never-acknowledged tail: it is cut (the file is truncated there and
-//! synced) and the log continues from it.
+//! synced, and starts at window `n`'s tail marker (overwriting it), so only the last window has
+//! a live marker; the last window of a rotated file keeps its marker, followed by zeros. A
+//! window never uses the last sector of a file, which is reserved for its marker.
+//!
+//! Recovery (docs/decisions.md item 43):
+//! - a damaged window followed by a valid later window is interior damage of acknowledged data
+//!   (reported in [`WalRecovery::damage`] with its lsn range, for repair from peers);
+//! - a damaged last window with no valid marker naming it is a torn, never-acknowledged tail:
+//!   it is cut (zeroed and synced) and the log continues from it. Writes land as a prefix of
+//!   their sectors or sector by sector; an acknowledged window's marker reached the disk before
+//!   the `fdatasync` returned, so a single fault cannot destroy both the window and its marker;
+//! - a damaged last window whose marker is valid was written whole by the writer. If the sector
+//!   the window starts at still holds the previous window's marker, the window's head never
+//!   landed (never acknowledged): torn tail, cut. If every sector of the window reads non-zero,
+//!   the whole write landed and was damaged afterwards: [`WalRecovery::damage`]. Otherwise (a
+//!   zero sector inside it) it is either an acknowledged window that lost a sector or a write
+//!   torn by a crash on a disk that reorders sector writes; recovery cannot tell which and
+//!   reports it in [`WalRecovery::unverified`], which the caller treats as damage (the lsns may
+//!   have been acknowledged: repair them, never nack them). In both cases the lsns are not
+//!   reused: recovery writes a *seal* in the window's place, an empty window (count 0) that
+//!   names the lost lsn range and its kind, so every later open reports the same range.
 
 use wire::integrity::xxh3;
 
@@ -35,12 +56,28 @@ use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sec
 
 const WINDOW_MAGIC: u32 = u32::from_le_bytes(*b"PWIN");
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PREC");
+const MARKER_MAGIC: u32 = u32::from_le_bytes(*b"PTAL");
+/// The on-disk format version, in every window header and tail marker (2: tail markers and
+/// seals; 1 had neither and no version byte).
+pub const WAL_FORMAT_VERSION: u8 = 2;
 const HEAD: usize = 64;
+/// The tail marker: one sector after each window, in the same write.
+const MARKER: usize = SECTOR;
 const ZERO_CHUNK: usize = 1024 * 1024;
 const KIND_PREPARE: u8 = 0;
 const KIND_TRUNCATE: u8 = 1;
+/// A window header that is not a seal.
+const SEAL_NONE: u8 = 0;
+/// A seal over a window that landed whole and was damaged ([`WalRecovery::damage`]).
+const SEAL_DAMAGE: u8 = 1;
+/// A seal over a window that may have been acknowledged ([`WalRecovery::unverified`]).
+const SEAL_UNVERIFIED: u8 = 2;
 /// The largest payload a record holds (a frame of `max_message_size`).
 pub const RECORD_PAYLOAD_MAX: usize = 64 * 1024 * 1024;
+/// Offsets, lengths and lsns that recovery accepts stay below this (no overflow in its arithmetic).
+const FIELD_MAX: u64 = 1 << 62;
+const _: () = assert!(HEAD <= MARKER);
+const _: () = assert!(MARKER.is_multiple_of(SECTOR));
 
 /// WAL sizing and the group-commit window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,23 +146,30 @@ pub struct WalDamage {
 pub struct WalRecovery {
     /// Records delivered to the visitor.
     pub records: u64,
-    /// Windows scanned intact.
+    /// Windows scanned intact (seals included).
     pub windows: u64,
     /// The last lsn delivered.
     pub lsn_last: u64,
     /// A torn tail window that was cut: `(file, offset)`.
     pub torn_tail: Option<(u64, u64)>,
-    /// Interior damage (records of these lsns were lost; the groups must repair them).
-    /// `lsn_last == u64::MAX`: lost up to an unknown lsn (a truncated file).
+    /// Damage to acknowledged records (records of these lsns were lost; the groups must repair
+    /// them): a damaged window before an intact one, or a last window that landed whole and was
+    /// damaged afterwards. `lsn_last == u64::MAX`: lost up to an unknown lsn (a truncated file).
     pub damage: Vec<WalDamage>,
     /// Files shorter than their preallocated size (a lost tail).
     pub truncated: Vec<u64>,
+    /// Last windows whose tail marker is valid but which do not verify and hold a zero sector:
+    /// an acknowledged window that lost a sector, or a write torn by a crash on a disk that
+    /// reorders sector writes (never acknowledged). Recovery cannot tell them apart, so the
+    /// caller must treat these lsns as possibly acknowledged: repair them, never nack them.
+    /// Reported again at every open (the seal persists them) until reclaimed.
+    pub unverified: Vec<WalDamage>,
 }
 
 impl WalRecovery {
-    /// Whether nothing acknowledged was found damaged.
+    /// Whether nothing that may have been acknowledged was found damaged.
     pub fn is_clean(&self) -> bool {
-        self.damage.is_empty() && self.truncated.is_empty()
+        self.damage.is_empty() && self.truncated.is_empty() && self.unverified.is_empty()
     }
 }
 
@@ -172,10 +216,11 @@ impl WindowBuf {
         self.len == 0
     }
 
-    /// Makes room for `more` bytes and the sector padding after them, growing at least twofold
-    /// (and at once to `hint` bytes) so that a window is copied at most a few times as it grows.
+    /// Makes room for `more` bytes, the sector padding after them and the tail marker's sector,
+    /// growing at least twofold (and at once to `hint` bytes) so that a window is copied at most
+    /// a few times as it grows.
     fn reserve(&mut self, more: usize, hint: usize) {
-        let need = sector_ceil((self.len + more) as u64) as usize;
+        let need = sector_ceil((self.len + more) as u64) as usize + MARKER;
         if need > self.buf.len() {
             let capacity = need.max(2 * self.buf.len()).max(hint);
             let mut grown = AlignedBuf::zeroed(capacity);
@@ -194,12 +239,14 @@ impl WindowBuf {
         self.len = padded;
     }
 
-    /// The window zero-padded to whole sectors, as written.
-    fn sealed(&mut self) -> &[u8] {
+    /// The window zero-padded to whole sectors, then `marker` in a sector of its own: the image
+    /// one commit writes.
+    fn sealed(&mut self, marker: &[u8]) -> &[u8] {
         let padded = sector_ceil(self.len as u64) as usize;
         let bytes = self.buf.as_mut_slice();
-        bytes[self.len..padded].fill(0);
-        &bytes[..padded]
+        bytes[self.len..padded + MARKER].fill(0);
+        bytes[padded..padded + marker.len()].copy_from_slice(marker);
+        &bytes[..padded + MARKER]
     }
 
     fn as_mut_slice(&mut self) -> &mut [u8] {
@@ -223,38 +270,102 @@ fn head_checksum(head: &[u8]) -> u64 {
     xxh3(&head[..56])
 }
 
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"))
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"))
+}
+
+#[derive(Debug, Clone, Copy)]
 struct WindowHead {
     count: u32,
     lsn_first: u64,
     bytes: u64,
+    /// [`SEAL_NONE`], or the kind of the lost range a seal names.
+    seal: u8,
+    /// A seal: the first lsn lost (the range ends at `lsn_first - 1`).
+    lost_lsn_first: u64,
+    /// The header's own checksum (what a tail marker names).
+    checksum: u64,
+}
+
+impl WindowHead {
+    /// The first lsn this window accounts for: its first record, or a seal's lost range.
+    fn lsn_accounted(&self) -> u64 {
+        if self.seal == SEAL_NONE {
+            self.lsn_first
+        } else {
+            self.lost_lsn_first
+        }
+    }
+
+    /// The last lsn this window accounts for.
+    fn lsn_last(&self) -> u64 {
+        self.lsn_first + self.count as u64 - 1
+    }
+
+    fn encode(&self) -> [u8; HEAD] {
+        let mut head = [0u8; HEAD];
+        head[0..4].copy_from_slice(&WINDOW_MAGIC.to_le_bytes());
+        head[4..8].copy_from_slice(&self.count.to_le_bytes());
+        head[8..16].copy_from_slice(&self.lsn_first.to_le_bytes());
+        head[16..24].copy_from_slice(&self.bytes.to_le_bytes());
+        head[24] = WAL_FORMAT_VERSION;
+        head[25] = self.seal;
+        head[32..40].copy_from_slice(&self.lost_lsn_first.to_le_bytes());
+        let checksum = head_checksum(&head);
+        head[56..64].copy_from_slice(&checksum.to_le_bytes());
+        head
+    }
 }
 
 fn parse_window(bytes: &[u8]) -> Option<WindowHead> {
     let head = bytes.get(..HEAD)?;
-    let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
-    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8"));
-    if u32_at(0) != WINDOW_MAGIC || u64_at(56) != head_checksum(head) {
+    if u32_at(head, 0) != WINDOW_MAGIC || u64_at(head, 56) != head_checksum(head) {
         return None;
     }
     let w = WindowHead {
-        count: u32_at(4),
-        lsn_first: u64_at(8),
-        bytes: u64_at(16),
+        count: u32_at(head, 4),
+        lsn_first: u64_at(head, 8),
+        bytes: u64_at(head, 16),
+        seal: head[25],
+        lost_lsn_first: u64_at(head, 32),
+        checksum: u64_at(head, 56),
     };
-    (w.bytes >= HEAD as u64 && w.lsn_first > 0).then_some(w)
+    let shape = match w.seal {
+        SEAL_NONE => w.count > 0 && w.lost_lsn_first == 0,
+        SEAL_DAMAGE | SEAL_UNVERIFIED => {
+            w.count == 0
+                && w.bytes == HEAD as u64
+                && w.lost_lsn_first > 0
+                && w.lost_lsn_first < w.lsn_first
+        }
+        _ => false,
+    };
+    let bounded = w.bytes >= HEAD as u64 && w.lsn_first > 0 && w.lsn_first < FIELD_MAX;
+    (head[24] == WAL_FORMAT_VERSION && shape && bounded).then_some(w)
 }
 
 /// Parses the record at the start of `bytes`: `(lsn, group, payload, kind, record length)`.
 fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
     let head = bytes.get(..HEAD)?;
-    let u32_at = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().expect("4"));
-    let u64_at = |at: usize| u64::from_le_bytes(head[at..at + 8].try_into().expect("8"));
-    if u32_at(0) != RECORD_MAGIC || u64_at(56) != head_checksum(head) {
+    if u32_at(head, 0) != RECORD_MAGIC || u64_at(head, 56) != head_checksum(head) {
         return None;
     }
-    let len = u32_at(4) as usize;
+    let len = u32_at(head, 4) as usize;
+    let padded = len.next_multiple_of(8);
     let payload = bytes.get(HEAD..HEAD + len)?;
-    if xxh3(payload) != u64_at(24) {
+    if xxh3(payload) != u64_at(head, 24) {
+        return None;
+    }
+    // The padding is covered by no checksum: it must read as written (zeros).
+    if bytes
+        .get(HEAD + len..HEAD + padded)?
+        .iter()
+        .any(|b| *b != 0)
+    {
         return None;
     }
     let kind = head[32];
@@ -262,11 +373,11 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
         return None;
     }
     Some((
-        u64_at(8),
-        u64_at(16),
+        u64_at(head, 8),
+        u64_at(head, 16),
         payload,
         kind,
-        HEAD + len.next_multiple_of(8),
+        HEAD + padded,
     ))
 }
 
@@ -290,17 +401,151 @@ fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)>
     (at == body.len()).then_some((w, records))
 }
 
+/// A tail marker: names the window written just before it, in the same write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Marker {
+    seq: u64,
+    offset: u64,
+    lsn_first: u64,
+    lsn_last: u64,
+    head_checksum: u64,
+    bytes: u64,
+}
+
+impl Marker {
+    fn of(seq: u64, offset: u64, w: &WindowHead) -> Marker {
+        Marker {
+            seq,
+            offset,
+            lsn_first: w.lsn_accounted(),
+            lsn_last: w.lsn_last(),
+            head_checksum: w.checksum,
+            bytes: w.bytes,
+        }
+    }
+
+    /// Where the marker sits: right after its window's padding.
+    fn at(&self) -> u64 {
+        self.offset + sector_ceil(self.bytes)
+    }
+
+    fn encode(&self) -> [u8; HEAD] {
+        let mut m = [0u8; HEAD];
+        m[0..4].copy_from_slice(&MARKER_MAGIC.to_le_bytes());
+        m[4] = WAL_FORMAT_VERSION;
+        m[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        m[16..24].copy_from_slice(&self.offset.to_le_bytes());
+        m[24..32].copy_from_slice(&self.lsn_first.to_le_bytes());
+        m[32..40].copy_from_slice(&self.lsn_last.to_le_bytes());
+        m[40..48].copy_from_slice(&self.head_checksum.to_le_bytes());
+        m[48..56].copy_from_slice(&self.bytes.to_le_bytes());
+        let checksum = head_checksum(&m);
+        m[56..64].copy_from_slice(&checksum.to_le_bytes());
+        m
+    }
+
+    fn parse(bytes: &[u8]) -> Option<Marker> {
+        let m = bytes.get(..HEAD)?;
+        if u32_at(m, 0) != MARKER_MAGIC || m[4] != WAL_FORMAT_VERSION {
+            return None;
+        }
+        if u64_at(m, 56) != head_checksum(m) {
+            return None;
+        }
+        let marker = Marker {
+            seq: u64_at(m, 8),
+            offset: u64_at(m, 16),
+            lsn_first: u64_at(m, 24),
+            lsn_last: u64_at(m, 32),
+            head_checksum: u64_at(m, 40),
+            bytes: u64_at(m, 48),
+        };
+        // Bounds keep the offset arithmetic and the seal's next lsn from overflowing.
+        let shape = marker.offset.is_multiple_of(SECTOR as u64)
+            && marker.offset < FIELD_MAX
+            && marker.bytes >= HEAD as u64
+            && marker.bytes < FIELD_MAX
+            && marker.lsn_first > 0
+            && marker.lsn_first <= marker.lsn_last
+            && marker.lsn_last < FIELD_MAX;
+        shape.then_some(marker)
+    }
+}
+
+/// What recovery does about a damaged last window that a valid tail marker names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkedTail {
+    /// The window's first sector still holds the previous window's marker: its head never
+    /// landed, so it was never acknowledged. Cut like any torn tail.
+    Torn,
+    /// Every sector landed (none reads as zeros) and the window still fails: damaged after it
+    /// landed.
+    Damage,
+    /// A zero sector: lost after acknowledgement, or never landed on a reordering disk.
+    Unverified,
+}
+
+/// Classifies the damaged window `span` (its padded sectors) that a valid marker names.
+/// `previous`: the marker of the intact window just before it, when it ends where `span`
+/// starts in the same file.
+fn classify_marked_tail(span: &[u8], previous: Option<&[u8; HEAD]>) -> MarkedTail {
+    if previous.is_some_and(|p| span.get(..HEAD) == Some(&p[..])) {
+        return MarkedTail::Torn;
+    }
+    if span
+        .chunks(SECTOR)
+        .all(|sector| sector.iter().any(|b| *b != 0))
+    {
+        MarkedTail::Damage
+    } else {
+        MarkedTail::Unverified
+    }
+}
+
+/// Encodes `head` (filling in its checksum) and returns it with its bytes.
+fn finish_head(mut head: WindowHead) -> (WindowHead, [u8; HEAD]) {
+    let encoded = head.encode();
+    head.checksum = u64_at(&encoded, 56);
+    (head, encoded)
+}
+
+/// The image of one window write: the window (its header encoded in place), zero padding to the
+/// sector, and its tail marker in the sector after.
+fn window_write(window: &[u8], head: &WindowHead, seq: u64, offset: u64) -> AlignedBuf {
+    let padded = sector_ceil(head.bytes) as usize;
+    let mut buf = AlignedBuf::zeroed(padded + MARKER);
+    let slice = buf.as_mut_slice();
+    slice[..window.len()].copy_from_slice(window);
+    slice[padded..padded + HEAD].copy_from_slice(&Marker::of(seq, offset, head).encode());
+    buf
+}
+
+/// The seal over the damaged window that `m` names: an empty window that records `m`'s lsns
+/// lost, of `kind`.
+fn seal_head(kind: u8, m: &Marker) -> (WindowHead, [u8; HEAD]) {
+    finish_head(WindowHead {
+        count: 0,
+        lsn_first: m.lsn_last + 1,
+        bytes: HEAD as u64,
+        seal: kind,
+        lost_lsn_first: m.lsn_first,
+        checksum: 0,
+    })
+}
+
 impl<S: Storage> PartitionWal<S> {
     /// Opens the WAL, scanning every file in order and handing every intact record to `visit`
-    /// (in lsn order). A torn tail window is cut durably; interior damage is reported.
+    /// (in lsn order). A torn tail window is cut durably; damage is reported, and a damaged last
+    /// window that its tail marker names is sealed (see the module docs).
     pub async fn open(
         storage: S,
         config: WalConfig,
         mut visit: impl FnMut(WalRecord<'_>),
     ) -> Result<(PartitionWal<S>, WalRecovery), WalError> {
-        if config.file_size_max < SECTOR as u64
+        // A file holds at least one window sector and its marker.
+        if config.file_size_max < (SECTOR + MARKER) as u64
             || !config.file_size_max.is_multiple_of(SECTOR as u64)
-            || config.window_bytes_max as u64 > config.file_size_max
+            || (config.window_bytes_max + MARKER) as u64 > config.file_size_max
         {
             return Err(WalError::Config(config));
         }
@@ -314,10 +559,14 @@ impl<S: Storage> PartitionWal<S> {
         let mut recovery = WalRecovery::default();
         let mut files = Vec::new();
         let mut offset = 0;
+        // The last lsn accounted for (delivered, or named lost by a seal).
         let mut lsn_last = 0;
         let mut cut: Option<(usize, u64)> = None;
         // Windows found by file index: scan all files, remember the first damaged window.
         let mut pending_damage: Option<(u64, u64)> = None; // (file, offset)
+        // The marker of the last intact window, and a valid marker naming the pending damage.
+        let mut last_window: Option<Marker> = None;
+        let mut marked: Option<Marker> = None;
         let mut images = Vec::new();
         for (index, seq) in seqs.iter().enumerate() {
             let file = storage.open(&file_name(*seq), OpenMode::Existing).await?;
@@ -355,6 +604,8 @@ impl<S: Storage> PartitionWal<S> {
                 }
             }
             let mut at = 0usize;
+            // The end of the last intact window of this file.
+            let mut file_end = 0usize;
             let mut file_lsn_last = lsn_last;
             while at + HEAD <= bytes.len() {
                 if bytes[at..at + HEAD].iter().all(|b| *b == 0)
@@ -363,51 +614,88 @@ impl<S: Storage> PartitionWal<S> {
                     // End of this file's windows: the preallocated rest is zeros.
                     break;
                 }
-                match parse_window_records(&bytes[at..]) {
-                    Some((w, records)) if w.lsn_first > lsn_last => {
-                        // Before the first intact window a gap is a reclaimed prefix.
-                        let gap = recovery.windows > 0 && w.lsn_first > lsn_last + 1;
-                        if gap || pending_damage.is_some() {
-                            let (file, off) = pending_damage.take().unwrap_or((*seq, at as u64));
-                            recovery.damage.push(WalDamage {
-                                file,
-                                offset: off,
-                                lsn_first: lsn_last + 1,
-                                lsn_last: w.lsn_first - 1,
-                            });
-                        }
-                        for (lsn, group, payload, kind) in records {
-                            let (frame, truncate_from) = if kind == KIND_TRUNCATE {
-                                let op = u64::from_le_bytes(payload.try_into().expect("8"));
-                                (&payload[..0], Some(op))
-                            } else {
-                                (payload, None)
-                            };
-                            visit(WalRecord {
-                                lsn,
-                                group,
-                                frame,
-                                truncate_from,
-                            });
-                            recovery.records += 1;
-                        }
-                        recovery.windows += 1;
-                        lsn_last = w.lsn_first + w.count as u64 - 1;
-                        file_lsn_last = lsn_last;
-                        at = sector_ceil(at as u64 + w.bytes) as usize;
-                        cut = None;
+                if let Some((w, records)) = parse_window_records(&bytes[at..])
+                    && w.lsn_accounted() > lsn_last
+                {
+                    let first = w.lsn_accounted();
+                    // Before the first intact window a gap is a reclaimed prefix.
+                    let gap = recovery.windows > 0 && first > lsn_last + 1;
+                    let pending = pending_damage.take();
+                    // A damaged stretch that held no lsn (a rotated file's last marker) lost
+                    // nothing.
+                    if (gap || pending.is_some()) && first > lsn_last + 1 {
+                        let (file, off) = pending.unwrap_or((*seq, at as u64));
+                        recovery.damage.push(WalDamage {
+                            file,
+                            offset: off,
+                            lsn_first: lsn_last + 1,
+                            lsn_last: first - 1,
+                        });
                     }
-                    _ => {
-                        if pending_damage.is_none() {
-                            pending_damage = Some((*seq, at as u64));
-                            cut = Some((index, at as u64));
+                    if w.seal != SEAL_NONE {
+                        let lost = WalDamage {
+                            file: *seq,
+                            offset: at as u64,
+                            lsn_first: w.lost_lsn_first,
+                            lsn_last: w.lsn_first - 1,
+                        };
+                        if w.seal == SEAL_DAMAGE {
+                            recovery.damage.push(lost);
+                        } else {
+                            recovery.unverified.push(lost);
                         }
-                        at += SECTOR; // probe the next sector boundary for a window
+                    }
+                    for (lsn, group, payload, kind) in records {
+                        let (frame, truncate_from) = if kind == KIND_TRUNCATE {
+                            let op = u64::from_le_bytes(payload.try_into().expect("8"));
+                            (&payload[..0], Some(op))
+                        } else {
+                            (payload, None)
+                        };
+                        visit(WalRecord {
+                            lsn,
+                            group,
+                            frame,
+                            truncate_from,
+                        });
+                        recovery.records += 1;
+                        recovery.lsn_last = lsn;
+                    }
+                    recovery.windows += 1;
+                    lsn_last = w.lsn_last();
+                    file_lsn_last = lsn_last;
+                    last_window = Some(Marker::of(*seq, at as u64, &w));
+                    at = sector_ceil(at as u64 + w.bytes) as usize;
+                    file_end = at;
+                    cut = None;
+                    marked = None;
+                    continue;
+                }
+                if pending_damage.is_none() {
+                    // The marker of the window just before, then zeros: the end of the windows.
+                    let trailing = file_end > 0
+                        && last_window.is_some_and(|m| {
+                            m.at() == at as u64 && bytes[at..at + HEAD] == m.encode()
+                        })
+                        && bytes[at + HEAD..].iter().all(|b| *b == 0);
+                    if trailing {
+                        break;
+                    }
+                    pending_damage = Some((*seq, at as u64));
+                    cut = Some((index, at as u64));
+                } else if let Some(m) = Marker::parse(&bytes[at..]) {
+                    // A marker naming the damaged window: that window was written whole.
+                    let names_damage =
+                        pending_damage == Some((*seq, m.offset)) && m.at() == at as u64;
+                    let follows = recovery.windows == 0 || m.lsn_first == lsn_last + 1;
+                    if names_damage && follows && marked.is_none() {
+                        marked = Some(m);
                     }
                 }
+                at += SECTOR; // probe the next sector boundary for a window
             }
             if cut.is_none() {
-                offset = at as u64;
+                offset = file_end as u64;
             }
             files.push(WalFile {
                 seq: *seq,
@@ -420,8 +708,16 @@ impl<S: Storage> PartitionWal<S> {
                 images.clear();
             }
         }
+        // A damaged last window that its marker names: `(seal kind, marker)`.
+        let mut seal = None;
         if let Some((index, at)) = cut {
             let seq = files[index].seq;
+            let image = &images
+                .iter()
+                .find(|(i, _)| *i == index)
+                .expect("the cut file's image is kept")
+                .1
+                .as_slice();
             if recovery.truncated.contains(&seq) {
                 // The damage is a lost file tail, not a torn write: acknowledged windows may
                 // be gone. Report it; the lsns lost are unknown past the last intact one.
@@ -434,21 +730,47 @@ impl<S: Storage> PartitionWal<S> {
                 storage
                     .set_len(&files[index].file, config.file_size_max)
                     .await?;
+            } else if let Some(m) = marked {
+                let span = &image[at as usize..m.at() as usize];
+                let previous = last_window
+                    .filter(|w| w.seq == seq && w.at() == at)
+                    .map(|w| w.encode());
+                seal = match classify_marked_tail(span, previous.as_ref()) {
+                    MarkedTail::Torn => None,
+                    MarkedTail::Damage => Some((SEAL_DAMAGE, m)),
+                    MarkedTail::Unverified => Some((SEAL_UNVERIFIED, m)),
+                };
             }
-            // Damage with nothing intact after it: a torn tail, never acknowledged. Zero it
-            // (the file keeps its preallocated size) and continue the log from there.
-            recovery.torn_tail = Some((seq, at));
+            if seal.is_none() {
+                // Damage with nothing intact after it and no marker naming it: a torn tail,
+                // never acknowledged.
+                recovery.torn_tail = Some((seq, at));
+            }
             for f in files.drain(index + 1..) {
                 storage.remove(&file_name(f.seq)).await?;
             }
-            let image = &images
-                .iter()
-                .find(|(i, _)| *i == index)
-                .expect("the cut file's image is kept")
-                .1
-                .as_slice();
+            let mut zero_from = at;
+            if let Some((kind, m)) = seal {
+                // Seal first, then zero the rest: a crash in between must not erase the only
+                // evidence of the lost lsns (a torn seal leaves the damaged window's marker, or
+                // its own, naming the same offset and lsns).
+                let (head, encoded) = seal_head(kind, &m);
+                let buf = window_write(&encoded, &head, seq, at);
+                storage
+                    .write_at(&files[index].file, at, buf.as_slice())
+                    .await?;
+                storage.sync(&files[index].file).await?;
+                zero_from = at + buf.len() as u64;
+                offset = at + SECTOR as u64;
+                lsn_last = m.lsn_last;
+                files[index].lsn_last = lsn_last;
+                last_window = Some(Marker::of(seq, at, &head));
+            } else {
+                offset = at;
+            }
+            // Zero the rest (the file keeps its preallocated size) and continue the log there.
             let zero = AlignedBuf::zeroed(ZERO_CHUNK);
-            let mut chunk = at as usize;
+            let mut chunk = zero_from as usize;
             while chunk < config.file_size_max as usize {
                 let end = (chunk + ZERO_CHUNK).min(config.file_size_max as usize);
                 if image[chunk..end].iter().any(|b| *b != 0) {
@@ -460,7 +782,6 @@ impl<S: Storage> PartitionWal<S> {
                 chunk = end;
             }
             storage.sync(&files[index].file).await?;
-            offset = at;
         } else if let Some((file, off)) = pending_damage {
             recovery.damage.push(WalDamage {
                 file,
@@ -469,7 +790,6 @@ impl<S: Storage> PartitionWal<S> {
                 lsn_last: u64::MAX,
             });
         }
-        recovery.lsn_last = lsn_last;
         if files.is_empty() {
             let file = storage.open(&file_name(1), OpenMode::Create).await?;
             storage.set_len(&file, config.file_size_max).await?;
@@ -481,7 +801,7 @@ impl<S: Storage> PartitionWal<S> {
             });
             offset = 0;
         }
-        let wal = PartitionWal {
+        let mut wal = PartitionWal {
             storage,
             config,
             files,
@@ -493,6 +813,22 @@ impl<S: Storage> PartitionWal<S> {
             next_lsn: lsn_last + 1,
             durable_lsn: lsn_last,
         };
+        if let Some((kind, m)) = seal {
+            let lost = WalDamage {
+                file: m.seq,
+                offset: m.offset,
+                lsn_first: m.lsn_first,
+                lsn_last: m.lsn_last,
+            };
+            if kind == SEAL_DAMAGE {
+                recovery.damage.push(lost);
+            } else {
+                recovery.unverified.push(lost);
+            }
+        }
+        if let Some(m) = last_window {
+            wal.restore_marker(m).await?;
+        }
         Ok((wal, recovery))
     }
 
@@ -523,7 +859,7 @@ impl<S: Storage> PartitionWal<S> {
     ) -> Result<u64, WalError> {
         let record_len = HEAD + frame.len().next_multiple_of(8);
         if frame.len() > RECORD_PAYLOAD_MAX
-            || (HEAD + record_len) as u64 > self.config.file_size_max
+            || (HEAD + record_len + MARKER) as u64 > self.config.file_size_max
         {
             return Err(WalError::TooLarge(frame.len()));
         }
@@ -556,7 +892,7 @@ impl<S: Storage> PartitionWal<S> {
     /// The window buffer's first size: the byte bound and its sector padding (a record that
     /// crosses the bound doubles it, once).
     fn window_buf_hint(&self) -> usize {
-        sector_ceil((self.config.window_bytes_max + HEAD) as u64) as usize + SECTOR
+        sector_ceil((self.config.window_bytes_max + HEAD) as u64) as usize + SECTOR + MARKER
     }
 
     /// Bytes in the open window.
@@ -586,32 +922,63 @@ impl<S: Storage> PartitionWal<S> {
         if self.window.is_empty() {
             return Ok(self.durable_lsn);
         }
-        let bytes = self.window.len as u64;
-        let mut head = [0u8; HEAD];
-        head[0..4].copy_from_slice(&WINDOW_MAGIC.to_le_bytes());
-        head[4..8].copy_from_slice(&self.window_count.to_le_bytes());
-        head[8..16].copy_from_slice(&self.window_lsn_first.to_le_bytes());
-        head[16..24].copy_from_slice(&bytes.to_le_bytes());
-        let checksum = head_checksum(&head);
-        head[56..64].copy_from_slice(&checksum.to_le_bytes());
-        self.window.as_mut_slice()[..HEAD].copy_from_slice(&head);
-        let padded = sector_ceil(bytes);
-        if self.offset + padded > self.config.file_size_max {
+        self.write_window().await
+    }
+
+    /// Writes the open window and its tail marker (one write) and syncs it.
+    async fn write_window(&mut self) -> Result<u64, WalError> {
+        let (head, encoded) = finish_head(WindowHead {
+            count: self.window_count,
+            lsn_first: self.window_lsn_first,
+            bytes: self.window.len as u64,
+            seal: SEAL_NONE,
+            lost_lsn_first: 0,
+            checksum: 0,
+        });
+        self.window.as_mut_slice()[..HEAD].copy_from_slice(&encoded);
+        let padded = sector_ceil(head.bytes);
+        // The marker's sector is reserved: a window never ends a file.
+        if self.offset + padded + MARKER as u64 > self.config.file_size_max {
             self.rotate().await?;
         }
         let file = self.files.last().expect("one file at least");
+        let marker = Marker::of(file.seq, self.offset, &head).encode();
         self.storage
-            .write_at(&file.file, self.offset, self.window.sealed())
+            .write_at(&file.file, self.offset, self.window.sealed(&marker))
             .await?;
         self.storage.sync(&file.file).await?;
         self.offset += padded;
-        let last = self.window_lsn_first + self.window_count as u64 - 1;
+        let last = head.lsn_last();
         self.files.last_mut().expect("one").lsn_last = last;
         self.durable_lsn = last;
+        self.next_lsn = last + 1;
         let keep = 2 * self.window_buf_hint();
         self.window.clear(keep);
         self.window_count = 0;
         Ok(self.durable_lsn)
+    }
+
+    /// Recovery: rewrites the last window's tail marker when it is gone (zeroed, damaged or cut
+    /// with a torn tail), so that damage to that window stays detectable.
+    async fn restore_marker(&mut self, m: Marker) -> Result<(), WalError> {
+        let Some(file) = self.files.iter().find(|f| f.seq == m.seq) else {
+            return Ok(()); // reclaimed
+        };
+        let mut buf = AlignedBuf::zeroed(MARKER);
+        match read_exact_at(&self.storage, &file.file, m.at(), buf.as_mut_slice()).await {
+            Ok(_) if buf.as_slice()[..HEAD] == m.encode() => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.is_media() => {}
+            Err(e) => return Err(e.into()),
+        }
+        let slice = buf.as_mut_slice();
+        slice.fill(0);
+        slice[..HEAD].copy_from_slice(&m.encode());
+        self.storage
+            .write_at(&file.file, m.at(), buf.as_slice())
+            .await?;
+        self.storage.sync(&file.file).await?;
+        Ok(())
     }
 
     /// Submits and commits one record: one `fdatasync` per append (the baseline).
