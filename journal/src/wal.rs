@@ -52,7 +52,9 @@
 use wire::integrity::xxh3;
 
 use crate::file::AlignedBuf;
-use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
+use crate::storage::{
+    OpenMode, SECTOR, Storage, StorageError, is_zero, read_exact_at, sector_ceil,
+};
 
 const WINDOW_MAGIC: u32 = u32::from_le_bytes(*b"PWIN");
 const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"PREC");
@@ -593,8 +595,11 @@ impl<S: Storage> PartitionWal<S> {
             let bytes = image.as_mut_slice();
             if short {
                 bytes[whole..].fill(0xff);
-                if index + 1 == seqs.len() && parse_window(bytes).is_none() {
-                    // The last file, never written: the crash hit its preallocation.
+                if index + 1 == seqs.len() && is_zero(&bytes[..whole]) {
+                    // The last file, never written: the crash hit its preallocation. (Windows
+                    // are written only after the preallocation is durable, so a short file
+                    // holding anything but zeros lost a tail; a damaged first window must not
+                    // pass for an empty file.)
                     bytes.fill(0);
                     storage.set_len(&file, config.file_size_max).await?;
                     storage.sync(&file).await?;

@@ -635,3 +635,26 @@ fn a_crash_while_sealing_keeps_the_loss_reported() {
         );
     }
 }
+
+/// Found by the `wal_recover` fuzz target: a truncated last file whose first window head is
+/// damaged was taken for a preallocation a crash interrupted, and recovery came back clean and
+/// empty although two windows had been reported durable.
+#[test]
+fn a_truncated_last_file_with_a_damaged_first_window_is_damage_not_an_empty_file() {
+    let disk = MemStorage::new();
+    let (mut wal, _, _) = open(&disk);
+    wal.submit(0, &frame(1, 235), 0).unwrap();
+    block_on(wal.commit()).unwrap();
+    wal.submit(0, &frame(2, 10_023), 0).unwrap();
+    block_on(wal.commit()).unwrap();
+    drop(wal);
+    disk.truncate_file("wal.0000000001", 7 * SECTOR as u64)
+        .unwrap();
+    disk.flip_bit("wal.0000000001", 0, 0).unwrap();
+    let (wal, recovery, seen) = open(&disk);
+    assert!(!recovery.is_clean(), "{recovery:?}");
+    assert_eq!(recovery.truncated, vec![1]);
+    assert_eq!(recovery.damage[0].lsn_first, 1);
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(wal.durable_lsn(), 2);
+}
