@@ -114,6 +114,14 @@ pub enum WalError {
     /// Unusable configuration.
     #[error("wal config {0:?}")]
     Config(WalConfig),
+    /// The open window plus this record would not fit in one file: commit the window first.
+    #[error("window of {window} bytes cannot take a record of {record} more: commit first")]
+    WindowFull {
+        /// Bytes in the open window.
+        window: usize,
+        /// The record's payload.
+        record: usize,
+    },
 }
 
 /// One record handed to the recovery visitor.
@@ -867,6 +875,15 @@ impl<S: Storage> PartitionWal<S> {
             || (HEAD + record_len + MARKER) as u64 > self.config.file_size_max
         {
             return Err(WalError::TooLarge(frame.len()));
+        }
+        // A window is one write into one file (with its tail marker after it): it never grows
+        // past what a file holds.
+        let window_after = self.window.len.max(HEAD) + record_len;
+        if sector_ceil(window_after as u64) + MARKER as u64 > self.config.file_size_max {
+            return Err(WalError::WindowFull {
+                window: self.window.len,
+                record: frame.len(),
+            });
         }
         let hint = self.window_buf_hint();
         if self.window.is_empty() {
