@@ -56,7 +56,8 @@ pub struct RawConfig {
     /// Periodic checkpoints: once `commit_min` is this many ops above the snapshot floor the
     /// core emits `Effect::Checkpoint` at `commit_min`, and after `Completion::Checkpointed`
     /// raises its floor (repair below it answers RangeEvicted). 0 disables them (transfers
-    /// still checkpoint); otherwise at least 8. Default 1024. Node-local: need not agree.
+    /// still checkpoint); otherwise at least 8. Default 256 on the metadata group (it must fit
+    /// `journal_slot_count`), 1024 on partitions. Node-local: need not agree.
     pub checkpoint_interval_ops: u64,
     /// Slots of the local prepare journal: an op `o` lives in slot `o % slots` and the journal
     /// refuses to overwrite a slot above its durable checkpoint, so the core journals (and
@@ -111,7 +112,10 @@ impl RawConfig {
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
             headers_retained: HEADERS_RETAINED,
-            checkpoint_interval_ops: CHECKPOINT_INTERVAL_OPS_DEFAULT,
+            checkpoint_interval_ops: match group.kind() {
+                wire::GroupKind::Metadata => METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT,
+                _ => CHECKPOINT_INTERVAL_OPS_DEFAULT,
+            },
             journal_slot_count: match group.kind() {
                 wire::GroupKind::Metadata => JOURNAL_SLOT_COUNT_DEFAULT,
                 _ => 0,
@@ -378,6 +382,10 @@ mod tests {
         assert_eq!(
             partition.journal_slot_count, 0,
             "partition WALs are unbounded"
+        );
+        assert_eq!(
+            partition.checkpoint_interval_ops,
+            CHECKPOINT_INTERVAL_OPS_DEFAULT
         );
         assert!(partition.validate().is_ok());
         let mut r = raw();
