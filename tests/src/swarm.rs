@@ -231,11 +231,14 @@ impl Swarm {
             checkpoint_interval_ops: p.range_inclusive(8, 32),
             journal_slot_count: 0,
         };
-        // After every other draw, for the same reason; it depends on the interval.
-        let journal_slot_count = p.range_inclusive(
-            journal_slot_count_min(swarm.checkpoint_interval_ops),
-            JOURNAL_SLOT_COUNT_MAX,
-        );
+        // After every other draw, for the same reason; it depends on the interval. Half the
+        // seeds run the tightest room the core accepts, so backpressure actually binds.
+        let slots_min = journal_slot_count_min(swarm.checkpoint_interval_ops);
+        let journal_slot_count = if p.chance_ppm(500_000) {
+            slots_min
+        } else {
+            p.range_inclusive(slots_min, JOURNAL_SLOT_COUNT_MAX)
+        };
         Swarm {
             journal_slot_count,
             ..swarm
