@@ -56,8 +56,17 @@ pub struct RawConfig {
     /// Periodic checkpoints: once `commit_min` is this many ops above the snapshot floor the
     /// core emits `Effect::Checkpoint` at `commit_min`, and after `Completion::Checkpointed`
     /// raises its floor (repair below it answers RangeEvicted). 0 disables them (transfers
-    /// still checkpoint); otherwise at least 8. Default 1024. Node-local: need not agree.
+    /// still checkpoint); otherwise at least 8. Default 256 on the metadata group (it must fit
+    /// `journal_slot_count`), 1024 on partitions. Node-local: need not agree.
     pub checkpoint_interval_ops: u64,
+    /// Slots of the local prepare journal: an op `o` lives in slot `o % slots` and the journal
+    /// refuses to overwrite a slot above its durable checkpoint, so the core journals (and
+    /// prepares, and acks) an op only while `o < checkpoint_durable + slots` (decision 34).
+    /// 0 = unbounded (the partition plane's append-only WAL). Default: metadata groups
+    /// [`JOURNAL_SLOT_COUNT_DEFAULT`] (the journal's own default), partition groups 0. When
+    /// bounded it must be at least `2 × checkpoint_interval_ops + prepare_queue_depth` (and
+    /// checkpoints must be on). Node-local: set it to what this node's journal was formatted with.
+    pub journal_slot_count: u64,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -103,7 +112,14 @@ impl RawConfig {
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
             headers_retained: HEADERS_RETAINED,
-            checkpoint_interval_ops: CHECKPOINT_INTERVAL_OPS_DEFAULT,
+            checkpoint_interval_ops: match group.kind() {
+                wire::GroupKind::Metadata => METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT,
+                _ => CHECKPOINT_INTERVAL_OPS_DEFAULT,
+            },
+            journal_slot_count: match group.kind() {
+                wire::GroupKind::Metadata => JOURNAL_SLOT_COUNT_DEFAULT,
+                _ => 0,
+            },
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }
@@ -182,6 +198,22 @@ impl RawConfig {
             && self.checkpoint_interval_ops < CHECKPOINT_INTERVAL_OPS_MIN
         {
             return Err(CheckpointInterval(self.checkpoint_interval_ops));
+        }
+        if self.journal_slot_count != 0 {
+            // A bounded journal fills up unless checkpoints raise its floor; the room must
+            // cover a whole interval (to reach the next checkpoint trigger) while the previous
+            // checkpoint is still being written, plus a full pipeline above it.
+            let interval = self.checkpoint_interval_ops;
+            let needed = interval
+                .saturating_mul(2)
+                .saturating_add(self.prepare_queue_depth as u64);
+            if interval == 0 || self.journal_slot_count < needed {
+                return Err(JournalSlotCount {
+                    journal_slot_count: self.journal_slot_count,
+                    checkpoint_interval_ops: interval,
+                    prepare_queue_depth: self.prepare_queue_depth,
+                });
+            }
         }
         Ok(Config { raw: self, plane })
     }
@@ -272,6 +304,21 @@ pub enum ConfigError {
     /// `checkpoint_interval_ops` neither 0 (off) nor at least 8.
     #[error("checkpoint_interval_ops {0} must be 0 (off) or at least 8")]
     CheckpointInterval(u64),
+    /// A bounded journal without room for `2 × checkpoint_interval_ops + prepare_queue_depth`
+    /// ops above its checkpoint, or with checkpoints off.
+    #[error(
+        "journal_slot_count {journal_slot_count} must be 0 (unbounded) or at least 2 × \
+         checkpoint_interval_ops ({checkpoint_interval_ops}, not 0) + prepare_queue_depth \
+         ({prepare_queue_depth})"
+    )]
+    JournalSlotCount {
+        /// Configured slots.
+        journal_slot_count: u64,
+        /// Configured interval.
+        checkpoint_interval_ops: u64,
+        /// Configured pipeline depth.
+        prepare_queue_depth: usize,
+    },
     /// `clients_table_max` outside 2..=65536.
     #[error("clients_table_max {0} is outside 2..=65536")]
     ClientsTableMax(usize),
@@ -316,14 +363,50 @@ mod tests {
 
     #[test]
     fn checkpoint_interval_is_off_or_at_least_eight() {
-        assert_eq!(raw().checkpoint_interval_ops, 1024);
+        assert_eq!(raw().checkpoint_interval_ops, 256);
         for ok in [0, 8, 1 << 20] {
             let mut r = raw();
+            r.journal_slot_count = 0;
             r.checkpoint_interval_ops = ok;
             assert!(r.validate().is_ok());
         }
         let mut r = raw();
         r.checkpoint_interval_ops = 7;
         assert_eq!(r.validate(), Err(ConfigError::CheckpointInterval(7)));
+    }
+
+    #[test]
+    fn journal_slots_leave_room_for_a_checkpoint() {
+        assert_eq!(raw().journal_slot_count, JOURNAL_SLOT_COUNT_DEFAULT);
+        let partition = RawConfig::new(1, ReplicaId(0), 3, GroupId(1));
+        assert_eq!(
+            partition.journal_slot_count, 0,
+            "partition WALs are unbounded"
+        );
+        assert_eq!(
+            partition.checkpoint_interval_ops,
+            CHECKPOINT_INTERVAL_OPS_DEFAULT
+        );
+        assert!(partition.validate().is_ok());
+        let mut r = raw();
+        r.checkpoint_interval_ops = 16;
+        r.prepare_queue_depth = 32;
+        r.journal_slot_count = 64;
+        assert!(r.clone().validate().is_ok());
+        r.journal_slot_count = 63;
+        assert_eq!(
+            r.clone().validate(),
+            Err(ConfigError::JournalSlotCount {
+                journal_slot_count: 63,
+                checkpoint_interval_ops: 16,
+                prepare_queue_depth: 32,
+            })
+        );
+        r.journal_slot_count = 1 << 20;
+        r.checkpoint_interval_ops = 0;
+        assert!(matches!(
+            r.validate(),
+            Err(ConfigError::JournalSlotCount { .. })
+        ));
     }
 }

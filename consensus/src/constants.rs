@@ -88,9 +88,24 @@ const _: () = assert!(REPLICAS_MAX <= 128);
 /// Headers kept in the in-memory index below `commit_min` (older ones are only on disk).
 pub const HEADERS_RETAINED: u64 = 65_536;
 
-/// Default periodic checkpoint interval: a checkpoint once `commit_min` has advanced this many
-/// ops past the snapshot floor (consensus.md §11, journal.md §3.4).
+/// Default periodic checkpoint interval of partition groups (unbounded WAL): a checkpoint once
+/// `commit_min` has advanced this many ops past the snapshot floor (consensus.md §11,
+/// journal.md §3.4).
 pub const CHECKPOINT_INTERVAL_OPS_DEFAULT: u64 = 1024;
+
+/// Default periodic checkpoint interval of the metadata group: its fixed-slot journal must hold
+/// two intervals plus a full pipeline above its checkpoint (decision 34).
+pub const METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT: u64 = 256;
+
+/// Default slot count of the metadata prepare journal (`journal::JournalConfig::default()`,
+/// journal.md §3.1 `journal_slots`); the core's `journal_slot_count` for metadata groups.
+pub const JOURNAL_SLOT_COUNT_DEFAULT: u64 = 1024;
+
+// A checkpoint is always reachable with the defaults (the rule `RawConfig::validate` checks).
+const _: () = assert!(
+    JOURNAL_SLOT_COUNT_DEFAULT
+        >= 2 * METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT + PREPARE_QUEUE_DEPTH_DEFAULT as u64
+);
 
 /// Smallest non-zero checkpoint interval `RawConfig::validate` accepts.
 pub const CHECKPOINT_INTERVAL_OPS_MIN: u64 = 8;

@@ -269,7 +269,7 @@ impl<S: StateMachine> Replica<S> {
 
     fn submit_forwarded(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) {
         // Bypass the client-facing preflight (already run) and admit directly.
-        if self.requests.is_empty() && self.pipeline.len() < self.config.prepare_queue_depth {
+        if self.requests.is_empty() && self.has_prepare_room() {
             self.propose(now, request, out);
         } else {
             self.requests.push_back(request);

@@ -86,6 +86,10 @@ pub enum Ignored {
     /// The frame is malformed in a way the stateless decoder cannot see.
     #[error("malformed")]
     Malformed,
+    /// The op is above what the local journal can hold until a checkpoint raises its floor
+    /// (decision 34); the sender retransmits or repair asks again later.
+    #[error("journal full above the durable checkpoint")]
+    JournalFull,
     /// A queue is full; the input was dropped and counted.
     #[error("queue full")]
     QueueFull,

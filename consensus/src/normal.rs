@@ -199,7 +199,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Two-queue admission (§5.1 step 3).
     fn admit(&mut self, now: Now, request: ClientRequest, out: &mut Outbox) -> Result<(), Ignored> {
-        if self.requests.is_empty() && self.pipeline.len() < self.config.prepare_queue_depth {
+        if self.requests.is_empty() && self.has_prepare_room() {
             self.propose(now, request, out);
             Ok(())
         } else if self.requests.len() < self.config.request_queue_depth {
@@ -210,9 +210,16 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Whether the primary may prepare the next op now: a free pipeline slot, and journal room
+    /// for `op + 1` (decision 34). Otherwise requests wait in the request queue (backpressure)
+    /// until a commit frees the pipeline or a durable checkpoint raises the journal's floor.
+    pub(crate) fn has_prepare_room(&self) -> bool {
+        self.pipeline.len() < self.config.prepare_queue_depth && self.op < self.journal_op_max()
+    }
+
     /// Promotes parked requests into free prepare slots, re-running the preflight (§5.8).
     pub(crate) fn promote_requests(&mut self, now: Now, out: &mut Outbox) {
-        while self.pipeline.len() < self.config.prepare_queue_depth {
+        while self.has_prepare_room() {
             let Some(request) = self.requests.pop_front() else {
                 break;
             };
@@ -262,6 +269,10 @@ impl<S: StateMachine> Replica<S> {
         let operation = Operation::from_byte(request.header.operation)
             .expect("admitted requests carry a valid operation");
         let op = self.op + 1;
+        assert!(
+            op <= self.journal_op_max(),
+            "prepare beyond the journal's room"
+        );
         let timestamp = now.realtime_us.max(self.last_timestamp + 1);
         let (operation, body) = match self.plane() {
             Plane::Metadata if matches!(operation, Operation::Register | Operation::Logout) => {
@@ -426,8 +437,11 @@ impl<S: StateMachine> Replica<S> {
             if self.expected_checksum(op) != Some(checksum) {
                 return Err(Ignored::Gap);
             }
+            if op > self.journal_op_max() {
+                return Err(Ignored::JournalFull);
+            }
             self.check_stamp(header, body, false)?;
-            self.journal_prepare(now, frames::whole(header, body), out);
+            let _ = self.journal_prepare(now, frames::whole(header, body), out);
             return Ok(());
         }
         if op != self.op + 1 {
@@ -445,7 +459,12 @@ impl<S: StateMachine> Replica<S> {
         {
             self.send(out, next, frame.clone());
         }
-        self.journal_prepare(now, frame, out);
+        // Forwarded all the same (the next hop may have room), but neither journaled nor
+        // acked: the primary retransmits, or repair fetches it once a checkpoint made room.
+        if op > self.journal_op_max() {
+            return Err(Ignored::JournalFull);
+        }
+        let _ = self.journal_prepare(now, frame, out);
         Ok(())
     }
 
@@ -471,13 +490,19 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Journals a verified prepare (append requested, not yet durable) and advances the head
-    /// along the contiguous frontier (§5.5 steps 10-12, §10.4).
-    pub(crate) fn journal_prepare(&mut self, now: Now, frame: Frame, out: &mut Outbox) {
+    /// along the contiguous frontier (§5.5 steps 10-12, §10.4). Returns `false` (nothing done)
+    /// when the op does not fit the index or the journal's room (decision 34).
+    pub(crate) fn journal_prepare(&mut self, now: Now, frame: Frame, out: &mut Outbox) -> bool {
         let header = *frame.prepare_header().expect("a prepare");
         let op = header.op.get();
         if !self.journal.fits(op) {
             // Too far above the index: only a state transfer (moving the base) can help.
-            return;
+            return false;
+        }
+        // The journal would refuse it (fatal): callers filter first, this is the backstop.
+        debug_assert!(op <= self.journal_op_max(), "journaling beyond the room");
+        if op > self.journal_op_max() {
+            return false;
         }
         self.view_headers.remove(&op);
         if self.plane() == Plane::Partition
@@ -507,6 +532,7 @@ impl<S: StateMachine> Replica<S> {
         }
         let _ = now;
         self.verify_below_op(op, out);
+        true
     }
 
     /// A verified op names its predecessor: verify the unverified entries below it along the

@@ -69,9 +69,17 @@ impl<S: StateMachine> Replica<S> {
     /// The next window to ask for, or `None` when nothing is missing.
     fn repair_window(&self) -> Option<(u64, u64)> {
         let chunk = u64::from(self.config.repair_chunk_max);
+        // Nothing above the journal's room is asked for (decision 34): the replica commits and
+        // checkpoints what it can hold first, and asks again once `Checkpointed` made room.
+        let room = self.journal_op_max();
+        if room <= self.commit_min {
+            // A transfer installed above the room: its checkpoint must land first.
+            return None;
+        }
         let head = self
             .op
-            .max(self.vc.decided.as_ref().map_or(0, |m| m.op_head));
+            .max(self.vc.decided.as_ref().map_or(0, |m| m.op_head))
+            .min(room);
         // Holes at or below the head: the highest one first (top-down verification).
         let missing =
             |op: u64| self.journal.get(op).is_none() && !self.repair.pending.contains_key(&op);
@@ -94,7 +102,7 @@ impl<S: StateMachine> Replica<S> {
             }
             op -= 1;
         }
-        let target = self.repair_target();
+        let target = self.repair_target().min(room);
         if target > head {
             return Some((head + 1, target.min(head + chunk)));
         }
@@ -212,6 +220,11 @@ impl<S: StateMachine> Replica<S> {
         if op <= self.commit_min || op > self.repair_target() {
             return Err(Ignored::Scope);
         }
+        if op > self.journal_op_max() {
+            // Not even buffered: it could only be journaled after a checkpoint, and the
+            // window is asked for again then (decision 34).
+            return Err(Ignored::JournalFull);
+        }
         let operation = wire::Operation::from_byte(header.operation).ok_or(Ignored::Malformed)?;
         let in_plane = match self.plane() {
             Plane::Metadata => operation.is_metadata_plane(),
@@ -278,7 +291,9 @@ impl<S: StateMachine> Replica<S> {
         while let Some(frame) = next.take() {
             let header = *frame.prepare_header().expect("a prepare");
             let op = header.op.get();
-            self.journal_prepare(Now::default(), frame, out);
+            if !self.journal_prepare(Now::default(), frame, out) {
+                break;
+            }
             self.repair_progress();
             if let Some(below) = self.repair.pending.remove(&(op - 1)) {
                 let ok = below

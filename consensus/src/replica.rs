@@ -264,6 +264,7 @@ impl<S: StateMachine> Replica<S> {
             let op = header.op.get();
             if op <= replica.op
                 || !replica.journal.fits(op)
+                || op > replica.journal_op_max()
                 || header.group.get() != group.0
                 || !wire::integrity::verify_prepare_identity(header.bytes())
             {
@@ -489,7 +490,7 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
             Completion::Read { op, frame } => self.on_read(op, frame, out),
-            Completion::Checkpointed { op } => self.on_checkpointed(op, out),
+            Completion::Checkpointed { op } => self.on_checkpointed(now, op, out),
         }
     }
 
@@ -572,6 +573,16 @@ impl<S: StateMachine> Replica<S> {
     /// The snapshot floor: ops at or below it live only in the snapshot.
     pub fn snapshot_op(&self) -> u64 {
         self.snapshot_op
+    }
+
+    /// The highest op the local journal accepts now (decision 34): below `checkpoint_durable +
+    /// journal_slot_count`, so no append lands in a slot whose op is above the journal's floor
+    /// and the entry at the checkpoint op itself stays (journal.md G4). `u64::MAX` if unbounded.
+    pub fn journal_op_max(&self) -> u64 {
+        match self.config.journal_slot_count {
+            0 => u64::MAX,
+            slots => self.checkpoint_durable.saturating_add(slots - 1),
+        }
     }
 
     /// Whether a state transfer is in progress.

@@ -448,7 +448,12 @@ impl<S: StateMachine> Replica<S> {
     /// The driver made the snapshot at `op` durable and compacted its journal below `op`
     /// (keeping the entry at `op`). A periodic checkpoint raises the snapshot floor: repair
     /// serving answers RangeEvicted at or below it, and the index forgets what lies below.
-    pub(crate) fn on_checkpointed(&mut self, op: u64, out: &mut Outbox) -> Result<(), Ignored> {
+    pub(crate) fn on_checkpointed(
+        &mut self,
+        now: Now,
+        op: u64,
+        out: &mut Outbox,
+    ) -> Result<(), Ignored> {
         if op > self.commit_min || (op > self.snapshot_op && self.checkpoint_pending.is_none()) {
             return Err(Ignored::StaleCompletion);
         }
@@ -462,9 +467,32 @@ impl<S: StateMachine> Replica<S> {
             self.repair.pending.retain(|o, _| *o > op);
             self.durable_prefix = self.durable_prefix.max(op);
         }
+        let room = self.journal_op_max();
         self.checkpoint_durable = self.checkpoint_durable.max(op);
         self.advance_durable_prefix(out);
+        if self.journal_op_max() > room {
+            self.on_journal_room(now, out);
+        }
         Ok(())
+    }
+
+    /// The journal's floor rose (decision 34): resume whatever waited for room. The primary
+    /// prepares parked requests; a backup asks for what it skipped (prepares it ignored come
+    /// back by retransmission or repair); a primary-elect repairs the rest of the decided log.
+    fn on_journal_room(&mut self, now: Now, out: &mut Outbox) {
+        if self.transfer.is_active() {
+            return;
+        }
+        match self.status {
+            Status::Normal if self.is_primary() => self.promote_requests(now, out),
+            Status::Normal => {
+                if self.commit_min < self.commit_max || self.has_holes() {
+                    self.start_repair(self.primary_index(self.view), out);
+                }
+            }
+            Status::ViewChange => self.try_start_pending_view(now, out),
+            Status::Recovering => {}
+        }
     }
 
     /// Transfer timers: receiver stall retries and server offer expiry (§6).

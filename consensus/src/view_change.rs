@@ -384,6 +384,9 @@ impl<S: StateMachine> Replica<S> {
         }
         let op_head = merged.op_head;
         match self.first_uncovered(op_head) {
+            // Beyond the journal's room (decision 34): apply what is committed so a checkpoint
+            // makes room; `Checkpointed` drives this again.
+            Some(op) if op > self.journal_op_max() => self.commit_journal(now, out),
             // Missing, not durable yet, or unverified (below a hole the repair window finds).
             Some(op) => {
                 if let Some(peer) = self.repair_source(op) {

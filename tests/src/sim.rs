@@ -22,7 +22,7 @@ use crate::clock::DriftClock;
 use crate::machine::SimMachine;
 use crate::net::{NetConfig, Network, Node};
 use crate::prng::{Prng, Stream};
-use crate::storage::{Disk, Entry, GroupBoot, Write};
+use crate::storage::{Disk, Entry, GroupBoot, Write, journal_config};
 use crate::swarm::Swarm;
 
 /// Cluster name of every simulated cluster.
@@ -263,6 +263,7 @@ impl Sim {
                         replica_id: id,
                         replica_count: swarm.replicas,
                     },
+                    journal_config(swarm.journal_slot_count),
                     options.lying_sync,
                 ),
                 snapshots: BTreeMap::new(),
@@ -357,6 +358,10 @@ impl Sim {
             raw.frame_cache_committed = cache;
         }
         raw.checkpoint_interval_ops = self.swarm.checkpoint_interval_ops;
+        // The metadata journal is the node's disk's (the partition WAL has no slot limit).
+        if raw.journal_slot_count != 0 {
+            raw.journal_slot_count = self.swarm.journal_slot_count;
+        }
         #[cfg(feature = "bug-knobs")]
         {
             raw.bug_knobs = self.options.bug_knobs;
@@ -411,7 +416,11 @@ impl Sim {
             let identity = self.disk_identity(r);
             let host = &mut self.hosts[usize::from(r)];
             host.wiped = true;
-            host.disk = Disk::new(identity, self.options.lying_sync);
+            host.disk = Disk::new(
+                identity,
+                journal_config(self.swarm.journal_slot_count),
+                self.options.lying_sync,
+            );
             host.snapshots.clear();
             host.restart_at = self.tick + delay;
             self.report.boot_refusals += 1;

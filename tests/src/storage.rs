@@ -30,12 +30,15 @@ use crate::prng::Prng;
 /// Identifies one issued write until its completion is delivered.
 pub type WriteId = u64;
 
-/// Metadata journal geometry: enough slots for every op a simulated group holds above its
-/// checkpoint (checkpoints come every few dozen ops), slots for the simulator's small frames.
-const JOURNAL: JournalConfig = JournalConfig {
-    slot_count: 1024,
-    slot_size: 2 * SECTOR as u64,
-};
+/// Metadata journal geometry: `slot_count` slots (drawn per seed, small enough that slots wrap
+/// within a seed; the core's `journal_slot_count` is the same value), slots sized for the
+/// simulator's small frames.
+pub fn journal_config(slot_count: u64) -> JournalConfig {
+    JournalConfig {
+        slot_count,
+        slot_size: 2 * SECTOR as u64,
+    }
+}
 
 /// Partition WAL geometry: small files, so rotation happens within a seed.
 const WAL: WalConfig = WalConfig {
@@ -143,6 +146,8 @@ struct Booted {
 pub struct Disk {
     storage: MemStorage,
     identity: Identity,
+    /// The metadata journal's geometry (fixed for the life of the data directory).
+    journal: JournalConfig,
     booted: Option<Booted>,
     pending: VecDeque<Pending>,
     /// Latest completion tick per group and kind (journal 0, superblock 1), to keep order.
@@ -184,14 +189,16 @@ fn journaled_ops(journal: &MetadataJournal<MemStorage>) -> Vec<u64> {
 }
 
 impl Disk {
-    /// An empty data directory of the replica `identity` names. Boot it before use. With
-    /// `lying_sync` the device acknowledges flushes it never did (checker self-tests).
-    pub fn new(identity: Identity, lying_sync: bool) -> Disk {
+    /// An empty data directory of the replica `identity` names, its metadata journal laid out
+    /// as `journal`. Boot it before use. With `lying_sync` the device acknowledges flushes it
+    /// never did (checker self-tests).
+    pub fn new(identity: Identity, journal: JournalConfig, lying_sync: bool) -> Disk {
         let storage = MemStorage::new();
         storage.set_lying_sync(lying_sync);
         Disk {
             storage,
             identity,
+            journal,
             booted: None,
             pending: VecDeque::new(),
             last_completion: BTreeMap::new(),
@@ -206,8 +213,12 @@ impl Disk {
     pub fn boot(&mut self, groups: &[u64]) -> Result<BTreeMap<u64, GroupBoot>, String> {
         self.booted = None;
         let storage = self.storage.clone();
-        let recovered = block_on(recover_metadata(storage.clone(), self.identity, JOURNAL))
-            .map_err(|e| format!("metadata: {e}"))?;
+        let recovered = block_on(recover_metadata(
+            storage.clone(),
+            self.identity,
+            self.journal,
+        ))
+        .map_err(|e| format!("metadata: {e}"))?;
         let mut boots = BTreeMap::new();
         let checkpoint_op = recovered.state.map_or(0, |s| s.checkpoint_op);
         let mut metadata = GroupBoot {
@@ -731,9 +742,21 @@ mod tests {
     }
 
     #[test]
+    fn core_default_matches_the_journal_default() {
+        // The metadata plane's journal and the core's room rule must agree on the slot count.
+        assert_eq!(
+            consensus::constants::JOURNAL_SLOT_COUNT_DEFAULT,
+            JournalConfig::default().slot_count
+        );
+        let raw = consensus::RawConfig::new(1, consensus::ReplicaId(0), 3, GroupId::METADATA);
+        assert_eq!(raw.journal_slot_count, JournalConfig::default().slot_count);
+        assert!(raw.validate().is_ok());
+    }
+
+    #[test]
     fn durable_only_after_completion_and_recovered_at_boot() {
         let groups = [GroupId::METADATA.0, partition()];
-        let mut d = Disk::new(IDENTITY, false);
+        let mut d = Disk::new(IDENTITY, journal_config(1024), false);
         d.boot(&groups).unwrap();
         for &group in &groups {
             let first = prepare(group, 1, 0);
@@ -788,7 +811,7 @@ mod tests {
         let groups = [GroupId::METADATA.0, partition()];
         let mut tears = 0;
         for seed in 0..64 {
-            let mut d = Disk::new(IDENTITY, false);
+            let mut d = Disk::new(IDENTITY, journal_config(1024), false);
             d.boot(&groups).unwrap();
             for &group in &groups {
                 let mut parent = 0;

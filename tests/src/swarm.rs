@@ -92,6 +92,20 @@ pub struct Swarm {
     pub submit_ppm: u32,
     /// Client retry timeout.
     pub client_retry_ticks: u64,
+    /// Slots of every node's metadata prepare journal, also the core's `journal_slot_count`:
+    /// small, so slots wrap around within a seed and the core's journal-room backpressure
+    /// (decision 34) runs at its edge. At least `2 × checkpoint_interval_ops +
+    /// prepare_queue_depth`, as the core's config validation requires.
+    pub journal_slot_count: u64,
+}
+
+/// Largest drawn metadata journal slot count.
+pub const JOURNAL_SLOT_COUNT_MAX: u64 = 256;
+
+/// The smallest slot count the core accepts with `checkpoint_interval_ops` (and the default
+/// prepare queue depth the simulator runs), at least 64.
+pub fn journal_slot_count_min(checkpoint_interval_ops: u64) -> u64 {
+    (2 * checkpoint_interval_ops + consensus::constants::PREPARE_QUEUE_DEPTH_DEFAULT as u64).max(64)
 }
 
 impl Swarm {
@@ -159,7 +173,7 @@ impl Swarm {
         } else {
             None
         };
-        Swarm {
+        let swarm = Swarm {
             profile,
             replicas,
             partition_groups,
@@ -215,6 +229,19 @@ impl Swarm {
             client_retry_ticks: p.range_inclusive(100, 400),
             // Drawn last so every earlier parameter of a seed is unchanged.
             checkpoint_interval_ops: p.range_inclusive(8, 32),
+            journal_slot_count: 0,
+        };
+        // After every other draw, for the same reason; it depends on the interval. Half the
+        // seeds run the tightest room the core accepts, so backpressure actually binds.
+        let slots_min = journal_slot_count_min(swarm.checkpoint_interval_ops);
+        let journal_slot_count = if p.chance_ppm(500_000) {
+            slots_min
+        } else {
+            p.range_inclusive(slots_min, JOURNAL_SLOT_COUNT_MAX)
+        };
+        Swarm {
+            journal_slot_count,
+            ..swarm
         }
     }
 
@@ -246,6 +273,7 @@ impl Swarm {
             submit_ppm: 0,
             client_retry_ticks: 200,
             checkpoint_interval_ops: 64,
+            journal_slot_count: JOURNAL_SLOT_COUNT_MAX,
         }
     }
 }
