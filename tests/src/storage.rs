@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use consensus::VsrState;
 use journal::{
     CrashMode, GroupReplay, Identity, JournalConfig, JournalError, MemStorage, MetadataJournal,
-    PartitionWal, SECTOR, SlotState, Superblock, WalConfig, block_on, recover_metadata,
+    PartitionWal, SECTOR, SlotState, Superblock, WalConfig, WalError, block_on, recover_metadata,
 };
 use wire::GroupId;
 
@@ -343,43 +343,54 @@ impl Disk {
         }
         self.pending = keep;
         let mut window = Vec::new();
-        for (i, p) in done.iter_mut().enumerate() {
+        for i in 0..done.len() {
             self.stats.completed += 1;
+            let p = &done[i];
             if p.void || p.failed {
                 continue;
             }
-            match &p.write {
+            let ok = match &p.write {
                 Write::Append { frame, .. } if !is_metadata(p.group) => {
-                    let group = p.group;
-                    match self.booted().wal.submit(group, frame, 0) {
-                        Ok(_) => window.push(i),
-                        Err(_) => p.failed = true,
+                    let (group, frame) = (p.group, frame.clone());
+                    let mut submitted = self.booted().wal.submit(group, &frame, 0);
+                    if matches!(submitted, Err(WalError::WindowFull { .. })) {
+                        // The window is as large as a file: commit it, start the next.
+                        self.commit_appends(&mut done, &mut window);
+                        submitted = self.booted().wal.submit(group, &frame, 0);
                     }
-                }
-                Write::Append { .. } | Write::Superblock(_) => {
-                    if !self.execute(p) {
-                        p.failed = true;
+                    if submitted.is_ok() {
+                        window.push(i);
                     }
+                    submitted.is_ok()
                 }
-            }
-            if p.failed {
+                Write::Append { .. } | Write::Superblock(_) => self.execute(p),
+            };
+            if !ok {
+                done[i].failed = true;
                 self.stats.refused += 1;
             }
         }
-        if !window.is_empty() {
-            let committed = self.commit_window();
-            for i in window {
-                let p = &mut done[i];
-                if !committed {
-                    p.failed = true;
-                    self.stats.refused += 1;
-                } else if let Write::Append { op, frame } = &p.write {
-                    let part = self.booted().partitions.get_mut(&p.group).expect("hosted");
-                    part.frames.insert(*op, frame.clone());
-                }
+        self.commit_appends(&mut done, &mut window);
+        done
+    }
+
+    /// Commits the WAL window holding the partition appends `window` (indexes into `done`):
+    /// they become durable together, or fail together.
+    fn commit_appends(&mut self, done: &mut [Pending], window: &mut Vec<usize>) {
+        if window.is_empty() {
+            return;
+        }
+        let committed = self.commit_window();
+        for i in window.drain(..) {
+            let p = &mut done[i];
+            if !committed {
+                p.failed = true;
+                self.stats.refused += 1;
+            } else if let Write::Append { op, frame } = &p.write {
+                let part = self.booted().partitions.get_mut(&p.group).expect("hosted");
+                part.frames.insert(*op, frame.clone());
             }
         }
-        done
     }
 
     /// Commits the open WAL window; `false` if the WAL failed.
