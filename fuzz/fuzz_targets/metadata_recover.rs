@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 
 use journal::block_on;
 use journal::metadata::{HEADERS_FILE, PREPARES_FILE};
-use journal::{
-    CrashMode, JournalConfig, MemStorage, MetadataJournal, OpenMode, Prng, SECTOR, Storage,
-};
+use journal::{CrashMode, JournalConfig, MemStorage, MetadataJournal, Prng, SECTOR};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "storage_faults.rs"]
+mod storage_faults;
+use storage_faults::{Script, damage};
 use wire::header::{FrameHeader, PrepareHeader};
 use wire::{Command, Layout, Operation};
 
@@ -20,22 +22,6 @@ const CONFIG: JournalConfig = JournalConfig {
     slot_count: 8,
     slot_size: 2 * SECTOR as u64,
 };
-
-struct Script<'a>(&'a [u8]);
-
-impl Script<'_> {
-    fn u8(&mut self) -> u8 {
-        let Some((&first, rest)) = self.0.split_first() else {
-            return 0;
-        };
-        self.0 = rest;
-        first
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from(self.u8()) | u16::from(self.u8()) << 8
-    }
-}
 
 fn prepare(op: u64, parent: u128, body_len: usize) -> Vec<u8> {
     let sender = wire::encode::Sender {
@@ -118,33 +104,12 @@ fuzz_target!(|data: &[u8]| {
         let Some(image) = disk.durable_image(name) else {
             continue;
         };
-        let sectors = (image.len() / SECTOR).max(1) as u64;
-        let sector = u64::from(script.u8()) % sectors;
-        match script.u8() % 4 {
-            0 => {
-                let byte = sector * SECTOR as u64 + u64::from(script.u16()) % SECTOR as u64;
-                disk.flip_bit(name, byte, script.u8() % 8).expect("exists");
-            }
-            1 => disk.zero_sector(name, sector).expect("exists"),
-            2 => {
-                let to = u64::from(script.u8()) % sectors;
-                let at = (sector as usize * SECTOR).min(image.len());
-                let mut copy = image[at..(at + SECTOR).min(image.len())].to_vec();
-                copy.resize(SECTOR, 0);
-                block_on(async {
-                    let file = disk.open(name, OpenMode::Existing).await.expect("exists");
-                    disk.write_at(&file, to * SECTOR as u64, &copy)
-                        .await
-                        .expect("aligned");
-                    disk.sync(&file).await.expect("in memory");
-                });
-            }
-            _ => disk
-                .truncate_file(name, sector * SECTOR as u64)
-                .expect("exists"),
-        }
+        damage(&disk, name, (image.len() / SECTOR) as u64, &mut script);
     }
-    disk.crash(CrashMode::LoseUnsynced, &mut Prng::new(u64::from(script.u8())));
+    disk.crash(
+        CrashMode::LoseUnsynced,
+        &mut Prng::new(u64::from(script.u8())),
+    );
 
     let (intact, repair) = reopen(&disk, floor);
     for (op, frame) in &intact {

@@ -9,31 +9,18 @@
 use std::collections::BTreeMap;
 
 use journal::block_on;
-use journal::{CrashMode, MemStorage, OpenMode, PartitionWal, Prng, SECTOR, Storage, WalConfig};
+use journal::{CrashMode, MemStorage, PartitionWal, Prng, SECTOR, Storage, WalConfig};
 use libfuzzer_sys::fuzz_target;
+
+#[path = "storage_faults.rs"]
+mod storage_faults;
+use storage_faults::{Script, damage};
 
 const CONFIG: WalConfig = WalConfig {
     file_size_max: 16 * SECTOR as u64,
     window_bytes_max: 4 * SECTOR,
     window_us_max: 0,
 };
-
-/// The fuzzer's bytes as a stream of small numbers (zeros once they run out).
-struct Script<'a>(&'a [u8]);
-
-impl Script<'_> {
-    fn u8(&mut self) -> u8 {
-        let Some((&first, rest)) = self.0.split_first() else {
-            return 0;
-        };
-        self.0 = rest;
-        first
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from(self.u8()) | u16::from(self.u8()) << 8
-    }
-}
 
 /// What was written under one lsn: `(group, payload, truncate_from)`.
 type Written = (u64, Vec<u8>, Option<u64>);
@@ -90,33 +77,12 @@ fuzz_target!(|data: &[u8]| {
         let Some(name) = names.get(usize::from(script.u8()) % names.len().max(1)) else {
             break;
         };
-        let sectors = CONFIG.file_size_max / SECTOR as u64;
-        let sector = u64::from(script.u8()) % sectors;
-        match script.u8() % 4 {
-            0 => {
-                let byte = sector * SECTOR as u64 + u64::from(script.u16()) % SECTOR as u64;
-                disk.flip_bit(name, byte, script.u8() % 8).expect("exists");
-            }
-            1 => disk.zero_sector(name, sector).expect("exists"),
-            2 => {
-                // A misdirected write: one sector's bytes land over another's.
-                let to = u64::from(script.u8()) % sectors;
-                let image = disk.durable_image(name).expect("exists");
-                let at = (sector as usize * SECTOR).min(image.len());
-                let mut copy = image[at..(at + SECTOR).min(image.len())].to_vec();
-                copy.resize(SECTOR, 0);
-                block_on(async {
-                    let file = disk.open(name, OpenMode::Existing).await.expect("exists");
-                    disk.write_at(&file, to * SECTOR as u64, &copy)
-                        .await
-                        .expect("aligned");
-                    disk.sync(&file).await.expect("in memory");
-                });
-            }
-            _ => disk
-                .truncate_file(name, sector * SECTOR as u64)
-                .expect("exists"),
-        }
+        damage(
+            &disk,
+            name,
+            CONFIG.file_size_max / SECTOR as u64,
+            &mut script,
+        );
     }
     disk.crash(
         CrashMode::LoseUnsynced,
