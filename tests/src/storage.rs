@@ -534,7 +534,10 @@ impl Disk {
                 }
                 self.stats.landed_in_crash += 1;
                 land[i] = true;
-                let shares_file = |&j: &usize| is_metadata(pending[j].group) == is_metadata(group);
+                let shares_file = |&j: &usize| {
+                    matches!(pending[j].write, Write::Append { .. })
+                        && is_metadata(pending[j].group) == is_metadata(group)
+                };
                 if k + 1 == landed
                     && may_tear
                     && prng.chance_ppm(500_000)
@@ -543,13 +546,24 @@ impl Disk {
                     torn.push(i);
                 }
             }
-            for i in (0..pending.len()).filter(|&i| pending[i].group == group) {
-                if matches!(pending[i].write, Write::Superblock(_)) {
-                    if prng.chance_ppm(500_000) && !pending[i].failed {
-                        self.stats.landed_in_crash += 1;
-                        land[i] = true;
-                    } else {
-                        self.stats.lost_in_crash += 1;
+            let superblocks: Vec<usize> = (0..pending.len())
+                .filter(|&i| pending[i].group == group)
+                .filter(|&i| matches!(pending[i].write, Write::Superblock(_)))
+                .collect();
+            for (k, &i) in superblocks.iter().enumerate() {
+                if prng.chance_ppm(500_000) && !pending[i].failed {
+                    self.stats.landed_in_crash += 1;
+                    land[i] = true;
+                } else {
+                    self.stats.lost_in_crash += 1;
+                    // The group's newest superblock write may have reached the device torn:
+                    // recovery must fall back to the previous generation.
+                    if k + 1 == superblocks.len()
+                        && may_tear
+                        && !pending[i].failed
+                        && prng.chance_ppm(500_000)
+                    {
+                        torn.push(i);
                     }
                 }
             }
@@ -574,16 +588,20 @@ impl Disk {
         }
         for &i in &torn {
             let p = &pending[i];
-            let Write::Append { frame, .. } = &p.write else {
-                continue;
-            };
-            self.storage.fail_next(journal::FailOp::Sync);
-            let booted = self.booted();
             // The write reaches the device; its sync never returns.
-            if is_metadata(p.group) {
-                let _ = block_on(booted.journal.append(frame));
-            } else if booted.wal.submit(p.group, frame, 0).is_ok() {
-                let _ = block_on(booted.wal.commit());
+            self.storage.fail_next(journal::FailOp::Sync);
+            match &p.write {
+                Write::Superblock(_) => {
+                    self.execute(p);
+                }
+                Write::Append { frame, .. } => {
+                    let booted = self.booted();
+                    if is_metadata(p.group) {
+                        let _ = block_on(booted.journal.append(frame));
+                    } else if booted.wal.submit(p.group, frame, 0).is_ok() {
+                        let _ = block_on(booted.wal.commit());
+                    }
+                }
             }
             self.stats.torn += 1;
         }
@@ -853,5 +871,34 @@ mod tests {
             }
         }
         assert!(tears > 0, "some crash tore a write");
+    }
+
+    #[test]
+    fn a_torn_superblock_write_falls_back_to_the_previous_state() {
+        let groups = [GroupId::METADATA.0, partition()];
+        let state = |view| VsrState {
+            view,
+            log_view: view,
+            commit_max: 0,
+            lost_state: false,
+        };
+        let mut torn = 0;
+        for seed in 0..64 {
+            let mut d = Disk::new(IDENTITY, journal_config(1024), false);
+            d.boot(&groups).unwrap();
+            for &group in &groups {
+                d.issue_with(0, group, Write::Superblock(state(1)), 1, false);
+                d.issue_with(0, group, Write::Superblock(state(2)), 5, false);
+            }
+            d.complete_due(1);
+            d.crash(&mut Prng::new(seed, Stream::Storage), true);
+            torn += d.stats.torn;
+            let boots = d.boot(&groups).expect("one torn copy never refuses boot");
+            for group in groups {
+                let view = boots[&group].state.expect("written").view;
+                assert!(view == 1 || view == 2, "seed {seed}: view {view}");
+            }
+        }
+        assert!(torn > 0, "some crash tore a superblock write");
     }
 }
