@@ -238,6 +238,47 @@ fn far_behind_backup_catches_up_by_state_transfer() {
     assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
 }
 
+/// The partition twin of the test above: the primary's checkpoints compact the gap away, so the
+/// backup installs a SEGMENT_LOG offer (a partition receiver accepts nothing else, §11.2 step 3).
+#[test]
+fn far_behind_partition_backup_catches_up_by_state_transfer() {
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut c = Cluster::new(3, group, |raw| raw.checkpoint_interval_ops = 8);
+    let send = |c: &mut Cluster, request: u64| {
+        let batch = crate::partition::build_batch(&[b"m"]);
+        let body = crate::partition::build_send_messages_request(&batch, 3);
+        c.submit(
+            0,
+            Cluster::request(7, Operation::SendMessages, 1, request, body),
+        );
+    };
+    c.isolate(2, true);
+    for request in 1..=40 {
+        send(&mut c, request);
+    }
+    assert_eq!(c.replica(0).commit_min(), 40);
+    // The primary's snapshot floor is above everything the isolated backup holds.
+    assert!(c.disks[0].snapshot.as_ref().is_some_and(|s| s.op >= 32));
+    assert_eq!(c.replica(2).commit_min(), 0);
+    c.isolate(2, false);
+    c.ticks(300);
+    assert_eq!(c.replica(2).commit_min(), 40);
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+    assert!(c.replica(2).state_machine().partition);
+    assert!(!c.replica(2).is_transferring());
+    assert_eq!(c.replica(2).transfers_installed(), 1);
+    assert!(c.sent[wire::Command::StateChunk.byte() as usize] > 0);
+    // It keeps up afterwards.
+    send(&mut c, 41);
+    c.ticks(60);
+    assert_eq!(c.replica(2).commit_min(), 41);
+}
+
 /// A small randomized soak: loss, link cuts, crashes and restarts, with an agreement checker
 /// after every tick and convergence after healing. The real simulator lives in `tests/`.
 fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
