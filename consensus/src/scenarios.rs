@@ -238,11 +238,63 @@ fn far_behind_backup_catches_up_by_state_transfer() {
     assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
 }
 
+/// The partition twin of the test above: the primary's checkpoints compact the gap away, so the
+/// backup installs a SEGMENT_LOG offer (a partition receiver accepts nothing else, §11.2 step 3).
+#[test]
+fn far_behind_partition_backup_catches_up_by_state_transfer() {
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut c = Cluster::new(3, group, |raw| raw.checkpoint_interval_ops = 8);
+    let send = |c: &mut Cluster, request: u64| {
+        let batch = crate::partition::build_batch(&[b"m"]);
+        let body = crate::partition::build_send_messages_request(&batch, 3);
+        c.submit(
+            0,
+            Cluster::request(7, Operation::SendMessages, 1, request, body),
+        );
+    };
+    c.isolate(2, true);
+    for request in 1..=40 {
+        send(&mut c, request);
+    }
+    assert_eq!(c.replica(0).commit_min(), 40);
+    // The primary's snapshot floor is above everything the isolated backup holds.
+    assert!(c.disks[0].snapshot.as_ref().is_some_and(|s| s.op >= 32));
+    assert_eq!(c.replica(2).commit_min(), 0);
+    c.isolate(2, false);
+    c.ticks(300);
+    assert_eq!(c.replica(2).commit_min(), 40);
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+    assert!(c.replica(2).state_machine().partition);
+    assert!(!c.replica(2).is_transferring());
+    assert_eq!(c.replica(2).transfers_installed(), 1);
+    assert!(c.sent[wire::Command::StateChunk.byte() as usize] > 0);
+    // It keeps up afterwards.
+    send(&mut c, 41);
+    c.ticks(60);
+    assert_eq!(c.replica(2).commit_min(), 41);
+}
+
 /// A small randomized soak: loss, link cuts, crashes and restarts, with an agreement checker
 /// after every tick and convergence after healing. The real simulator lives in `tests/`.
 fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
+    soak_at(seed, n, group, ticks, None);
+}
+
+/// [`soak`] with `checkpoint_interval_ops` set (`None`: the group's default). Returns the state
+/// transfers installed (counted at each crash and at the end).
+fn soak_at(seed: u64, n: u8, group: GroupId, ticks: u64, interval: Option<u64>) -> u64 {
     use std::collections::BTreeMap;
-    let mut c = Cluster::new(n, group, |_| {});
+    let mut c = Cluster::new(n, group, |raw| {
+        if let Some(interval) = interval {
+            raw.checkpoint_interval_ops = interval;
+        }
+    });
+    let mut transfers = 0;
     c.seed = seed;
     c.loss_per_mille = 50;
     c.chaos = seed.is_multiple_of(2);
@@ -280,6 +332,7 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
         if roll < 3 {
             let r = (c.random() % u64::from(n)) as u8;
             if c.replicas[r as usize].is_some() && c.replicas.iter().flatten().count() > 1 {
+                transfers += c.replica(r).transfers_installed();
                 c.crash(r);
             }
         } else if roll < 13 {
@@ -460,6 +513,10 @@ fn soak(seed: u64, n: u8, group: GroupId, ticks: u64) {
         };
         assert_eq!(masked(r), masked(0), "seed {seed}: client tables differ");
     }
+    transfers
+        + (0..n)
+            .map(|r| c.replica(r).transfers_installed())
+            .sum::<u64>()
 }
 
 /// Seeds per soak test: `STRAND_SOAK_SEEDS` (default small, so `cargo test` stays fast).
@@ -495,6 +552,23 @@ fn soak_partition_three() {
     for seed in 200..200 + soak_seeds(8) {
         soak(seed, 3, group, 1500);
     }
+}
+
+/// Partition groups at a small checkpoint interval: lagging replicas find their gap compacted
+/// away and catch up by state transfer (SEGMENT_LOG artifacts), not by journal repair.
+#[test]
+fn soak_partition_three_transfers() {
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut transfers = 0;
+    for seed in 200..200 + soak_seeds(8) {
+        transfers += soak_at(seed, 3, group, 1500, Some(16));
+    }
+    assert!(transfers > 0, "no partition state transfer was exercised");
 }
 
 #[test]

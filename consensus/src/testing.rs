@@ -36,6 +36,16 @@ pub struct Snapshot {
     pub state: DigestStateMachine,
 }
 
+/// A fresh state machine for `group`: a partition group's offers (and accepts) a SEGMENT_LOG
+/// artifact, which is all the core lets a partition receiver install (§11.2 step 3); a
+/// METADATA_SNAPSHOT offer is rejected there, so the transfer could never complete.
+fn machine(group: GroupId) -> DigestStateMachine {
+    DigestStateMachine {
+        partition: !group.is_metadata(),
+        ..DigestStateMachine::default()
+    }
+}
+
 /// Replicas of one group, a FIFO network and immediate storage.
 pub struct Cluster {
     /// The replicas (`None` while crashed).
@@ -102,7 +112,7 @@ impl Cluster {
             let replica = Replica::new(
                 cluster.configs[r as usize].clone(),
                 Recovered::fresh(cluster.boots),
-                DigestStateMachine::default(),
+                machine(group),
                 &mut cluster.outbox,
             );
             cluster.replicas.push(Some(replica));
@@ -297,10 +307,11 @@ impl Cluster {
                 .map_or_else(Vec::new, |s| s.client_table.clone()),
             ..Recovered::default()
         };
+        let group = self.configs[r as usize].group;
         let state = disk
             .snapshot
             .as_ref()
-            .map_or_else(DigestStateMachine::default, |s| s.state.clone());
+            .map_or_else(|| machine(group), |s| s.state.clone());
         let replica = Replica::new(
             self.configs[r as usize].clone(),
             recovered,
