@@ -1020,9 +1020,6 @@ impl<S: StateMachine> Replica<S> {
         if sender != self.primary_index(view) {
             return Err(Ignored::WrongSender);
         }
-        if self.transfer.is_active() {
-            return Err(Ignored::Transferring);
-        }
         let counter = header.timestamp_monotonic.get();
         let fresh = (view, counter) > self.heartbeat_accepted;
         if fresh {
@@ -1031,6 +1028,12 @@ impl<S: StateMachine> Replica<S> {
             self.timers
                 .normal_heartbeat
                 .start(self.config.heartbeat_timeout_ticks);
+        }
+        if self.transfer.is_active() {
+            // It still hears its primary (a transfer outlasting the heartbeat timeout must not
+            // start view changes against a healthy group), but neither commits nor repairs
+            // until the install.
+            return Err(Ignored::Transferring);
         }
         let commit = header.commit.get();
         if commit > self.commit_max {

@@ -128,3 +128,49 @@ fn receiver_pulls_in_lockstep_verifies_and_installs() {
         c.replica(0).client_table_encoded()
     );
 }
+
+/// A backup that is transferring still hears its primary's heartbeats: a transfer that outlasts
+/// the heartbeat timeout must not start view changes against a healthy group (it neither
+/// commits nor repairs until the install).
+#[test]
+fn a_transferring_backup_keeps_its_primary() {
+    let mut b = fresh(3, 2);
+    let timeout = raw(3, 2).heartbeat_timeout_ticks;
+    let mut out = crate::Outbox::new();
+    b.start_state_transfer(ReplicaId(0), &mut out);
+    assert_eq!(b.transfer.stage, TransferStage::AwaitingTarget);
+    let mut counter = 1;
+    let mut transferring_until = 0;
+    for tick in 0..4 * timeout {
+        let (_, effects) = input(&mut b, crate::Input::Tick);
+        for effect in &effects {
+            if let Effect::Send { frame, .. } = effect {
+                assert_ne!(
+                    frame.command(),
+                    Some(Command::StartViewChange),
+                    "tick {tick}: a view change against a live primary"
+                );
+            }
+        }
+        assert_eq!(
+            (b.status(), b.view()),
+            (crate::Status::Normal, 0),
+            "tick {tick}"
+        );
+        if b.transfer.is_active() {
+            transferring_until = tick;
+        }
+        if tick % (timeout / 2).max(1) == 0 {
+            counter += 1;
+            let active = b.transfer.is_active();
+            let (result, _) = feed(&mut b, 0, &commit_frame(0, 0, 0, counter));
+            if active {
+                assert_eq!(result, Err(Ignored::Transferring), "tick {tick}");
+            }
+        }
+    }
+    assert!(
+        transferring_until > timeout,
+        "the transfer outlasted the heartbeat timeout ({transferring_until} ticks)"
+    );
+}
