@@ -166,7 +166,11 @@ pub struct WalRecovery {
     /// them): a damaged window before an intact one, or a last window that landed whole and was
     /// damaged afterwards. `lsn_last == u64::MAX`: lost up to an unknown lsn (a truncated file).
     pub damage: Vec<WalDamage>,
-    /// Files shorter than their preallocated size (a lost tail).
+    /// Files shorter than their preallocated size (a lost tail). Reported by this open only:
+    /// the file is restored to its size and the log continues at the cut, so the caller must
+    /// make its reaction durable (refuse boot, or mark the groups as having lost state) before
+    /// it appends, or a second crash forgets the loss. Interior damage before an intact window
+    /// is found again at every open; a damaged last window is sealed (see `unverified`).
     pub truncated: Vec<u64>,
     /// Last windows whose tail marker is valid but which do not verify and hold a zero sector:
     /// an acknowledged window that lost a sector, or a write torn by a crash on a disk that
