@@ -2,31 +2,33 @@
 //! `STRAND_SIM_SEEDS=1..1000 cargo test --release -p tests --test seeds -- --nocapture`.
 
 use tests::runner::{Overrides, Summary, parse_range, replay_command, run_seed};
-use tests::sim::Options;
+use tests::sim::{Options, Report};
 
 /// Small, fast seeds: short fault phases keep the debug build under a minute on two cores.
 const CI_SEEDS: std::ops::Range<u64> = 0..32;
 const CI_TICKS: u64 = 1_500;
 
+/// Runs `seed` stopping at the first violation, which is printed with its replay command.
+fn check_seed(seed: u64, overrides: Overrides) -> Report {
+    let options = Options {
+        stop_at_violation: true,
+        ..Options::default()
+    };
+    let report = run_seed(seed, overrides, options);
+    if let Some(v) = report.violations.first() {
+        eprintln!(
+            "seed {seed}: {} at tick {}: {}",
+            v.invariant, v.tick, v.detail
+        );
+        eprintln!("replay: {}", replay_command(seed, overrides));
+    }
+    report
+}
+
 fn run(seeds: std::ops::Range<u64>, overrides: Overrides) -> Summary {
     let mut summary = Summary::default();
     for seed in seeds {
-        let report = run_seed(
-            seed,
-            overrides,
-            Options {
-                stop_at_violation: true,
-                ..Options::default()
-            },
-        );
-        if let Some(v) = report.violations.first() {
-            eprintln!(
-                "seed {seed}: {} at tick {}: {}",
-                v.invariant, v.tick, v.detail
-            );
-            eprintln!("replay: {}", replay_command(seed, overrides));
-        }
-        summary.add(&report);
+        summary.add(&check_seed(seed, overrides));
     }
     eprintln!("{}", summary.to_json());
     summary
@@ -75,40 +77,16 @@ fn a_seed_replays_bit_for_bit() {
     }
 }
 
-/// Seeds that found core bugs (each replays with `strand-sim --seed N`). They fail until the
-/// core is fixed; run them with `cargo test -p tests --test seeds -- --ignored`.
-#[test]
-#[ignore = "open core findings; see the seeds' comments"]
-fn regression_seeds() {
-    // Earlier findings, fixed in the core since (kept as regressions in `fixed_seeds`): 47, 341
-    // (rollback after a forwarded append), 54 (fresh restart reusing op 1), 28, 895 (stalls after
-    // that divergence), 1018, 1173 (parent after truncating to op 0), 464, 1665 (recovery
-    // barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614, 4926 (acked
-    // entries above a journal hole lost at recovery), 3347, 1566, 4443, 7060, 8750, 9037
-    // (lost_state was not durable across a second crash), 4322, 6046, 8386 (n = 1 crash loop
-    // after a failed append), 4866.
-    // (3880, 9492 and 9801 pass since decision 32 and moved to `fixed_seeds`.)
-    // (53286 passes since decision 33 and moved to `fixed_seeds`.)
-    let seeds: [(u64, Overrides); 0] = [];
-    let mut failing = Vec::new();
-    for (seed, overrides) in seeds {
-        let report = run_seed(
-            seed,
-            overrides,
-            Options {
-                stop_at_violation: true,
-                ..Options::default()
-            },
-        );
-        if let Some(v) = report.violations.first() {
-            eprintln!("seed {seed}: {v}");
-            failing.push(seed);
-        }
-    }
-    assert!(failing.is_empty(), "still failing: {failing:?}");
-}
-
-/// Seeds that found core bugs the core has fixed since: they must keep passing.
+/// Seeds that found core bugs the core has fixed since: they must keep passing. An open
+/// finding joins this list with its fix.
+///
+/// Earlier findings and their causes: 47, 341 (rollback after a forwarded append), 54 (fresh restart reusing op 1), 28, 895 (stalls after
+/// that divergence), 1018, 1173 (parent after truncating to op 0), 464, 1665 (recovery
+/// barrier), 1832, 692, 1260 (no repair without a commit_max advance), 2614, 4926 (acked
+/// entries above a journal hole lost at recovery), 3347, 1566, 4443, 7060, 8750, 9037
+/// (lost_state was not durable across a second crash), 4322, 6046, 8386 (n = 1 crash loop
+/// after a failed append), 4866.
+/// Fixed later: 3880, 9492 and 9801 (decision 32), 53286 (decision 33).
 #[test]
 fn fixed_seeds() {
     let mut failing = Vec::new();
@@ -138,14 +116,7 @@ fn fixed_seeds() {
             },
         ),
     ]) {
-        let options = Options {
-            stop_at_violation: true,
-            ..Options::default()
-        };
-        let report = run_seed(seed, overrides, options);
-        if let Some(v) = report.violations.first() {
-            eprintln!("seed {seed}: {v}");
-            eprintln!("replay: {}", replay_command(seed, overrides));
+        if !check_seed(seed, overrides).violations.is_empty() {
             failing.push(seed);
         }
     }
