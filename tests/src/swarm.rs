@@ -108,6 +108,15 @@ pub fn journal_slot_count_min(checkpoint_interval_ops: u64) -> u64 {
     (2 * checkpoint_interval_ops + consensus::constants::PREPARE_QUEUE_DEPTH_DEFAULT as u64).max(64)
 }
 
+/// A rate in parts per million drawn from `low..=high` when `on`, else 0 (nothing drawn).
+fn ppm_when(on: bool, p: &mut Prng, low: u64, high: u64) -> u32 {
+    if on {
+        p.range_inclusive(low, high) as u32
+    } else {
+        0
+    }
+}
+
 impl Swarm {
     /// Draws a swarm configuration for `seed`; fixed values override the drawn ones.
     pub fn from_seed(
@@ -137,21 +146,9 @@ impl Swarm {
         let net = NetConfig {
             delay_mean_ticks: p.range_inclusive(0, 3),
             delay_max_ticks: 40,
-            loss_ppm: if lossy {
-                p.range_inclusive(10_000, 200_000) as u32
-            } else {
-                0
-            },
-            duplicate_ppm: if lossy {
-                p.range_inclusive(0, 50_000) as u32
-            } else {
-                0
-            },
-            reorder_ppm: if lossy {
-                p.range_inclusive(0, 100_000) as u32
-            } else {
-                0
-            },
+            loss_ppm: ppm_when(lossy, &mut p, 10_000, 200_000),
+            duplicate_ppm: ppm_when(lossy, &mut p, 0, 50_000),
+            reorder_ppm: ppm_when(lossy, &mut p, 0, 100_000),
             // Some seeds run tiny per-peer queues so overruns happen (repair chunks are sized
             // below the queue, as the core's config validation requires).
             peer_queue_capacity: *p.pick(&[16, 64, 256, 256]),
@@ -180,16 +177,8 @@ impl Swarm {
             fault_ticks,
             liveness_ticks: 6_000,
             net,
-            partition_ppm: if partitions {
-                p.range_inclusive(500, 5_000) as u32
-            } else {
-                0
-            },
-            crash_ppm: if crashes {
-                p.range_inclusive(300, 3_000) as u32
-            } else {
-                0
-            },
+            partition_ppm: ppm_when(partitions, &mut p, 500, 5_000),
+            crash_ppm: ppm_when(crashes, &mut p, 300, 3_000),
             down_ticks: (10, p.range_inclusive(50, 1_500)),
             down_max: if crashes {
                 p.range_inclusive(1, u64::from(replicas)) as u8
@@ -198,11 +187,7 @@ impl Swarm {
             },
             torn_writes: crashes,
             // Bit flips in durable interior entries of the faulty minority (detected at boot).
-            corrupt_ppm: if crashes && faulty_count > 0 {
-                p.range_inclusive(100, 10_000) as u32
-            } else {
-                0
-            },
+            corrupt_ppm: ppm_when(crashes && faulty_count > 0, &mut p, 100, 10_000),
             lose_ppm: 0,
             faulty_replicas,
             disk_latency: (p.range_inclusive(0, 3), 20),
@@ -214,11 +199,12 @@ impl Swarm {
             } else {
                 0
             },
-            write_fail_ppm: if matches!(profile, Profile::Mixed) && p.chance_ppm(500_000) {
-                p.range_inclusive(1_000, 20_000) as u32
-            } else {
-                0
-            },
+            write_fail_ppm: ppm_when(
+                matches!(profile, Profile::Mixed) && p.chance_ppm(500_000),
+                &mut p,
+                1_000,
+                20_000,
+            ),
             frame_cache_committed: if p.chance_ppm(333_333) {
                 Some(p.range_inclusive(1, 16))
             } else {
