@@ -54,57 +54,77 @@ pub fn replay_command(seed: u64, overrides: Overrides) -> String {
     s
 }
 
-/// Totals over many seeds.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    /// Seeds run.
-    pub seeds: u64,
-    /// Seeds with at least one violation (safety or liveness).
-    pub failed_seeds: Vec<u64>,
-    /// Safety violations over all seeds.
-    pub violations: u64,
-    /// Liveness failures over all seeds.
-    pub stalls: u64,
+/// Declares [`Summary`] with the report counters it adds up over seeds, each listed once: a
+/// field, summed by [`Summary::add`] and written under its own name by [`Summary::to_json`].
+macro_rules! summary_with_counters {
+    ($($(#[doc = $doc:expr])* $name:ident,)*) => {
+        /// Totals over many seeds.
+        #[derive(Debug, Clone, Default)]
+        pub struct Summary {
+            /// Seeds run.
+            pub seeds: u64,
+            /// Seeds with at least one violation (safety or liveness).
+            pub failed_seeds: Vec<u64>,
+            /// Safety violations over all seeds.
+            pub violations: u64,
+            /// Liveness failures over all seeds.
+            pub stalls: u64,
+            $($(#[doc = $doc])* pub $name: u64,)*
+            /// Longest time from healing to convergence.
+            pub heal_ticks_max: u64,
+            /// The first violation of each failed seed.
+            pub failures: Vec<Value>,
+        }
+
+        impl Summary {
+            fn add_counters(&mut self, report: &Report) {
+                $(self.$name += report.$name;)*
+            }
+
+            fn counters_json(&self, object: &mut serde_json::Map<String, Value>) {
+                $(object.insert(stringify!($name).to_owned(), json!(self.$name));)*
+            }
+        }
+    };
+}
+
+summary_with_counters! {
     /// Sum of committed ops.
-    pub committed_ops: u64,
+    committed_ops,
     /// Sum of committed partition-group ops.
-    pub partition_ops: u64,
+    partition_ops,
     /// Sum of view changes.
-    pub view_changes: u64,
+    view_changes,
     /// Sum of crashes.
-    pub crashes: u64,
+    crashes,
     /// Sum of repair requests.
-    pub repairs: u64,
+    repairs,
     /// Sum of installed state transfers.
-    pub state_transfers: u64,
+    state_transfers,
     /// Periodic checkpoints (journal compactions).
-    pub checkpoints: u64,
+    checkpoints,
     /// Sum of frames dropped.
-    pub frames_dropped: u64,
+    frames_dropped,
     /// Sum of completed client requests.
-    pub requests_completed: u64,
+    requests_completed,
     /// Sum of ticks simulated.
-    pub ticks: u64,
+    ticks,
     /// Sum of frames dropped by full per-peer queues.
-    pub frames_overrun: u64,
+    frames_overrun,
     /// Sum of torn writes.
-    pub torn_writes: u64,
+    torn_writes,
     /// Appends the journal refused.
-    pub journal_refusals: u64,
+    journal_refusals,
     /// Sum of corrupted journal entries.
-    pub entries_corrupted: u64,
+    entries_corrupted,
     /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
-    pub recovery_truncations: u64,
+    recovery_truncations,
     /// Sum of wiped nodes rejoining.
-    pub wiped_rejoins: u64,
+    wiped_rejoins,
     /// Sum of boot refusals.
-    pub boot_refusals: u64,
+    boot_refusals,
     /// Sum of `Effect::Fatal`.
-    pub fatals: u64,
-    /// Longest time from healing to convergence.
-    pub heal_ticks_max: u64,
-    /// The first violation of each failed seed.
-    pub failures: Vec<Value>,
+    fatals,
 }
 
 impl Summary {
@@ -114,24 +134,7 @@ impl Summary {
         let safety = report.violations.len() as u64 - report.stalls;
         self.violations += safety;
         self.stalls += report.stalls;
-        self.committed_ops += report.committed_ops;
-        self.view_changes += report.view_changes;
-        self.partition_ops += report.partition_ops;
-        self.crashes += report.crashes;
-        self.repairs += report.repairs;
-        self.state_transfers += report.state_transfers;
-        self.checkpoints += report.checkpoints;
-        self.frames_dropped += report.frames_dropped;
-        self.requests_completed += report.requests_completed;
-        self.frames_overrun += report.frames_overrun;
-        self.torn_writes += report.torn_writes;
-        self.journal_refusals += report.journal_refusals;
-        self.entries_corrupted += report.entries_corrupted;
-        self.boot_refusals += report.boot_refusals;
-        self.wiped_rejoins += report.wiped_rejoins;
-        self.recovery_truncations += report.recovery_truncations;
-        self.fatals += report.fatals;
-        self.ticks += report.ticks;
+        self.add_counters(report);
         self.heal_ticks_max = self.heal_ticks_max.max(report.heal_ticks);
         if let Some(v) = report.violations.first() {
             self.failed_seeds.push(report.seed);
@@ -149,32 +152,15 @@ impl Summary {
 
     /// The final JSON object.
     pub fn to_json(&self) -> Value {
-        json!({
-            "seeds": self.seeds,
-            "violations": self.violations,
-            "stalls": self.stalls,
-            "committed_ops": self.committed_ops,
-            "partition_ops": self.partition_ops,
-            "view_changes": self.view_changes,
-            "crashes": self.crashes,
-            "repairs": self.repairs,
-            "state_transfers": self.state_transfers,
-            "checkpoints": self.checkpoints,
-            "frames_dropped": self.frames_dropped,
-            "requests_completed": self.requests_completed,
-            "frames_overrun": self.frames_overrun,
-            "torn_writes": self.torn_writes,
-            "journal_refusals": self.journal_refusals,
-            "entries_corrupted": self.entries_corrupted,
-            "boot_refusals": self.boot_refusals,
-            "wiped_rejoins": self.wiped_rejoins,
-            "recovery_truncations": self.recovery_truncations,
-            "fatals": self.fatals,
-            "ticks": self.ticks,
-            "heal_ticks_max": self.heal_ticks_max,
-            "failed_seeds": self.failed_seeds,
-            "failures": self.failures,
-        })
+        let mut object = serde_json::Map::new();
+        object.insert("seeds".to_owned(), json!(self.seeds));
+        object.insert("violations".to_owned(), json!(self.violations));
+        object.insert("stalls".to_owned(), json!(self.stalls));
+        self.counters_json(&mut object);
+        object.insert("heal_ticks_max".to_owned(), json!(self.heal_ticks_max));
+        object.insert("failed_seeds".to_owned(), json!(self.failed_seeds));
+        object.insert("failures".to_owned(), json!(self.failures));
+        Value::Object(object)
     }
 }
 
