@@ -79,21 +79,11 @@ pub struct Pending {
     pub failed: bool,
 }
 
-/// Counters of the storage model.
+/// Counters of the storage model the report reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DiskStats {
-    /// Writes issued.
-    pub issued: u64,
-    /// Writes completed (executed durably and reported).
-    pub completed: u64,
-    /// Unreported writes lost in a crash.
-    pub lost_in_crash: u64,
-    /// Unreported writes that landed anyway before a crash.
-    pub landed_in_crash: u64,
     /// Writes torn by a crash.
     pub torn: u64,
-    /// Durable entries damaged by a fault.
-    pub corrupted: u64,
     /// Appends the journal refused (reported to the replica as failed writes).
     pub refused: u64,
 }
@@ -310,7 +300,6 @@ impl Disk {
         *last = complete_at;
         let id = self.next_id;
         self.next_id += 1;
-        self.stats.issued += 1;
         self.pending.push_back(Pending {
             id,
             group,
@@ -344,7 +333,6 @@ impl Disk {
         self.pending = keep;
         let mut window = Vec::new();
         for i in 0..done.len() {
-            self.stats.completed += 1;
             let p = &done[i];
             if p.void || p.failed {
                 continue;
@@ -529,10 +517,8 @@ impl Disk {
             for (k, &i) in appends.iter().enumerate() {
                 let p = &pending[i];
                 if k >= landed || p.void || p.failed {
-                    self.stats.lost_in_crash += 1;
                     continue;
                 }
-                self.stats.landed_in_crash += 1;
                 land[i] = true;
                 let shares_file = |&j: &usize| {
                     matches!(pending[j].write, Write::Append { .. })
@@ -551,20 +537,16 @@ impl Disk {
                 .filter(|&i| matches!(pending[i].write, Write::Superblock(_)))
                 .collect();
             for (k, &i) in superblocks.iter().enumerate() {
+                // The group's newest superblock write, if it did not land, may have reached the
+                // device torn: recovery must fall back to the previous generation.
                 if prng.chance_ppm(500_000) && !pending[i].failed {
-                    self.stats.landed_in_crash += 1;
                     land[i] = true;
-                } else {
-                    self.stats.lost_in_crash += 1;
-                    // The group's newest superblock write may have reached the device torn:
-                    // recovery must fall back to the previous generation.
-                    if k + 1 == superblocks.len()
-                        && may_tear
-                        && !pending[i].failed
-                        && prng.chance_ppm(500_000)
-                    {
-                        torn.push(i);
-                    }
+                } else if k + 1 == superblocks.len()
+                    && may_tear
+                    && !pending[i].failed
+                    && prng.chance_ppm(500_000)
+                {
+                    torn.push(i);
                 }
             }
         }
@@ -642,7 +624,6 @@ impl Disk {
             storage.flip_bit(&file, byte, prng.below(8) as u8).ok()?;
             byte
         };
-        self.stats.corrupted += 1;
         Some(hit)
     }
 
@@ -666,7 +647,6 @@ impl Disk {
         for sector in sectors {
             storage.zero_sector(file, sector).ok()?;
         }
-        self.stats.corrupted += 1;
         Some(op)
     }
 
