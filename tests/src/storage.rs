@@ -338,13 +338,12 @@ impl Disk {
                 continue;
             }
             let ok = match &p.write {
-                Write::Append { frame, .. } if !is_metadata(p.group) => {
-                    let (group, frame) = (p.group, frame.clone());
-                    let mut submitted = self.booted().wal.submit(group, &frame, 0);
+                Write::Append { .. } if !is_metadata(p.group) => {
+                    let mut submitted = self.submit_append(&done[i]);
                     if matches!(submitted, Err(WalError::WindowFull { .. })) {
                         // The window is as large as a file: commit it, start the next.
                         self.commit_appends(&mut done, &mut window);
-                        submitted = self.booted().wal.submit(group, &frame, 0);
+                        submitted = self.submit_append(&done[i]);
                     }
                     if submitted.is_ok() {
                         window.push(i);
@@ -360,6 +359,14 @@ impl Disk {
         }
         self.commit_appends(&mut done, &mut window);
         done
+    }
+
+    /// Adds a partition append to the open WAL window.
+    fn submit_append(&mut self, p: &Pending) -> Result<u64, WalError> {
+        let Write::Append { frame, .. } = &p.write else {
+            unreachable!("only appends go to the WAL");
+        };
+        self.booted().wal.submit(p.group, frame, 0)
     }
 
     /// Commits the WAL window holding the partition appends `window` (indexes into `done`):
