@@ -551,18 +551,23 @@ impl<S: StateMachine> Replica<S> {
                     below -= 1;
                 }
                 Some(_) => {
-                    let mut from = below;
-                    while from - 1 > self.commit_min
-                        && self.journal.get(from - 1).is_some_and(|e| !e.verified)
-                    {
-                        from -= 1;
-                    }
-                    self.cut_journal(from, out);
+                    self.cut_stale_run(below, out);
                     return;
                 }
                 None => return,
             }
         }
+    }
+
+    /// Cuts the proven-stale entry at `op` together with the unverified run below it that it
+    /// belongs to (down to, not including, `commit_min` or the first verified entry).
+    pub(crate) fn cut_stale_run(&mut self, op: u64, out: &mut Outbox) {
+        let mut from = op;
+        while from - 1 > self.commit_min && self.journal.get(from - 1).is_some_and(|e| !e.verified)
+        {
+            from -= 1;
+        }
+        self.cut_journal(from, out);
     }
 
     /// Truncates the journal from `from_op`; ops of the view's log that were journaled there
