@@ -46,6 +46,19 @@ pub fn boot(raw: RawConfig) -> R {
     r
 }
 
+/// A replica `r` of `n` that lost its state (`Recovered::wiped`), its superblock written.
+pub fn wiped(n: u8, r: u8, incarnation: u128) -> R {
+    let mut out = Outbox::new();
+    let mut b = Replica::new(
+        raw(n, r).validate().unwrap(),
+        Recovered::wiped(incarnation),
+        DigestStateMachine::default(),
+        &mut out,
+    );
+    persisted(&mut b);
+    b
+}
+
 pub fn sender(r: u8, view: u32) -> Sender {
     Sender {
         cluster: CLUSTER,
