@@ -220,14 +220,7 @@ fn a_wiped_replica_probes_forever_and_never_elects() {
     assert_eq!(result, Ok(()));
     assert!(b.lost_state);
     let _ = feed(&mut b, 0, &c[0]);
-    let h = c[0].prepare_header().unwrap();
-    let (_, effects) = input(
-        &mut b,
-        Input::Done(crate::io::Completion::Appended {
-            op: 1,
-            checksum: h.frame.checksum.get(),
-        }),
-    );
+    let (_, effects) = input(&mut b, appended(&c[0]));
     assert!(!b.lost_state);
     assert!(effects.contains(&Effect::PersistVsrState(VsrState {
         view: 0,

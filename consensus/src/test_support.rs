@@ -262,6 +262,23 @@ pub fn restarted(n: u8, r: u8, view: u32, frames: &[Frame], incarnation: u128) -
     )
 }
 
+/// The completion of the append of `frame`.
+pub fn appended(frame: &Frame) -> Input<'static> {
+    let h = frame.prepare_header().unwrap();
+    Input::Done(crate::io::Completion::Appended {
+        op: h.op.get(),
+        checksum: h.frame.checksum.get(),
+    })
+}
+
+/// The effect that journals `frame`.
+pub fn append(frame: &Frame) -> Effect {
+    Effect::Append {
+        op: frame.prepare_header().unwrap().op.get(),
+        frame: frame.clone(),
+    }
+}
+
 /// The frame of a single `Send` effect.
 pub fn sent(effect: &Effect) -> (u8, &Frame) {
     match effect {
