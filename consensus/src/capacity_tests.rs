@@ -28,14 +28,6 @@ fn register(client: u128) -> Input<'static> {
     Input::Request(Cluster::request(client, Operation::Register, 0, 0, vec![]))
 }
 
-fn appended(frame: &Frame) -> Input<'static> {
-    let h = frame.prepare_header().unwrap();
-    Input::Done(Completion::Appended {
-        op: h.op.get(),
-        checksum: h.frame.checksum.get(),
-    })
-}
-
 fn append_of(effects: &[Effect]) -> Frame {
     effects
         .iter()
@@ -186,13 +178,7 @@ fn repair_asks_only_for_the_room_and_resumes_after_checkpointed() {
     for f in &c[..19] {
         let (result, effects) = feed(&mut b, 0, &crate::frames::as_repair(f));
         assert_eq!(result, Ok(()));
-        assert_eq!(
-            effects,
-            vec![Effect::Append {
-                op: f.prepare_header().unwrap().op.get(),
-                frame: f.clone()
-            }]
-        );
+        assert_eq!(effects, vec![append(f)]);
         let (_, effects) = input(&mut b, appended(f));
         // Durable and committed at once (the commit point is known); the interval checkpoint
         // at 8 goes out and stays in flight.

@@ -196,6 +196,22 @@ mod tests {
     use proptest::prelude::*;
     use wire::header::Layout;
 
+    /// A held slot whose body the sender has.
+    fn present(header: PrepareHeader) -> Slot {
+        Slot::Held {
+            header,
+            present: true,
+        }
+    }
+
+    /// A held slot (header known) whose body the sender lacks.
+    fn absent(header: PrepareHeader) -> Slot {
+        Slot::Held {
+            header,
+            present: false,
+        }
+    }
+
     /// A chained log whose identities depend on `fork` (so forks differ).
     fn log(len: u64, fork: u64, base: &[PrepareHeader]) -> Vec<PrepareHeader> {
         let mut out: Vec<PrepareHeader> = base.to_vec();
@@ -326,15 +342,9 @@ mod tests {
                 for o in (commit.max(1)..=op).rev().take(128) {
                     let header = r.entries[o as usize - 1];
                     let slot = if r.body[o as usize] {
-                        Slot::Held {
-                            header,
-                            present: true,
-                        }
+                        present(header)
                     } else if o <= r.known {
-                        Slot::Held {
-                            header,
-                            present: false,
-                        }
+                        absent(header)
                     } else {
                         Slot::Blank { nack: o > commit }
                     };
@@ -388,42 +398,14 @@ mod tests {
             log_view: 1,
             op: 3,
             commit: 1,
-            slots: BTreeMap::from([
-                (
-                    1,
-                    Slot::Held {
-                        header: l[0],
-                        present: true,
-                    },
-                ),
-                (
-                    2,
-                    Slot::Held {
-                        header: l[1],
-                        present: true,
-                    },
-                ),
-                (
-                    3,
-                    Slot::Held {
-                        header: l[2],
-                        present: true,
-                    },
-                ),
-            ]),
+            slots: BTreeMap::from([(1, present(l[0])), (2, present(l[1])), (3, present(l[2]))]),
         };
         let b = Dvc {
             replica: 1,
             log_view: 1,
             op: 1,
             commit: 1,
-            slots: BTreeMap::from([(
-                1,
-                Slot::Held {
-                    header: l[0],
-                    present: true,
-                },
-            )]),
+            slots: BTreeMap::from([(1, present(l[0]))]),
         };
         // n = 3: Q_nack = 2, only b nacks (by op) → keep everything.
         let Outcome::Ready(m) = merge(&[a.clone(), b.clone()], 3, 2) else {
@@ -446,13 +428,7 @@ mod tests {
             log_view: 1,
             op: 1,
             commit: 0,
-            slots: BTreeMap::from([(
-                1,
-                Slot::Held {
-                    header,
-                    present: true,
-                },
-            )]),
+            slots: BTreeMap::from([(1, present(header))]),
         };
         assert_eq!(
             merge(&[dvc(0, x), dvc(1, y)], 3, 2),
@@ -472,13 +448,7 @@ mod tests {
             log_view: 1,
             op: 1,
             commit: 0,
-            slots: BTreeMap::from([(
-                1,
-                Slot::Held {
-                    header: x,
-                    present: false,
-                },
-            )]),
+            slots: BTreeMap::from([(1, absent(x))]),
         };
         assert_eq!(
             merge(std::slice::from_ref(&a), 3, 2),
@@ -486,13 +456,7 @@ mod tests {
         );
         let mut b = a.clone();
         b.replica = 1;
-        b.slots.insert(
-            1,
-            Slot::Held {
-                header: x,
-                present: true,
-            },
-        );
+        b.slots.insert(1, present(x));
         let Outcome::Ready(m) = merge(&[a, b], 3, 2) else {
             panic!()
         };
@@ -509,38 +473,14 @@ mod tests {
             log_view: 2,
             op: 2,
             commit: 1,
-            slots: BTreeMap::from([
-                (
-                    1,
-                    Slot::Held {
-                        header: l[0],
-                        present: true,
-                    },
-                ),
-                (2, Slot::HeldNack { header: l[1] }),
-            ]),
+            slots: BTreeMap::from([(1, present(l[0])), (2, Slot::HeldNack { header: l[1] })]),
         };
         let stale = Dvc {
             replica: 1,
             log_view: 1,
             op: 2,
             commit: 1,
-            slots: BTreeMap::from([
-                (
-                    1,
-                    Slot::Held {
-                        header: l[0],
-                        present: true,
-                    },
-                ),
-                (
-                    2,
-                    Slot::Held {
-                        header: l[1],
-                        present: true,
-                    },
-                ),
-            ]),
+            slots: BTreeMap::from([(1, present(l[0])), (2, present(l[1]))]),
         };
         let Outcome::Ready(m) = merge(&[canonical.clone(), stale], 3, 2) else {
             panic!()
@@ -552,13 +492,7 @@ mod tests {
             log_view: 2,
             op: 1,
             commit: 1,
-            slots: BTreeMap::from([(
-                1,
-                Slot::Held {
-                    header: l[0],
-                    present: true,
-                },
-            )]),
+            slots: BTreeMap::from([(1, present(l[0]))]),
         };
         let Outcome::Ready(m) = merge(&[canonical.clone(), low(1), low(2)], 4, 3) else {
             panic!()
@@ -566,13 +500,7 @@ mod tests {
         assert_eq!(m.op_head, 1);
         // Without the nack (held, no body) it waits for a copy.
         let mut held = canonical;
-        held.slots.insert(
-            2,
-            Slot::Held {
-                header: l[1],
-                present: false,
-            },
-        );
+        held.slots.insert(2, absent(l[1]));
         assert_eq!(
             merge(&[held, low(1), low(2)], 4, 3),
             Outcome::AwaitingRepair

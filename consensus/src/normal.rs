@@ -551,18 +551,23 @@ impl<S: StateMachine> Replica<S> {
                     below -= 1;
                 }
                 Some(_) => {
-                    let mut from = below;
-                    while from - 1 > self.commit_min
-                        && self.journal.get(from - 1).is_some_and(|e| !e.verified)
-                    {
-                        from -= 1;
-                    }
-                    self.cut_journal(from, out);
+                    self.cut_stale_run(below, out);
                     return;
                 }
                 None => return,
             }
         }
+    }
+
+    /// Cuts the proven-stale entry at `op` together with the unverified run below it that it
+    /// belongs to (down to, not including, `commit_min` or the first verified entry).
+    pub(crate) fn cut_stale_run(&mut self, op: u64, out: &mut Outbox) {
+        let mut from = op;
+        while from - 1 > self.commit_min && self.journal.get(from - 1).is_some_and(|e| !e.verified)
+        {
+            from -= 1;
+        }
+        self.cut_journal(from, out);
     }
 
     /// Truncates the journal from `from_op`; ops of the view's log that were journaled there
@@ -574,15 +579,22 @@ impl<S: StateMachine> Replica<S> {
             .filter(|e| e.verified && e.header.op.get() > self.commit_min)
             .map(|e| e.header)
             .collect();
+        self.truncate_journal(from_op, out);
+        for header in described {
+            self.view_headers.insert(header.op.get(), header);
+        }
+        self.recompute_next_offset();
+    }
+
+    /// Truncates the journal from `from_op` (> 0) and keeps what depends on it in step: the
+    /// ops it held are never nacked, the completions of their in-flight appends prove nothing,
+    /// and the durable prefix ends below the cut.
+    pub(crate) fn truncate_journal(&mut self, from_op: u64, out: &mut Outbox) {
         self.held_ceiling = self.held_ceiling.max(self.journal.head());
         let stale = self.journal.truncate_from(from_op);
         self.stale_appends.extend(stale);
         self.durable_prefix = self.durable_prefix.min(from_op - 1);
         out.push(Effect::Truncate { from_op });
-        for header in described {
-            self.view_headers.insert(header.op.get(), header);
-        }
-        self.recompute_next_offset();
     }
 
     /// PrepareOk for journaled `op` to the primary of our view, gated by durability of the op

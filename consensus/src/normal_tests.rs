@@ -12,12 +12,16 @@ use crate::test_support::*;
 use crate::testing::Cluster;
 use crate::types::{ClientId, ReplicaId, Status};
 
-fn appended(frame: &crate::Frame) -> Input<'static> {
-    let h = frame.prepare_header().unwrap();
-    Input::Done(Completion::Appended {
-        op: h.op.get(),
-        checksum: h.frame.checksum.get(),
-    })
+/// A fresh primary's prepare of a Register (op 1), its append requested.
+fn propose_register(p: &mut R) -> crate::Frame {
+    let (_, effects) = input(
+        p,
+        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
+    );
+    let Effect::Append { frame, .. } = effects[1].clone() else {
+        panic!()
+    };
+    frame
 }
 
 #[test]
@@ -202,13 +206,7 @@ fn prepares_carry_the_commit_point_and_backups_apply() {
 #[test]
 fn primary_retransmits_directly_to_replicas_missing_an_ack() {
     let mut p = fresh(3, 0);
-    let (_, effects) = input(
-        &mut p,
-        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
-    );
-    let Effect::Append { frame, .. } = effects[1].clone() else {
-        panic!()
-    };
+    let frame = propose_register(&mut p);
     input(&mut p, appended(&frame));
     for _ in 0..24 {
         let (_, effects) = input(&mut p, Input::Tick);
@@ -364,13 +362,7 @@ fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
 #[test]
 fn a_failed_append_stops_the_process_even_as_primary() {
     let mut p = fresh(3, 0);
-    let (_, effects) = input(
-        &mut p,
-        Input::Request(Cluster::request(0x77, Operation::Register, 0, 0, vec![])),
-    );
-    let Effect::Append { frame, .. } = effects[1].clone() else {
-        panic!()
-    };
+    let frame = propose_register(&mut p);
     let h = frame.prepare_header().unwrap();
     let (_, effects) = input(
         &mut p,

@@ -182,3 +182,50 @@ fn a_solo_replica_truncates_at_the_first_hole() {
     assert_eq!((b.op(), b.commit_min()), (1, 1));
     assert!(out.drain().any(|e| e == Effect::Truncate { from_op: 2 }));
 }
+
+#[test]
+fn an_empty_start_view_over_a_committed_log_starts_a_transfer() {
+    // Decision 32: a primary whose journal lacks its committed head answers with no suffix;
+    // the wiped replica cannot verify it, stays Recovering and catches up by transfer.
+    let mut b = wiped(3, 1, 5);
+    let (result, effects) = feed(&mut b, 0, &start_view(0, 0, 16, 16, &[]));
+    assert_eq!(result, Err(Ignored::StartViewRejected));
+    assert_eq!(b.status(), Status::Recovering);
+    assert!(b.lost_state);
+    assert!(b.transfer.is_active());
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::Send { to, frame } if to.0 == 0
+            && frame.bytes()[60] == wire::Command::RequestStateTransfer.byte()
+    )));
+    // An uncommitted head without a suffix is still refused, with no transfer.
+    let mut c = wiped(3, 1, 5);
+    let (result, _) = feed(&mut c, 0, &start_view(0, 0, 16, 15, &[]));
+    assert_eq!(result, Err(Ignored::StartViewRejected));
+    assert!(!c.transfer.is_active());
+}
+
+#[test]
+fn a_wiped_replica_probes_forever_and_never_elects() {
+    let mut b = wiped(3, 1, 5);
+    assert_eq!(b.status(), Status::Recovering);
+    for _ in 0..20 {
+        let effects = tick_until_effects(&mut b, 100);
+        assert_eq!(effects, broadcast(3, 1, &request_start_view(1, 0, 5)));
+    }
+    assert_eq!(b.status(), Status::Recovering);
+    // Adopting a view is not enough: the flag goes once the view's log is durable here.
+    let c = chain(0, 0, 1);
+    let (result, _) = feed(&mut b, 0, &start_view(0, 0, 1, 0, &c));
+    assert_eq!(result, Ok(()));
+    assert!(b.lost_state);
+    let _ = feed(&mut b, 0, &c[0]);
+    let (_, effects) = input(&mut b, appended(&c[0]));
+    assert!(!b.lost_state);
+    assert!(effects.contains(&Effect::PersistVsrState(VsrState {
+        view: 0,
+        log_view: 0,
+        commit_max: 0,
+        lost_state: false,
+    })));
+}

@@ -245,13 +245,7 @@ impl<S: StateMachine> Replica<S> {
                 return Ok(());
             }
             // Proven stale: cut it (and the unverified run it belongs to), then journal.
-            let mut from = op;
-            while from - 1 > self.commit_min
-                && self.journal.get(from - 1).is_some_and(|e| !e.verified)
-            {
-                from -= 1;
-            }
-            self.cut_journal(from, out);
+            self.cut_stale_run(op, out);
         }
         self.check_stamp(header, body, false)?;
         let mut bytes = frames::whole(header, body).bytes().to_vec();

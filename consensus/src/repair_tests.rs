@@ -88,13 +88,7 @@ fn requester_verifies_ingests_and_commits() {
     for f in &c {
         let (result, effects) = feed(&mut b, 0, &as_repair(f));
         assert_eq!(result, Ok(()));
-        assert_eq!(
-            effects,
-            vec![Effect::Append {
-                op: f.prepare_header().unwrap().op.get(),
-                frame: f.clone()
-            }]
-        );
+        assert_eq!(effects, vec![append(f)]);
     }
     assert_eq!(
         feed(

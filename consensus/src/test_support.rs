@@ -46,6 +46,19 @@ pub fn boot(raw: RawConfig) -> R {
     r
 }
 
+/// A replica `r` of `n` that lost its state (`Recovered::wiped`), its superblock written.
+pub fn wiped(n: u8, r: u8, incarnation: u128) -> R {
+    let mut out = Outbox::new();
+    let mut b = Replica::new(
+        raw(n, r).validate().unwrap(),
+        Recovered::wiped(incarnation),
+        DigestStateMachine::default(),
+        &mut out,
+    );
+    persisted(&mut b);
+    b
+}
+
 pub fn sender(r: u8, view: u32) -> Sender {
     Sender {
         cluster: CLUSTER,
@@ -247,6 +260,23 @@ pub fn restarted(n: u8, r: u8, view: u32, frames: &[Frame], incarnation: u128) -
         DigestStateMachine::default(),
         &mut out,
     )
+}
+
+/// The completion of the append of `frame`.
+pub fn appended(frame: &Frame) -> Input<'static> {
+    let h = frame.prepare_header().unwrap();
+    Input::Done(crate::io::Completion::Appended {
+        op: h.op.get(),
+        checksum: h.frame.checksum.get(),
+    })
+}
+
+/// The effect that journals `frame`.
+pub fn append(frame: &Frame) -> Effect {
+    Effect::Append {
+        op: frame.prepare_header().unwrap().op.get(),
+        frame: frame.clone(),
+    }
 }
 
 /// The frame of a single `Send` effect.

@@ -12,7 +12,7 @@ use wire::suffix::{Suffix, SuffixEntry, blank_entry};
 use crate::constants::SUFFIX_ENTRIES_MAX;
 use crate::frames;
 use crate::ignored::Ignored;
-use crate::io::{Effect, Outbox};
+use crate::io::Outbox;
 use crate::merge::{self, Dvc, Merged, Outcome, Slot};
 use crate::quorum;
 use crate::replica::Replica;
@@ -729,11 +729,7 @@ impl<S: StateMachine> Replica<S> {
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
-            self.held_ceiling = self.held_ceiling.max(self.journal.head());
-            let stale = self.journal.truncate_from(from_op);
-            self.stale_appends.extend(stale);
-            self.durable_prefix = self.durable_prefix.min(from_op - 1);
-            out.push(Effect::Truncate { from_op });
+            self.truncate_journal(from_op, out);
             if self.op >= from_op {
                 self.op = self.journal.head().max(self.commit_min);
                 match self.checksum_at(self.op) {
