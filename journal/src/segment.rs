@@ -288,13 +288,12 @@ impl<S: Storage> PartitionLog<S> {
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
-            let (len, base) = (last.len, last.base);
+            let len = last.len;
             if recovery.tail_cut > 0 || data_end < next_offset {
                 log.rewrite_tail(len).await?;
             }
             if data_end < next_offset {
                 // The frontier is ahead of the data: start a new segment there.
-                let _ = base;
                 log.start_segment(next_offset).await?;
             }
         }
