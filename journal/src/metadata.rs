@@ -722,12 +722,10 @@ impl<S: Storage> MetadataJournal<S> {
         for s in &victims {
             let at = (s * HEADER_SIZE as u64) as usize;
             self.ring.as_mut_slice()[at..at + HEADER_SIZE].fill(0);
-            if sectors.last() != Some(&(at / SECTOR)) {
-                sectors.push(at / SECTOR);
-            }
+            sectors.push(at / SECTOR);
             self.slots[*s as usize] = None;
         }
-        sectors.dedup();
+        sectors.dedup(); // victims ascend, so their sectors do
         self.write_ring_sectors(&sectors).await?;
         self.op_head = self
             .slots
