@@ -52,6 +52,13 @@ pub enum ArtifactError {
     NotCanonical(&'static str),
 }
 
+/// Appends the XXH3-64 trailer of `out`.
+fn with_trailer(mut out: Vec<u8>) -> Vec<u8> {
+    let trailer = xxh3(&out);
+    out.extend_from_slice(&trailer.to_le_bytes());
+    out
+}
+
 struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
@@ -59,6 +66,31 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader over `bytes` once their XXH3-64 trailer checks; the trailer is split off.
+    fn trailed(bytes: &'a [u8], what: &'static str) -> Result<Reader<'a>, ArtifactError> {
+        let split = bytes
+            .len()
+            .checked_sub(8)
+            .ok_or(ArtifactError::Truncated(what))?;
+        let (content, trailer) = bytes.split_at(split);
+        if u64::from_le_bytes(trailer.try_into().expect("8")) != xxh3(content) {
+            return Err(ArtifactError::Trailer(what));
+        }
+        Ok(Reader {
+            bytes: content,
+            at: 0,
+            what,
+        })
+    }
+
+    /// Refuses trailing bytes: an encoding is read whole.
+    fn finish(self) -> Result<(), ArtifactError> {
+        if self.at != self.bytes.len() {
+            return Err(ArtifactError::NotCanonical(self.what));
+        }
+        Ok(())
+    }
+
     fn take(&mut self, n: usize) -> Result<&'a [u8], ArtifactError> {
         let end = self
             .at
@@ -83,19 +115,6 @@ impl<'a> Reader<'a> {
     fn u128(&mut self) -> Result<u128, ArtifactError> {
         Ok(u128::from_le_bytes(self.take(16)?.try_into().expect("16")))
     }
-}
-
-/// Splits off and checks the XXH3-64 trailer.
-fn untrail<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], ArtifactError> {
-    let split = bytes
-        .len()
-        .checked_sub(8)
-        .ok_or(ArtifactError::Truncated(what))?;
-    let (content, trailer) = bytes.split_at(split);
-    if u64::from_le_bytes(trailer.try_into().expect("8")) != xxh3(content) {
-        return Err(ArtifactError::Trailer(what));
-    }
-    Ok(content)
 }
 
 /// The consumer and consumer-group offsets of a partition (CONSUMER_OFFSETS, "ICO1").
@@ -124,20 +143,13 @@ impl OffsetTable {
             out.extend_from_slice(&id.to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
         }
-        let trailer = xxh3(&out);
-        out.extend_from_slice(&trailer.to_le_bytes());
-        out
+        with_trailer(out)
     }
 
     /// Decodes "ICO1"; ids must be strictly ascending.
     pub fn decode(bytes: &[u8]) -> Result<OffsetTable, ArtifactError> {
         const WHAT: &str = "CONSUMER_OFFSETS";
-        let content = untrail(bytes, WHAT)?;
-        let mut r = Reader {
-            bytes: content,
-            at: 0,
-            what: WHAT,
-        };
+        let mut r = Reader::trailed(bytes, WHAT)?;
         if r.take(4)? != b"ICO1" || r.u8()? != 1 {
             return Err(ArtifactError::Magic(WHAT));
         }
@@ -160,9 +172,7 @@ impl OffsetTable {
                 map.insert(id, r.u64()?);
             }
         }
-        if r.at != content.len() {
-            return Err(ArtifactError::NotCanonical(WHAT));
-        }
+        r.finish()?;
         Ok(table)
     }
 }
@@ -200,21 +210,14 @@ pub fn encode_client_table(entries: &[ClientEntry]) -> Vec<u8> {
             out.extend_from_slice(reply);
         }
     }
-    let trailer = xxh3(&out);
-    out.extend_from_slice(&trailer.to_le_bytes());
-    out
+    with_trailer(out)
 }
 
 /// Decodes "ICT2". `reply_len_max` bounds each cached reply (a hostile length cannot exhaust
 /// memory: lengths are checked against the bytes present).
 pub fn decode_client_table(bytes: &[u8]) -> Result<Vec<ClientEntry>, ArtifactError> {
     const WHAT: &str = "CLIENT_TABLE";
-    let content = untrail(bytes, WHAT)?;
-    let mut r = Reader {
-        bytes: content,
-        at: 0,
-        what: WHAT,
-    };
+    let mut r = Reader::trailed(bytes, WHAT)?;
     if r.take(4)? != b"ICT2" {
         return Err(ArtifactError::Magic(WHAT));
     }
@@ -235,9 +238,7 @@ pub fn decode_client_table(bytes: &[u8]) -> Result<Vec<ClientEntry>, ArtifactErr
         }
         entries.push(e);
     }
-    if r.at != content.len() {
-        return Err(ArtifactError::NotCanonical(WHAT));
-    }
+    r.finish()?;
     Ok(entries)
 }
 

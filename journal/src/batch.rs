@@ -80,7 +80,10 @@ pub fn verify(bytes: &[u8]) -> Result<BatchInfo, BatchFault> {
     if batch[52..BATCH_HEADER].iter().any(|b| *b != 0) {
         return Err(BatchFault::Reserved);
     }
-    let mut digest_input = Vec::with_capacity(44 + 8 * info.message_count as usize);
+    // The count is read from disk: reserve for no more messages than the bytes can hold.
+    let messages_max = (len - BATCH_HEADER) / FRAME_HEAD;
+    let mut digest_input =
+        Vec::with_capacity(44 + 8 * (info.message_count as usize).min(messages_max));
     digest_input.extend_from_slice(&batch[0..40]);
     digest_input.extend_from_slice(&batch[48..52]);
     let mut at = BATCH_HEADER;
@@ -165,5 +168,12 @@ mod tests {
             assert!(verify(&bad).is_err(), "byte {at}");
         }
         assert_eq!(verify(&batch[..200]), Err(BatchFault::Truncated));
+    }
+
+    #[test]
+    fn a_hostile_message_count_is_a_layout_fault() {
+        let mut batch = build(3, 100, 5_000, &[b"hello"]);
+        batch[48..52].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(verify(&batch), Err(BatchFault::Layout));
     }
 }

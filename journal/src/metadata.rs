@@ -374,7 +374,8 @@ pub struct MetadataJournal<S: Storage> {
     prepares: S::File,
     headers: S::File,
     config: JournalConfig,
-    ring: Vec<u8>,
+    /// The header ring's image, sector-aligned so its sectors are written in place.
+    ring: AlignedBuf,
     slots: Vec<Option<SlotMeta>>,
     op_head: u64,
     checkpoint_op: u64,
@@ -419,12 +420,12 @@ impl<S: Storage> MetadataJournal<S> {
         let prepares = storage.open(PREPARES_FILE, OpenMode::Create).await?;
         let headers = storage.open(HEADERS_FILE, OpenMode::Create).await?;
         let n = config.slot_count;
-        let mut ring = vec![0u8; config.ring_len() as usize];
+        let mut ring = AlignedBuf::zeroed(config.ring_len() as usize);
         let mut ring_lost = vec![false; ring.len() / SECTOR];
-        match read_exact_at(&storage, &headers, 0, &mut ring).await {
+        match read_exact_at(&storage, &headers, 0, ring.as_mut_slice()).await {
             Ok(_) => {}
             Err(e) if e.is_media() => {
-                for (i, chunk) in ring.chunks_mut(SECTOR).enumerate() {
+                for (i, chunk) in ring.as_mut_slice().chunks_mut(SECTOR).enumerate() {
                     match storage.read_at(&headers, (i * SECTOR) as u64, chunk).await {
                         Ok(_) => {}
                         Err(e) if e.is_media() => {
@@ -441,7 +442,7 @@ impl<S: Storage> MetadataJournal<S> {
         let mut buf = AlignedBuf::zeroed(config.slot_size as usize);
         for s in 0..n {
             let at = (s * HEADER_SIZE as u64) as usize;
-            let ring_entry = ring_read(&ring[at..at + HEADER_SIZE], s, n);
+            let ring_entry = ring_read(&ring.as_slice()[at..at + HEADER_SIZE], s, n);
             let prepare = Self::read_slot(&storage, &prepares, &config, s, &mut buf).await?;
             reads.push((ring_entry, prepare));
         }
@@ -488,13 +489,13 @@ impl<S: Storage> MetadataJournal<S> {
         for s in &recovery.ring_stale {
             if let (_, PrepareRead::Valid(h)) = &reads[*s as usize] {
                 let at = (*s * HEADER_SIZE as u64) as usize;
-                journal.ring[at..at + HEADER_SIZE].copy_from_slice(&h.0);
+                journal.ring.as_mut_slice()[at..at + HEADER_SIZE].copy_from_slice(&h.0);
                 dirty.insert(at / SECTOR);
             }
         }
         for (i, lost) in ring_lost.iter().enumerate() {
             if *lost {
-                let sector = &mut journal.ring[i * SECTOR..(i + 1) * SECTOR];
+                let sector = &mut journal.ring.as_mut_slice()[i * SECTOR..(i + 1) * SECTOR];
                 for (k, entry) in sector.chunks_mut(HEADER_SIZE).enumerate() {
                     let s = (i * SECTOR / HEADER_SIZE + k) as u64;
                     match reads.get(s as usize) {
@@ -507,10 +508,10 @@ impl<S: Storage> MetadataJournal<S> {
         }
         for i in &dirty {
             let at = i * SECTOR;
-            let sector = journal.ring[at..at + SECTOR].to_vec();
+            let sector = &journal.ring.as_slice()[at..at + SECTOR];
             journal
                 .storage
-                .write_at(&journal.headers, at as u64, &sector)
+                .write_at(&journal.headers, at as u64, sector)
                 .await?;
         }
         if !dirty.is_empty() {
@@ -622,7 +623,7 @@ impl<S: Storage> MetadataJournal<S> {
             .await?;
         self.storage.sync(&self.prepares).await?;
         let ring_at = (s * HEADER_SIZE as u64) as usize;
-        self.ring[ring_at..ring_at + HEADER_SIZE].copy_from_slice(&header.0);
+        self.ring.as_mut_slice()[ring_at..ring_at + HEADER_SIZE].copy_from_slice(&header.0);
         self.write_ring_sectors(&[ring_at / SECTOR]).await?;
         self.slots[s as usize] = Some(SlotMeta {
             op,
@@ -634,14 +635,12 @@ impl<S: Storage> MetadataJournal<S> {
         Ok(())
     }
 
-    async fn write_ring_sectors(&mut self, sectors: &[usize]) -> Result<(), JournalError> {
+    async fn write_ring_sectors(&self, sectors: &[usize]) -> Result<(), JournalError> {
         for i in sectors {
             let at = i * SECTOR;
-            let mut buf = AlignedBuf::zeroed(SECTOR);
-            buf.as_mut_slice()
-                .copy_from_slice(&self.ring[at..at + SECTOR]);
+            let sector = &self.ring.as_slice()[at..at + SECTOR];
             self.storage
-                .write_at(&self.headers, at as u64, buf.as_slice())
+                .write_at(&self.headers, at as u64, sector)
                 .await?;
         }
         self.storage.sync(&self.headers).await?;
@@ -722,13 +721,11 @@ impl<S: Storage> MetadataJournal<S> {
         let mut sectors = Vec::new();
         for s in &victims {
             let at = (s * HEADER_SIZE as u64) as usize;
-            self.ring[at..at + HEADER_SIZE].fill(0);
-            if sectors.last() != Some(&(at / SECTOR)) {
-                sectors.push(at / SECTOR);
-            }
+            self.ring.as_mut_slice()[at..at + HEADER_SIZE].fill(0);
+            sectors.push(at / SECTOR);
             self.slots[*s as usize] = None;
         }
-        sectors.dedup();
+        sectors.dedup(); // victims ascend, so their sectors do
         self.write_ring_sectors(&sectors).await?;
         self.op_head = self
             .slots

@@ -147,6 +147,21 @@ async fn read_all<S: Storage>(storage: &S, file: &S::File) -> Result<Vec<u8>, St
     Ok(bytes)
 }
 
+/// Reads the sector at `at` into `out[..SECTOR]` and keeps its first `keep` bytes (the rest
+/// zeroed): a write that starts mid-sector carries them along.
+async fn carry_sector<S: Storage>(
+    storage: &S,
+    log: &S::File,
+    at: u64,
+    keep: usize,
+    out: &mut [u8],
+) -> Result<(), StorageError> {
+    let sector = &mut out[..SECTOR];
+    read_exact_at(storage, log, at, sector).await?;
+    sector[keep..].fill(0);
+    Ok(())
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// Opens a partition's segments, recovering each (see the module docs). `offset_frontier`
     /// from the group superblock lifts the next offset (G8).
@@ -273,13 +288,12 @@ impl<S: Storage> PartitionLog<S> {
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
-            let (len, base) = (last.len, last.base);
+            let len = last.len;
             if recovery.tail_cut > 0 || data_end < next_offset {
                 log.rewrite_tail(len).await?;
             }
             if data_end < next_offset {
                 // The frontier is ahead of the data: start a new segment there.
-                let _ = base;
                 log.start_segment(next_offset).await?;
             }
         }
@@ -290,10 +304,8 @@ impl<S: Storage> PartitionLog<S> {
         let last = self.segments.last().expect("a segment");
         let at = len / SECTOR as u64 * SECTOR as u64;
         let mut buf = AlignedBuf::zeroed(SECTOR);
-        let mut old = vec![0u8; SECTOR];
-        read_exact_at(&self.storage, &last.log, at, &mut old).await?;
         let keep = (len - at) as usize;
-        buf.as_mut_slice()[..keep].copy_from_slice(&old[..keep]);
+        carry_sector(&self.storage, &last.log, at, keep, buf.as_mut_slice()).await?;
         self.storage.write_at(&last.log, at, buf.as_slice()).await?;
         self.storage.set_len(&last.log, sector_ceil(len)).await?;
         self.storage.sync(&last.log).await?;
@@ -383,9 +395,7 @@ impl<S: Storage> PartitionLog<S> {
         let total = keep + self.pending_bytes as usize;
         let mut buf = AlignedBuf::zeroed(sector_ceil(total as u64) as usize);
         if keep > 0 {
-            let mut old = vec![0u8; SECTOR];
-            read_exact_at(&self.storage, &seg.log, at, &mut old).await?;
-            buf.as_mut_slice()[..keep].copy_from_slice(&old[..keep]);
+            carry_sector(&self.storage, &seg.log, at, keep, buf.as_mut_slice()).await?;
         }
         let mut cursor = keep;
         for (info, bytes) in &self.pending {

@@ -190,8 +190,11 @@ pub fn encode_copy(state: &VsrState, sequence: u64, copy: usize) -> Vec<u8> {
 /// Decodes one copy: `Ok(None)` for an empty sector, `Ok(Some)` for a valid one,
 /// `Err(Some(version))` for a verified record of an unknown version, `Err(None)` for damage.
 pub fn decode_copy(sector: &[u8], copy: usize) -> DecodedCopy {
-    if sector.len() < SECTOR || is_zero(sector) {
-        return if is_zero(sector) { Ok(None) } else { Err(None) };
+    if is_zero(sector) {
+        return Ok(None);
+    }
+    if sector.len() < SECTOR {
+        return Err(None);
     }
     let checksum = u64::from_le_bytes(sector[CHECKSUM_AT..SECTOR].try_into().expect("8"));
     if checksum != wire::integrity::xxh3(&sector[..CHECKSUM_AT]) {

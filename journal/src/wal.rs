@@ -402,7 +402,8 @@ type WindowRecords<'a> = Vec<(u64, u64, &'a [u8], u8)>;
 fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)> {
     let w = parse_window(bytes)?;
     let body = bytes.get(HEAD..usize::try_from(w.bytes).ok()?)?;
-    let mut records = Vec::with_capacity(w.count as usize);
+    // The count is checksummed, not bounded: reserve for no more records than the body holds.
+    let mut records = Vec::with_capacity((w.count as usize).min(body.len() / HEAD));
     let mut at = 0;
     for i in 0..w.count as u64 {
         let (lsn, group, payload, kind, len) = parse_record(body.get(at..)?)?;

@@ -35,6 +35,15 @@ proptest! {
     fn decoders_never_panic(data in bytes(4096)) {
         let _ = OffsetTable::decode(&data);
         let _ = decode_client_table(&data);
+        // With a matching trailer (random bytes never have one) the field parsers run too.
+        let mut trailed = data.clone();
+        trailed.extend_from_slice(&wire::integrity::xxh3(&data).to_le_bytes());
+        let _ = OffsetTable::decode(&trailed);
+        let _ = decode_client_table(&trailed);
+        let mut tagged = b"ICT2".to_vec();
+        tagged.extend_from_slice(&data);
+        tagged.extend_from_slice(&wire::integrity::xxh3(&tagged).to_le_bytes());
+        let _ = decode_client_table(&tagged);
         let _ = journal::batch::verify(&data);
         let _ = journal::prepare::verify_frame(&data, true);
     }
