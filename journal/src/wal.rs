@@ -582,6 +582,10 @@ impl<S: Storage> PartitionWal<S> {
         // The marker of the last intact window, and a valid marker naming the pending damage.
         let mut last_window: Option<Marker> = None;
         let mut marked: Option<Marker> = None;
+        // The newest valid marker past the pending damage that names a later window: that
+        // window was written after every window before it had synced, so every lsn from the
+        // damage to its own was acknowledged (a second damaged window, e.g. across a rotation).
+        let mut later: Option<Marker> = None;
         let mut images = Vec::new();
         for (index, seq) in seqs.iter().enumerate() {
             let file = storage.open(&file_name(*seq), OpenMode::Existing).await?;
@@ -687,6 +691,7 @@ impl<S: Storage> PartitionWal<S> {
                     file_end = at;
                     cut = None;
                     marked = None;
+                    later = None;
                     continue;
                 }
                 if pending_damage.is_none() {
@@ -708,6 +713,13 @@ impl<S: Storage> PartitionWal<S> {
                     let follows = recovery.windows == 0 || m.lsn_first == lsn_last + 1;
                     if names_damage && follows && marked.is_none() {
                         marked = Some(m);
+                    } else if !names_damage
+                        && m.seq == *seq
+                        && m.at() == at as u64
+                        && m.lsn_first > lsn_last + 1
+                        && later.is_none_or(|l| m.lsn_last > l.lsn_last)
+                    {
+                        later = Some(m);
                     }
                 }
                 at += SECTOR; // probe the next sector boundary for a window
@@ -748,6 +760,18 @@ impl<S: Storage> PartitionWal<S> {
                 storage
                     .set_len(&files[index].file, config.file_size_max)
                     .await?;
+            } else if let Some(l) = later.filter(|l| marked.is_none_or(|m| l.lsn_last > m.lsn_last))
+            {
+                // Acknowledged windows from the damage up to a later marked one are lost.
+                let lost = Marker {
+                    seq,
+                    offset: at,
+                    lsn_first: lsn_last + 1,
+                    lsn_last: l.lsn_last,
+                    head_checksum: 0,
+                    bytes: HEAD as u64,
+                };
+                seal = Some((SEAL_DAMAGE, lost));
             } else if let Some(m) = marked {
                 let span = &image[at as usize..m.at() as usize];
                 let previous = last_window
