@@ -498,7 +498,7 @@ fn log_registration(
     match registration {
         BufferRegistration::Registered => info!(
             shard,
-            core,
+            %core,
             io_memory,
             ring_depth,
             buffers = registration.name(),
@@ -508,7 +508,7 @@ fn log_registration(
             let (soft, hard) = raise_memlock_limit().unwrap_or((0, 0));
             warn!(
                 shard,
-                core,
+                %core,
                 io_memory,
                 ring_depth,
                 buffers = registration.name(),
