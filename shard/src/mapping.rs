@@ -1,7 +1,9 @@
 //! Which lane and which shard a group belongs to (spec README decision 2, architecture.md §2).
 //!
 //! `lane(group) = murmur3_32(group as 8 little-endian bytes, seed 0) mod L` and
-//! `shard = lane(group) mod shards`, except that the metadata group always lives on shard 0.
+//! `shard = lane(group) mod shards`, except that the metadata group always lives on shard 0 and
+//! travels on lane 0, which is shard 0's on every node whatever its shard count, so metadata
+//! frames never hop shards either (docs/decisions.md 101).
 //! One rule places connections (the dialer's lane at hello byte 224) and groups, so a lane's
 //! frames never hop shards. Pure functions: every node computes the same lane for a group, and
 //! the shard only from its own shard count.
@@ -45,12 +47,20 @@ pub fn murmur3_32(data: &[u8], seed: u32) -> u32 {
 }
 
 /// The lane of `group` among `lanes` (`1..=256`): the lane byte a dialer writes and the
-/// connection that carries the group's frames.
+/// connection that carries the group's frames. The metadata group's lane is 0.
 pub fn lane(group: GroupId, lanes: u16) -> u8 {
     assert!(
         (1..=REPLICA_LANES_MAX).contains(&lanes),
         "lanes {lanes} outside 1..=256"
     );
+    if group.is_metadata() {
+        return 0;
+    }
+    hashed_lane(group, lanes)
+}
+
+/// The spec's hash rule alone: `murmur3_32(group as 8 LE bytes, seed 0) mod lanes`.
+pub fn hashed_lane(group: GroupId, lanes: u16) -> u8 {
     (murmur3_32(&group.0.to_le_bytes(), 0) % u32::from(lanes)) as u8
 }
 
@@ -111,11 +121,19 @@ mod tests {
     }
 
     #[test]
-    fn metadata_lives_on_shard_zero() {
-        // Its hash would put it on lane 5 of 16; the rule overrides that.
-        assert_eq!(lane(GroupId::METADATA, 16), (1_366_273_829u32 % 16) as u8);
-        for shards in 1..=64 {
-            assert_eq!(shard_of(GroupId::METADATA, 16, shards), 0);
+    fn metadata_lives_on_shard_zero_and_lane_zero() {
+        // Its hash would put it on lane 5 of 16, which is shard 5 mod N; lane 0 is shard 0's.
+        assert_eq!(
+            hashed_lane(GroupId::METADATA, 16),
+            (1_366_273_829u32 % 16) as u8
+        );
+        assert_eq!(hashed_lane(GroupId::METADATA, 16), 5);
+        for lanes in 1..=256 {
+            assert_eq!(lane(GroupId::METADATA, lanes), 0);
+            for shards in 1..=64 {
+                assert_eq!(shard_of(GroupId::METADATA, lanes, shards), 0);
+                assert_eq!(shard_of_lane(lane(GroupId::METADATA, lanes), shards), 0);
+            }
         }
     }
 
@@ -142,6 +160,7 @@ mod tests {
             let s = shard_of(g, lanes, shards);
             prop_assert!(s < shards);
             prop_assert_eq!(s, u16::from(lane(g, lanes)) % shards);
+            prop_assert_eq!(lane(g, lanes), hashed_lane(g, lanes));
             prop_assert_eq!(s, shard_of(GroupId(g.0), lanes, shards));
             prop_assert!(u16::from(lane(g, lanes)) < lanes);
         }
