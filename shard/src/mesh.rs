@@ -461,3 +461,61 @@ impl<T: Send + 'static> Mesh<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    /// An envelope that names another shard is dropped by the receiver and counted, never
+    /// handed on. `try_send` always stamps the right target, so the test writes to the ring
+    /// directly.
+    #[test]
+    fn a_misdelivered_envelope_is_counted_and_dropped() {
+        crate::runtime::raise_memlock_limit().unwrap();
+        let (ports, counters) = build::<u32>(2, MeshCapacity { main: 4, reply: 4 });
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+        let threads: Vec<_> = ports
+            .into_iter()
+            .map(|port| {
+                let sent_tx = sent_tx.clone();
+                LocalExecutorBuilder::new(Placement::Unbound)
+                    .io_memory(64 << 10)
+                    .spawn(move || async move {
+                        let mesh = port.connect().await;
+                        if mesh.id() == 0 {
+                            let ring = mesh.senders[Lane::Main as usize][1].as_ref().unwrap();
+                            ring.try_send(Envelope {
+                                from: 0,
+                                to: 0,
+                                body: 7,
+                            })
+                            .unwrap();
+                            mesh.try_send(1, Lane::Main, 8).unwrap();
+                            sent_tx.send(()).unwrap();
+                            Vec::new()
+                        } else {
+                            let mut got = Vec::new();
+                            while got.is_empty() {
+                                got.extend(mesh.try_recv(Lane::Main).map(|e| e.body));
+                                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                            }
+                            got
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        drop(sent_tx);
+        sent_rx.recv().unwrap();
+        let results: Vec<Vec<u32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            results[1],
+            [8],
+            "only the rightly addressed message comes out"
+        );
+        assert_eq!(counters.dropped(1, Lane::Main, DropReason::Misdelivered), 1);
+        assert_eq!(counters.received(1, Lane::Main), 1);
+        assert_eq!(counters.dropped_total(), 1);
+    }
+}
