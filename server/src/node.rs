@@ -71,10 +71,11 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         },
         stop_poll_interval: config.system.shutdown_poll_interval,
     };
-    // Nothing travels between shards yet: the mesh carries no message type of its own.
+    // Each shard runs its pump; nothing travels between shards and no consensus runs on the
+    // ticks yet.
     let runtime = Runtime::<()>::start(&runtime_config, |ctx: ShardContext<()>| async move {
-        ctx.stop.wait().await;
-        info!(shard = ctx.id, "shard stopped");
+        let stats = shard::pump::run(&ctx.mesh, &ctx.stop, &mut Idle).await;
+        info!(shard = ctx.id, ticks = stats.ticks, "shard stopped");
     })
     .context("starting the shards")?;
     let registered = (0..runtime.stats().shards())
@@ -104,6 +105,16 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// The pump handler until consensus is wired: ticks do nothing, and no message is sent to a
+/// shard yet.
+struct Idle;
+
+impl shard::pump::Handler<()> for Idle {
+    fn on_tick(&mut self) {}
+    fn on_main(&mut self, _: shard::Envelope<()>) {}
+    fn on_reply(&mut self, _: shard::Envelope<()>) {}
 }
 
 /// `strand dev`: N child nodes on loopback from the embedded config.

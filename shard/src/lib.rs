@@ -6,14 +6,16 @@
 //! - [`runtime`]: one glommio executor per shard, pinned or not, with the buffer-registration
 //!   probe;
 //! - [`mesh`]: bounded lock-free channels between shards, drops counted by reason;
-//! - [`owner`]: the owner table, the only mutable state shards share.
+//! - [`owner`]: the owner table, the only mutable state shards share;
+//! - [`pump`]: the pump skeleton (stop, 10 ms tick, main lane, reply lane).
 //!
-//! Not here yet: the shard pump (consensus effects to I/O), the replica plane's connections.
+//! Not here yet: consensus effects turned into I/O, the replica plane's connections.
 
 pub mod cores;
 pub mod mapping;
 pub mod mesh;
 pub mod owner;
+pub mod pump;
 pub mod runtime;
 
 pub use cores::CoreList;

@@ -398,7 +398,11 @@ impl<T: Send + 'static> Mesh<T> {
         poll_fn(|cx| self.poll_lane(lane, cx)).await
     }
 
-    fn poll_lane(&self, lane: Lane, cx: &mut std::task::Context<'_>) -> Poll<Option<Envelope<T>>> {
+    pub(crate) fn poll_lane(
+        &self,
+        lane: Lane,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Envelope<T>>> {
         loop {
             match self.poll_once(lane, cx) {
                 Poll::Ready(Some(envelope)) if envelope.to != self.id => {

@@ -115,7 +115,10 @@ fn every_default() {
 fn the_readme_config_block_is_the_defaults() {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let start = readme.find("```toml\n# strand.toml").expect("README config block") + 8;
+    let start = readme
+        .find("```toml\n# strand.toml")
+        .expect("README config block")
+        + 8;
     let block = &readme[start..start + readme[start..].find("```").unwrap()];
     let mut from_readme = load_ok(block);
     let mut from_defaults = load_ok(NODES);
