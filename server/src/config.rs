@@ -53,6 +53,8 @@ impl fmt::Display for ConfigError {
             write!(f, "config: {}", self.message)
         } else if self.key.starts_with("--") {
             write!(f, "flag `{}`: {}", self.key, self.message)
+        } else if self.key == SHARED_SECRET_ENV {
+            write!(f, "environment variable `{}`: {}", self.key, self.message)
         } else {
             write!(f, "config key `{}`: {}", self.key, self.message)
         }

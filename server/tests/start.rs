@@ -108,7 +108,8 @@ fn start_pins_its_shards_and_stops_on_sigterm() {
         assert!(
             lines.iter().any(|l| l.contains("shard executor up")
                 && l.contains(&format!("shard={shard}"))
-                && l.contains(&format!("core={core} "))),
+                && l.contains(&format!("core={core} "))
+                && l.contains("io_memory=262144 ring_depth=128")),
             "no startup line for shard {shard} on core {core}:\n{}",
             lines.join("\n")
         );
@@ -153,6 +154,32 @@ fn start_refuses_a_broken_config_naming_the_key() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.contains("config key `cluster.replica_lanes`: 1 is below the node's 2 shards"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_secret_from_the_environment_is_checked_and_named() {
+    let dir = scratch("secret");
+    let auth = format!(
+        "{CONFIG}\n[cluster.auth]\nenabled = true\nshared_secret = \"{}\"\n",
+        "s".repeat(32)
+    );
+    std::fs::write(dir.join("strand.toml"), auth).unwrap();
+    let output = strand()
+        .env("IGGY_CLUSTER_AUTH_SHARED_SECRET", "too short")
+        .args(["start", "--config"])
+        .arg(dir.join("strand.toml"))
+        .args(["--replica-id", "0", "--shards", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "environment variable `IGGY_CLUSTER_AUTH_SHARED_SECRET`: is 9 bytes; at least 32 are required"
+        ),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -298,7 +298,7 @@ fn auth_and_tls_rules() {
     };
     assert_eq!(
         refuse_with(none, &short_env),
-        "config key `IGGY_CLUSTER_AUTH_SHARED_SECRET`: is 5 bytes; at least 32 are required"
+        "environment variable `IGGY_CLUSTER_AUTH_SHARED_SECRET`: is 5 bytes; at least 32 are required"
     );
     let previous = format!("{none}\nshared_secret = \"{long}\"\nprevious_shared_secret = \"old\"");
     assert_eq!(
