@@ -345,10 +345,27 @@ impl RawConfig {
             ConfigError::new(if key == "." { String::new() } else { key }, message)
         })?;
         if let Some(key) = unknown.into_iter().next() {
-            return Err(ConfigError::new(key, "unknown key"));
+            return Err(ConfigError::new(bracket_indices(&key), "unknown key"));
         }
         Ok(raw)
     }
+}
+
+/// `cluster.nodes.1.port` (serde_ignored's form) as `cluster.nodes[1].port`, the form every
+/// other error uses.
+fn bracket_indices(path: &str) -> String {
+    let mut out = String::with_capacity(path.len() + 2);
+    for segment in path.split('.') {
+        if !out.is_empty() && !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            out.push_str(&format!("[{segment}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(segment);
+        }
+    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------------

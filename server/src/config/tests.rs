@@ -141,7 +141,7 @@ fn unknown_keys_are_named() {
     );
     let text = NODES.replace("name = \"b\"", "name = \"b\"\nport = 1");
     let error = load(&text, &overrides()).unwrap_err().to_string();
-    assert_eq!(error, "config key `cluster.nodes.1.port`: unknown key");
+    assert_eq!(error, "config key `cluster.nodes[1].port`: unknown key");
 }
 
 #[test]
