@@ -268,35 +268,45 @@ enum Startup {
     Failed(String),
 }
 
+/// The `RLIMIT_MEMLOCK` `(soft, hard)` limits in bytes, `u64::MAX` meaning unlimited.
+pub fn memlock_limit() -> std::io::Result<(u64, u64)> {
+    let limit = get_memlock()?;
+    Ok((rlim_bytes(limit.rlim_cur), rlim_bytes(limit.rlim_max)))
+}
+
 /// Raises the soft `RLIMIT_MEMLOCK` to the hard limit (a process may always do that) and returns
 /// `(soft, hard)` after the attempt, `u64::MAX` meaning unlimited.
 pub fn raise_memlock_limit() -> std::io::Result<(u64, u64)> {
-    // SAFETY: `getrlimit`/`setrlimit` read and write one plain `rlimit` struct we own.
-    unsafe {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+    let limit = get_memlock()?;
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
         };
-        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: limit.rlim_max,
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) == 0 {
-                limit = raised;
-            }
-        }
-        let bytes = |v: libc::rlim_t| {
-            if v == libc::RLIM_INFINITY {
-                u64::MAX
-            } else {
-                v
-            }
-        };
-        Ok((bytes(limit.rlim_cur), bytes(limit.rlim_max)))
+        // SAFETY: setrlimit reads one plain `rlimit` struct we own. A refusal leaves the old
+        // limit, which memlock_limit reports.
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) };
+    }
+    memlock_limit()
+}
+
+fn get_memlock() -> std::io::Result<libc::rlimit> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one plain `rlimit` struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(limit)
+}
+
+fn rlim_bytes(v: libc::rlim_t) -> u64 {
+    if v == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        v
     }
 }
 
@@ -505,7 +515,7 @@ fn log_registration(
             "shard executor up"
         ),
         _ => {
-            let (soft, hard) = raise_memlock_limit().unwrap_or((0, 0));
+            let (soft, hard) = memlock_limit().unwrap_or((0, 0));
             warn!(
                 shard,
                 %core,
