@@ -76,7 +76,7 @@ pub async fn run<T: Send + 'static, H: Handler<T>>(
         turn += 1;
         if turn >= TURN_MESSAGES_MAX {
             turn = 0;
-            glommio::executor().yield_task_queue_now().await;
+            glommio::executor().yield_now().await;
         } else {
             glommio::yield_if_needed().await;
         }
