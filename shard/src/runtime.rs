@@ -46,14 +46,6 @@ impl Sharding {
             Sharding::Unpinned(n) => *n,
         }
     }
-
-    /// The default: one pinned shard per CPU this process may run on.
-    pub fn per_available_core() -> std::io::Result<Sharding> {
-        let cpus = thread_allowed_cpus()?;
-        Ok(Sharding::Pinned(
-            CoreList::from_ids(cpus).expect("a running thread has a CPU"),
-        ))
-    }
 }
 
 /// What the runtime needs to start.
