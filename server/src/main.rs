@@ -1,13 +1,19 @@
 //! `strand`: the Strand server binary.
 //!
-//! Today it carries the operator tools that exist (`strand inspect`); the replica server itself
-//! (`strand start`, `strand dev`) and the load harness (`strand bench`) arrive with their issues.
+//! `strand start` validates the config and boots the shard executors; `strand dev` runs a local
+//! cluster of such nodes; `strand inspect` decodes wire bytes. The replica plane (connections,
+//! consensus, storage) is not wired into `start` yet: a started node runs its shards and waits
+//! for SIGTERM/SIGINT, and says so in its log.
 
 mod inspect;
+mod node;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use server::config;
+use shard::CoreList;
 
 /// Strand: a thread-per-core replica server for the Iggy binary protocol 0.11.0.
 #[derive(Debug, Parser)]
@@ -19,14 +25,65 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start one node from a config file.
+    ///
+    /// Not wired yet: the node validates its config, boots one glommio executor per shard
+    /// (reporting whether io_uring buffer registration succeeded), then waits for SIGTERM or
+    /// SIGINT and exits 0. It does not replicate, listen on any port, or touch the data
+    /// directory yet.
+    Start(StartArgs),
+    /// Run an N-node cluster on 127.0.0.1 with no config file (node i on every default port
+    /// plus 100 x i, one unpinned shard each, each a child `strand start`).
+    ///
+    /// Not wired yet: the nodes boot their shards and wait, as `strand start` does; Ctrl-C stops
+    /// them.
+    Dev(DevArgs),
     /// Decode wire bytes for operators.
     #[command(subcommand)]
     Inspect(inspect::Inspect),
 }
 
+#[derive(Debug, Args)]
+struct StartArgs {
+    /// The node's TOML config (spec architecture.md section 10; keys and defaults in the
+    /// README).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// This node's entry in [[cluster.nodes]].
+    #[arg(long, value_name = "N")]
+    replica_id: u64,
+    /// Pin one shard to each listed core, in order: ranges and commas, e.g. 0-3 or 0,2.
+    /// Overrides system.sharding.
+    #[arg(long, value_name = "LIST", value_parser = parse_cores, conflicts_with = "shards")]
+    cores: Option<CoreList>,
+    /// Run N unpinned shards. Overrides system.sharding.
+    #[arg(long, value_name = "N")]
+    shards: Option<u64>,
+    /// The data directory (default: system.path).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct DevArgs {
+    /// Nodes to run (1..=9).
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u8).range(1..=i64::from(config::DEV_REPLICAS_MAX)))]
+    replicas: u8,
+    /// Where the nodes keep their data: DIR/node-0, DIR/node-1, ... and the generated config.
+    #[arg(long, value_name = "DIR", default_value = "local_data/dev")]
+    data_dir: PathBuf,
+}
+
+fn parse_cores(text: &str) -> Result<CoreList, String> {
+    CoreList::parse(text).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Start(args) => node::start(args),
+        Command::Dev(args) => node::dev(args),
         Command::Inspect(what) => inspect::run(what, &mut std::io::stdout().lock()),
     };
     match result {
@@ -35,5 +92,112 @@ fn main() -> ExitCode {
             eprintln!("strand: {error:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("strand").chain(args.iter().copied()))
+    }
+
+    fn start(args: &[&str]) -> StartArgs {
+        let mut all = vec!["start", "--config", "c.toml", "--replica-id", "1"];
+        all.extend_from_slice(args);
+        match parse(&all).unwrap().command {
+            Command::Start(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn start_flags() {
+        let args = start(&["--cores", "0-3", "--data-dir", "/d"]);
+        assert_eq!(args.config, PathBuf::from("c.toml"));
+        assert_eq!(args.replica_id, 1);
+        assert_eq!(args.cores.unwrap().ids(), [0, 1, 2, 3]);
+        assert_eq!(args.shards, None);
+        assert_eq!(args.data_dir, Some(PathBuf::from("/d")));
+        assert_eq!(start(&["--cores", "0,2"]).cores.unwrap().ids(), [0, 2]);
+        assert_eq!(start(&["--cores", "3,0-1"]).cores.unwrap().ids(), [3, 0, 1]);
+        let args = start(&["--shards", "2"]);
+        assert_eq!((args.shards, args.cores), (Some(2), None));
+        let args = start(&[]);
+        assert_eq!((args.shards, args.cores, args.data_dir), (None, None, None));
+    }
+
+    #[test]
+    fn start_refusals() {
+        let kind = |args: &[&str]| parse(args).unwrap_err().kind();
+        let base = ["start", "--config", "c.toml", "--replica-id", "0"];
+        fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+            [base, extra].concat()
+        }
+        let with = |extra: &[&'static str]| with(&base, extra);
+        assert_eq!(
+            kind(&with(&["--cores", "0-1", "--shards", "2"])),
+            ErrorKind::ArgumentConflict
+        );
+        let error = parse(&with(&["--cores", "2-1"])).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ValueValidation);
+        assert!(
+            error.to_string().contains("range `2-1` runs backwards"),
+            "{error}"
+        );
+        let error = parse(&with(&["--cores", "0,0"])).unwrap_err();
+        assert!(
+            error.to_string().contains("core 0 is listed twice"),
+            "{error}"
+        );
+        assert_eq!(kind(&with(&["--cores", "x"])), ErrorKind::ValueValidation);
+        assert_eq!(kind(&with(&["--shards", "-1"])), ErrorKind::UnknownArgument);
+        assert_eq!(
+            kind(&with(&["--shards", "two"])),
+            ErrorKind::ValueValidation
+        );
+        assert_eq!(
+            kind(&["start", "--replica-id", "0"]),
+            ErrorKind::MissingRequiredArgument
+        );
+        assert_eq!(
+            kind(&["start", "--config", "c.toml"]),
+            ErrorKind::MissingRequiredArgument
+        );
+    }
+
+    #[test]
+    fn dev_flags() {
+        let dev = |args: &[&str]| match parse(&[&["dev"], args].concat()).map(|c| c.command) {
+            Ok(Command::Dev(args)) => Ok((args.replicas, args.data_dir)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(dev(&[]), Ok((3, PathBuf::from("local_data/dev"))));
+        assert_eq!(
+            dev(&["--replicas", "5", "--data-dir", "/x"]),
+            Ok((5, PathBuf::from("/x")))
+        );
+        assert_eq!(dev(&["--replicas", "0"]), Err(ErrorKind::ValueValidation));
+        assert_eq!(dev(&["--replicas", "10"]), Err(ErrorKind::ValueValidation));
+    }
+
+    #[test]
+    fn help_says_replication_is_not_wired() {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        let start = command
+            .find_subcommand_mut("start")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(start.contains("Not wired yet"), "{start}");
+        let dev = command
+            .find_subcommand_mut("dev")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(dev.contains("Not wired yet"), "{dev}");
     }
 }

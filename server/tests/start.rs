@@ -1,0 +1,229 @@
+//! `strand start` and `strand dev` as real processes: boot the shards, stop on a signal, exit 0;
+//! a broken config exits 2 naming the key.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A bound on waiting for a log line, so a broken build fails instead of hanging CI.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strand-start-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const CONFIG: &str = r#"
+[cluster]
+enabled = true
+name = "start-test"
+
+[[cluster.nodes]]
+name = "n0"
+ip = "127.0.0.1"
+replica_id = 0
+ports = { tcp = 18090, http = 13000, tcp_replica = 19090 }
+
+[system.sharding]
+io_memory = "256 KiB"
+"#;
+
+fn strand() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_strand"));
+    command
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped());
+    command
+}
+
+/// Collects stderr lines on a thread; `wait_for` returns every line up to the first that
+/// contains `needle`.
+struct Log(mpsc::Receiver<String>, Vec<String>);
+
+impl Log {
+    fn of(child: &mut Child) -> Log {
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Log(rx, Vec::new())
+    }
+
+    fn wait_for(&mut self, needle: &str) -> &[String] {
+        loop {
+            match self.0.recv_timeout(PATIENCE) {
+                Ok(line) => {
+                    let done = line.contains(needle);
+                    self.1.push(line);
+                    if done {
+                        return &self.1;
+                    }
+                }
+                Err(e) => panic!("no `{needle}` ({e}); log so far:\n{}", self.1.join("\n")),
+            }
+        }
+    }
+
+    fn rest(mut self) -> Vec<String> {
+        self.1.extend(self.0.iter());
+        self.1
+    }
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on our own unreaped child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+}
+
+#[test]
+fn start_pins_its_shards_and_stops_on_sigterm() {
+    let dir = scratch("pinned");
+    std::fs::write(dir.join("strand.toml"), CONFIG).unwrap();
+    let cores = shard::cores::thread_allowed_cpus().unwrap();
+    let list = cores
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut child = strand()
+        .args(["start", "--config"])
+        .arg(dir.join("strand.toml"))
+        .args(["--replica-id", "0", "--cores", &list, "--data-dir"])
+        .arg(dir.join("data"))
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    let lines = log.wait_for("strand node ready").to_vec();
+    for (shard, core) in cores.iter().enumerate() {
+        assert!(
+            lines.iter().any(|l| l.contains("shard executor up")
+                && l.contains(&format!("shard={shard}"))
+                && l.contains(&format!("core={core} "))
+                && l.contains("io_memory=262144 ring_depth=128")),
+            "no startup line for shard {shard} on core {core}:\n{}",
+            lines.join("\n")
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("replication is not wired yet"))
+    );
+    signal(&child, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    let rest = log.rest();
+    assert!(status.success(), "{status}\n{}", rest.join("\n"));
+    assert_eq!(
+        rest.iter().filter(|l| l.contains("shard stopped")).count(),
+        cores.len(),
+        "{}",
+        rest.join("\n")
+    );
+    assert!(
+        !dir.join("data").exists(),
+        "nothing is written to the data directory yet"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn start_refuses_a_broken_config_naming_the_key() {
+    let dir = scratch("broken");
+    let broken = CONFIG.replace(
+        "name = \"start-test\"",
+        "name = \"start-test\"\nreplica_lanes = 1",
+    );
+    std::fs::write(dir.join("strand.toml"), broken).unwrap();
+    let output = strand()
+        .args(["start", "--config"])
+        .arg(dir.join("strand.toml"))
+        .args(["--replica-id", "0", "--shards", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("config key `cluster.replica_lanes`: 1 is below the node's 2 shards"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_secret_from_the_environment_is_checked_and_named() {
+    let dir = scratch("secret");
+    let auth = format!(
+        "{CONFIG}\n[cluster.auth]\nenabled = true\nshared_secret = \"{}\"\n",
+        "s".repeat(32)
+    );
+    std::fs::write(dir.join("strand.toml"), auth).unwrap();
+    let output = strand()
+        .env("IGGY_CLUSTER_AUTH_SHARED_SECRET", "too short")
+        .args(["start", "--config"])
+        .arg(dir.join("strand.toml"))
+        .args(["--replica-id", "0", "--shards", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "environment variable `IGGY_CLUSTER_AUTH_SHARED_SECRET`: is 9 bytes; at least 32 are required"
+        ),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
+    let dir = scratch("dev");
+    let mut child = strand()
+        .args(["dev", "--replicas", "2", "--data-dir"])
+        .arg(&dir)
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    log.wait_for("strand node ready");
+    let lines = log.wait_for("strand node ready").to_vec();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("replica=0") && l.contains("config valid"))
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("replica=1") && l.contains("config valid"))
+    );
+    signal(&child, libc::SIGINT);
+    let status = child.wait().unwrap();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "{status}\n{}", log.rest().join("\n"));
+    assert!(
+        stdout.contains(
+            "node 0: clients tcp 127.0.0.1:8090, http 127.0.0.1:3000, replicas 127.0.0.1:9090"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "node 1: clients tcp 127.0.0.1:8190, http 127.0.0.1:3100, replicas 127.0.0.1:9190"
+        ),
+        "{stdout}"
+    );
+    let config = std::fs::read_to_string(dir.join("strand-dev.toml")).unwrap();
+    assert!(config.contains("name = \"strand-dev-1\""));
+    let _ = std::fs::remove_dir_all(&dir);
+}
