@@ -2,3 +2,5 @@
 //!
 //! Empty until its issue lands: nothing here is implemented yet, and nothing pretends to be.
 //! See `../shared/DESIGN.md` section 3.
+
+pub mod net;
