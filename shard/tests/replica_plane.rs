@@ -776,3 +776,150 @@ fn silent_connections_time_out_and_handshakes_are_capped() {
     eventually("slots released", || in_flight.handshakes_in_flight() == 0);
     one.stop();
 }
+
+#[test]
+fn a_second_connection_on_a_lane_and_a_lane_beyond_the_count_are_closed() {
+    let (nodes, _) = cluster(vec![None, Some((1, plain()))]);
+    let one = nodes.into_iter().flatten().next().unwrap();
+    let _first = raw_peer(one.addr(), 0, 6);
+    eventually("the first registered", || one.connections() == [(0, 6)]);
+    let mut second = raw_peer(one.addr(), 0, 6);
+    assert!(closed_by_node(&mut second));
+    assert_eq!(one.count(|c| c.closed_count(Closed::Duplicate)), 1);
+    let mut beyond = raw_peer(one.addr(), 0, 16);
+    assert!(closed_by_node(&mut beyond));
+    eventually("the lane refusal counted", || {
+        one.count(|c| c.handshake_count(Handshake::LaneOutOfRange)) == 1
+    });
+    assert_eq!(one.connections(), [(0, 6)]);
+    one.stop();
+}
+
+/// A CA, and for each roster name a certificate it signed, as PEM files in a fresh directory.
+struct Pki {
+    dir: std::path::PathBuf,
+}
+
+impl Pki {
+    fn new(tag: &str, names: &[&str]) -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let dir = std::env::temp_dir().join(format!("strand-pki-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        for name in names {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(vec![name.to_string()])
+                .unwrap()
+                .signed_by(&key, &ca)
+                .unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+        }
+        Pki { dir }
+    }
+
+    /// Auth plus CA-mode TLS: present `own`'s certificate (from `presented`), trust `self`.
+    fn configure(&self, presented: &Pki) -> Configure {
+        let trusted = self.dir.join("ca.pem");
+        let presented = presented.dir.clone();
+        Arc::new(move |c| {
+            c.auth = Some(Keys::new(SECRET, None).unwrap());
+            let name = &c.roster[usize::from(c.self_id)].name;
+            let tls = TlsConfig::from_files(
+                &presented.join(format!("{name}.pem")),
+                &presented.join(format!("{name}.key")),
+                &trusted,
+            )
+            .unwrap();
+            c.tls = Some(Arc::new(tls));
+        })
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn ca_mode_verifies_roster_names() {
+    let pki = Pki::new("good", &["node-0", "node-1"]);
+    exchange(pki.configure(&pki), pki.configure(&pki));
+}
+
+#[test]
+fn ca_mode_refuses_a_certificate_from_another_ca() {
+    let pki = Pki::new("trusted", &["node-0", "node-1"]);
+    let rogue = Pki::new("rogue", &["node-0", "node-1"]);
+    never_delivered(pki.configure(&pki), pki.configure(&rogue), Handshake::Tls);
+}
+
+/// Relays the three handshake frames between a dialer and an acceptor, terminating TLS on
+/// both sides (a machine in the middle holding valid-looking certificates); counts the
+/// finishes it relayed.
+fn relay(
+    listener: std::net::TcpListener,
+    upstream: SocketAddr,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConnection, ServerConnection, StreamOwned};
+    let finishes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = finishes.clone();
+    let tls = TlsConfig::self_signed("relay").unwrap();
+    std::thread::spawn(move || {
+        for down in listener.incoming() {
+            let Ok(down) = down else { return };
+            let Ok(up) = StdTcp::connect(upstream) else {
+                continue;
+            };
+            for socket in [&down, &up] {
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+            }
+            let server = ServerConnection::new(tls.server.clone()).unwrap();
+            let name = ServerName::try_from("iggy-replica").unwrap();
+            let client = ClientConnection::new(tls.client.clone(), name).unwrap();
+            let mut down = StreamOwned::new(server, down);
+            let mut up = StreamOwned::new(client, up);
+            let mut frame = [0u8; 256];
+            let relayed = (|| -> std::io::Result<()> {
+                down.read_exact(&mut frame)?;
+                up.write_all(&frame)?;
+                up.read_exact(&mut frame)?;
+                down.write_all(&frame)?;
+                down.read_exact(&mut frame)?;
+                up.write_all(&frame)?;
+                Ok(())
+            })();
+            if relayed.is_ok() {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    finishes
+}
+
+#[test]
+fn a_relay_terminating_tls_on_both_sides_never_connects() {
+    let zero = Node::launch(0, 1, any_port(), tls_auth(SECRET));
+    let one = Node::launch(1, 1, any_port(), tls_auth(SECRET));
+    let listener = std::net::TcpListener::bind(any_port()).unwrap();
+    let relay_addr = listener.local_addr().unwrap();
+    let finishes = relay(listener, one.addr());
+    // Node 0 believes node 1 lives at the relay.
+    zero.set_roster(&roster(&[zero.addr(), relay_addr]));
+    one.set_roster(&roster(&[zero.addr(), one.addr()]));
+    eventually("the dialer refused relayed challenges", || {
+        zero.count(|c| c.handshake_count(Handshake::MacMismatch)) >= 16
+    });
+    assert_eq!(finishes.load(Ordering::SeqCst), 0);
+    assert!(one.connections().is_empty());
+    assert_eq!(one.count(|c| Counters::read(&c.established_inbound)), 0);
+    zero.stop();
+    one.stop();
+}
