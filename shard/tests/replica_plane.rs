@@ -598,6 +598,7 @@ fn never_delivered(dialer: Configure, acceptor: Configure, refusal: Handshake) {
                 zero.send(1, lane, commit(0, GroupId(0), op));
             }
         }
+        assert!(one.received().is_empty(), "a refused peer got a frame delivered");
         one.count(|c| c.handshake_count(refusal)) >= 32
     });
     assert!(
