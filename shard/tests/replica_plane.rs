@@ -59,6 +59,8 @@ struct Control {
     outbox: Mutex<Vec<(u8, u8, Bytes)>>,
     sent: Mutex<Vec<Result<(), SendError>>>,
     received: Mutex<Vec<Got>>,
+    /// `(origin, up)` in the order the sinks saw them.
+    events: Mutex<Vec<(Origin, bool)>>,
     connections: Mutex<HashMap<usize, Vec<(u8, u8)>>>,
     counters: Mutex<Vec<Arc<Counters>>>,
     node: Mutex<Option<NodeShared>>,
@@ -78,6 +80,14 @@ impl Sink for Collect {
             origin,
             frame: frame.to_vec(),
         });
+    }
+
+    fn connected(&self, origin: Origin) {
+        self.control.events.lock().unwrap().push((origin, true));
+    }
+
+    fn disconnected(&self, origin: Origin) {
+        self.control.events.lock().unwrap().push((origin, false));
     }
 }
 
@@ -598,7 +608,10 @@ fn never_delivered(dialer: Configure, acceptor: Configure, refusal: Handshake) {
                 zero.send(1, lane, commit(0, GroupId(0), op));
             }
         }
-        assert!(one.received().is_empty(), "a refused peer got a frame delivered");
+        assert!(
+            one.received().is_empty(),
+            "a refused peer got a frame delivered"
+        );
         one.count(|c| c.handshake_count(refusal)) >= 32
     });
     assert!(

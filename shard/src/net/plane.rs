@@ -48,6 +48,17 @@ pub struct Origin {
 pub trait Sink {
     /// One accepted frame: its typed view and its bytes (borrowed from the reader's buffer).
     fn frame(&self, origin: Origin, message: &Message<'_>, frame: &[u8]);
+
+    /// A connection to `origin.peer` on `origin.lane` is established on this shard (for the
+    /// pump's per-peer connection reports).
+    fn connected(&self, origin: Origin) {
+        let _ = origin;
+    }
+
+    /// That connection closed; sends on its lane fail until the next one is established.
+    fn disconnected(&self, origin: Origin) {
+        let _ = origin;
+    }
 }
 
 /// Why a frame was not queued for a peer.
@@ -518,6 +529,8 @@ impl Plane {
         if conns.get(&(peer, lane)).is_some_and(|c| c.id == conn.id) {
             conns.remove(&(peer, lane));
         }
+        drop(conns);
+        self.sink.disconnected(conn.origin);
     }
 
     async fn reader(self: Rc<Self>, conn: Rc<Conn>, mut half: ReadHalf) {
