@@ -64,6 +64,8 @@ struct Control {
     connections: Mutex<HashMap<usize, Vec<(u8, u8)>>>,
     counters: Mutex<Vec<Arc<Counters>>>,
     node: Mutex<Option<NodeShared>>,
+    /// Keep only each frame's header (throughput runs).
+    headers_only: AtomicBool,
     stop: AtomicBool,
 }
 
@@ -75,10 +77,15 @@ struct Collect {
 impl Sink for Collect {
     fn frame(&self, origin: Origin, message: &Message<'_>, frame: &[u8]) {
         assert_eq!(message.header_bytes(), &frame[..256]);
+        let kept = if self.control.headers_only.load(Ordering::Relaxed) {
+            &frame[..256]
+        } else {
+            frame
+        };
         self.control.received.lock().unwrap().push(Got {
             shard: self.shard,
             origin,
-            frame: frame.to_vec(),
+            frame: kept.to_vec(),
         });
     }
 
@@ -936,4 +943,64 @@ fn a_relay_terminating_tls_on_both_sides_never_connects() {
     assert_eq!(one.count(|c| Counters::read(&c.established_inbound)), 0);
     zero.stop();
     one.stop();
+}
+
+/// Replica-plane throughput beside raw loopback TCP in the same run (1 MiB frames, one
+/// connection, plaintext). A measurement, not a check: run it with
+/// `cargo test -p shard --release --test replica_plane -- --ignored --nocapture throughput`.
+#[test]
+#[ignore = "measurement; run explicitly in release"]
+fn throughput_one_mib_frames_beside_raw_loopback() {
+    const FRAMES: usize = 2048;
+    const WINDOW: usize = 192;
+    let body = vec![0x42u8; (1 << 20) - 256];
+
+    // Baseline: std TCP over loopback, same bytes, 1 MiB writes.
+    let listener = std::net::TcpListener::bind(any_port()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0usize;
+        while total < FRAMES << 20 {
+            total += stream.read(&mut buf).unwrap();
+        }
+    });
+    let mut stream = StdTcp::connect(addr).unwrap();
+    let frame = prepare(0, 1, &body);
+    let start = Instant::now();
+    for _ in 0..FRAMES {
+        stream.write_all(&frame).unwrap();
+    }
+    reader.join().unwrap();
+    let raw = (FRAMES << 20) as f64 / start.elapsed().as_secs_f64() / 1e6;
+
+    let (nodes, _) = cluster(vec![Some((1, plain())), Some((1, plain()))]);
+    let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
+    nodes[1].control.headers_only.store(true, Ordering::Relaxed);
+    every_lane(&nodes[0], &[1], 16);
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < FRAMES {
+        let received = nodes[1].control.received.lock().unwrap().len();
+        let room = (received + WINDOW).saturating_sub(sent).min(FRAMES - sent);
+        for _ in 0..room {
+            nodes[0].send(1, 0, frame.clone());
+        }
+        sent += room;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    eventually("every frame", || nodes[1].received().len() == FRAMES);
+    let plane = (FRAMES << 20) as f64 / start.elapsed().as_secs_f64() / 1e6;
+    assert_eq!(
+        nodes[0].count(|c| c.send_drop_count(SendDrop::QueueFull)),
+        0
+    );
+    let batches = nodes[0].count(|c| Counters::read(&c.batches_out));
+    println!(
+        "1 MiB frames x {FRAMES}: replica plane {plane:.0} MB/s, raw loopback TCP {raw:.0} MB/s \
+         ({:.2}x), {batches} vectored writes",
+        plane / raw
+    );
+    nodes.into_iter().for_each(Node::stop);
 }

@@ -489,7 +489,9 @@ impl Plane {
             capacity: self.config.peer_queue_capacity,
             waker: Cell::new(None),
             closed: Cell::new(None),
-            flush: Cell::new(false),
+            // A session that just finished its handshake (or moved here) may hold records to
+            // send: the writer's first turn flushes them.
+            flush: Cell::new(true),
         });
         self.conns.borrow_mut().insert(key, conn.clone());
         let established = if inbound {
