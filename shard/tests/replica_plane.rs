@@ -665,7 +665,13 @@ fn auth_off_dialer_is_refused_by_an_auth_on_acceptor() {
 }
 
 fn exchange(dialer: Configure, acceptor: Configure) {
-    let (nodes, _) = cluster(vec![Some((1, dialer)), Some((1, acceptor))]);
+    exchange_on(dialer, acceptor, 1);
+}
+
+/// Node 0 (one shard) dials node 1 (`acceptor_shards` shards); frames cross every lane both
+/// ways, and a 200 KB prepare crosses lane 9.
+fn exchange_on(dialer: Configure, acceptor: Configure, acceptor_shards: usize) {
+    let (nodes, _) = cluster(vec![Some((1, dialer)), Some((acceptor_shards, acceptor))]);
     let nodes: Vec<Node> = nodes.into_iter().flatten().collect();
     every_lane(&nodes[0], &[1], 16);
     every_lane(&nodes[1], &[0], 16);
@@ -690,6 +696,11 @@ fn exchange(dialer: Configure, acceptor: Configure) {
 #[test]
 fn authenticated_tls_self_signed_exchanges_frames() {
     exchange(tls_auth(SECRET), tls_auth(SECRET));
+}
+
+#[test]
+fn tls_sessions_move_with_their_connection_to_another_shard() {
+    exchange_on(tls_auth(SECRET), tls_auth(SECRET), 2);
 }
 
 #[test]

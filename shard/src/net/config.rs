@@ -167,3 +167,60 @@ impl NetConfig {
         u8::try_from(self.roster.len()).expect("validated: at most 255 replicas")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> NetConfig {
+        let roster = (0..3)
+            .map(|id| Peer {
+                id,
+                name: format!("node-{id}"),
+                addr: SocketAddr::from(([127, 0, 0, 1], 9090 + u16::from(id))),
+            })
+            .collect();
+        NetConfig::new(7, 1, roster)
+    }
+
+    /// A way to break a valid configuration, the shard count to validate with, the error.
+    type Broken = (fn(&mut NetConfig), usize, ConfigError);
+
+    #[test]
+    fn defaults_are_valid_and_every_rule_is_enforced() {
+        assert_eq!(config().validate(16), Ok(()));
+        let broken: [Broken; 8] = [
+            (|c| c.lanes = 0, 1, ConfigError::Lanes(0)),
+            (|c| c.lanes = 257, 1, ConfigError::Lanes(257)),
+            (
+                |c| c.lanes = 4,
+                8,
+                ConfigError::LanesBelowShards {
+                    lanes: 4,
+                    shards: 8,
+                },
+            ),
+            (|c| c.self_id = 3, 1, ConfigError::Roster(3)),
+            (|c| c.roster.swap(0, 1), 1, ConfigError::Roster(1)),
+            (|c| c.max_batch = 513, 1, ConfigError::MaxBatch(513)),
+            (
+                |c| c.handshake_grace = Duration::ZERO,
+                1,
+                ConfigError::ZeroDuration("message_bus.handshake_grace"),
+            ),
+            (
+                |c| c.max_message_size = 255,
+                1,
+                ConfigError::MaxMessageSize(255),
+            ),
+        ];
+        for (breaks, shards, error) in broken {
+            let mut config = config();
+            breaks(&mut config);
+            assert_eq!(config.validate(shards), Err(error));
+        }
+        let mut tls_only = config();
+        tls_only.tls = Some(Arc::new(TlsConfig::self_signed("node-1").unwrap()));
+        assert_eq!(tls_only.validate(1), Err(ConfigError::TlsWithoutAuth));
+    }
+}
