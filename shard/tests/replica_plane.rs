@@ -62,6 +62,9 @@ struct Control {
     /// `(origin, up)` in the order the sinks saw them.
     events: Mutex<Vec<(Origin, bool)>>,
     connections: Mutex<HashMap<usize, Vec<(u8, u8)>>>,
+    /// Frames `Plane::drain` reported dropped when the node stopped with `drain` set.
+    drained_left: Mutex<Option<usize>>,
+    drain: AtomicBool,
     counters: Mutex<Vec<Arc<Counters>>>,
     node: Mutex<Option<NodeShared>>,
     /// Keep only each frame's header (throughput runs).
@@ -159,6 +162,11 @@ impl Node {
             .lock()
             .unwrap()
             .push((peer, lane, frame));
+    }
+
+    /// Queues `frames` in one step: the node sends them all within one turn of its loop.
+    fn send_all(&self, frames: impl IntoIterator<Item = (u8, u8, Bytes)>) {
+        self.control.outbox.lock().unwrap().extend(frames);
     }
 
     fn outbox_empty(&self) -> bool {
@@ -296,7 +304,12 @@ async fn run_shard(
             .unwrap()
             .insert(shard, plane.connections());
         if control.stop.load(Ordering::SeqCst) {
-            plane.shutdown();
+            if control.drain.load(Ordering::SeqCst) {
+                let left = plane.drain(WAIT).await;
+                *control.drained_left.lock().unwrap() = Some(left);
+            } else {
+                plane.shutdown();
+            }
             break;
         }
         Timer::new(Duration::from_millis(5)).await;
@@ -461,9 +474,7 @@ fn queue_overruns_are_counted_and_batches_are_vectored() {
     every_lane(&nodes[0], &[1], 16);
     // Pushed within one turn of the node's loop, before its writer runs: the queue takes 256,
     // 44 overrun, and the writer drains 100 + 100 + 56.
-    for op in 0..300 {
-        nodes[0].send(1, 5, commit(0, GroupId(5), op));
-    }
+    nodes[0].send_all((0..300).map(|op| (1, 5, commit(0, GroupId(5), op))));
     eventually("256 frames delivered", || nodes[1].received().len() == 256);
     let sent = nodes[0].control.sent.lock().unwrap().clone();
     assert_eq!(sent.iter().filter(|r| r.is_ok()).count(), 256);
@@ -1013,5 +1024,23 @@ fn throughput_one_mib_frames_beside_raw_loopback() {
          ({:.2}x), {batches} vectored writes",
         plane / raw
     );
+    nodes.into_iter().for_each(Node::stop);
+}
+
+#[test]
+fn drain_hands_every_queued_frame_to_the_peer_before_closing() {
+    let (nodes, _) = cluster(vec![Some((1, plain())), Some((1, plain()))]);
+    let mut nodes: Vec<Node> = nodes.into_iter().flatten().collect();
+    every_lane(&nodes[0], &[1], 16);
+    let body = vec![1u8; 128 * 1024];
+    let zero = nodes.remove(0);
+    // Queued and stopped in the same turn of the node's loop: only drain gets them out.
+    zero.send_all((0..200).map(|op| (1, (op % 16) as u8, prepare(0, op + 1, &body))));
+    zero.control.drain.store(true, Ordering::SeqCst);
+    let control = zero.control.clone();
+    zero.stop();
+    assert_eq!(*control.drained_left.lock().unwrap(), Some(0));
+    assert!(control.sent.lock().unwrap().iter().all(Result::is_ok));
+    eventually("every drained frame", || nodes[0].received().len() == 200);
     nodes.into_iter().for_each(Node::stop);
 }

@@ -31,6 +31,9 @@ use super::io::{Detached, ReadHalf, Stream, WriteHalf};
 use super::lane::{lane_of, shard_of_lane};
 use super::receive::{Refusal, closed_for, screen};
 
+/// How often [`Plane::drain`] looks at the queues.
+const DRAIN_POLL: Duration = Duration::from_millis(5);
+
 /// Pause after a failed `accept` (descriptor exhaustion, for instance) so the loop cannot spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
@@ -150,6 +153,8 @@ struct Conn {
     waker: Cell<Option<Waker>>,
     closed: Cell<Option<Closed>>,
     flush: Cell<bool>,
+    /// Frames of the batch the writer is writing now.
+    writing: Cell<usize>,
 }
 
 impl Conn {
@@ -492,6 +497,7 @@ impl Plane {
             // A session that just finished its handshake (or moved here) may hold records to
             // send: the writer's first turn flushes them.
             flush: Cell::new(true),
+            writing: Cell::new(0),
         });
         self.conns.borrow_mut().insert(key, conn.clone());
         let established = if inbound {
@@ -607,11 +613,13 @@ impl Plane {
                 let n = queue.len().min(max_batch);
                 batch.extend(queue.drain(..n));
             }
+            conn.writing.set(batch.len());
             let result = if batch.is_empty() {
                 half.flush().await
             } else {
                 half.write_frames(&batch).await
             };
+            conn.writing.set(0);
             if let Err(error) = result {
                 tracing::info!(peer = conn.origin.peer, %error, "replica write failed");
                 self.close(&conn, Closed::WriteError);
@@ -629,7 +637,37 @@ impl Plane {
         conn.queue.borrow_mut().clear();
     }
 
-    /// Stops accepting and dialing and closes every connection of this shard.
+    /// Stops accepting and dialing, lets every writer hand its queued frames to the kernel for
+    /// at most `bound` (`message_bus.close_peer_timeout`), then closes every connection.
+    /// Returns the frames still queued when the bound ran out (dropped).
+    pub async fn drain(&self, bound: Duration) -> usize {
+        self.stop.fire();
+        let idle = |conns: &HashMap<(u8, u8), Rc<Conn>>| {
+            conns
+                .values()
+                .all(|c| c.queue.borrow().is_empty() && c.writing.get() == 0)
+        };
+        let poll = async {
+            while !idle(&self.conns.borrow()) {
+                Timer::new(DRAIN_POLL).await;
+            }
+        };
+        or(poll, async {
+            Timer::new(bound).await;
+        })
+        .await;
+        let left = self
+            .conns
+            .borrow()
+            .values()
+            .map(|c| c.queue.borrow().len() + c.writing.get())
+            .sum();
+        self.shutdown();
+        left
+    }
+
+    /// Stops accepting and dialing and closes every connection of this shard now; queued
+    /// frames are dropped.
     pub fn shutdown(&self) {
         self.stop.fire();
         let conns: Vec<Rc<Conn>> = self.conns.borrow().values().cloned().collect();
