@@ -227,6 +227,56 @@ impl Counters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }
+
+    /// Every counter as `(metric, reason label, value)`, for a metrics endpoint: metric names
+    /// without the `strand_` prefix the endpoint adds, the reason empty for unlabelled ones.
+    pub fn snapshot(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut out = Vec::new();
+        for reason in Dropped::ALL {
+            out.push((
+                "replica_frames_dropped_total",
+                reason.label(),
+                self.dropped_count(*reason),
+            ));
+        }
+        for reason in Closed::ALL {
+            out.push((
+                "replica_connections_closed_total",
+                reason.label(),
+                self.closed_count(*reason),
+            ));
+        }
+        for reason in Handshake::ALL {
+            let count = self.handshake_count(*reason);
+            out.push(("replica_handshakes_failed_total", reason.label(), count));
+        }
+        for reason in SendDrop::ALL {
+            let count = self.send_drop_count(*reason);
+            out.push(("replica_send_dropped_total", reason.label(), count));
+        }
+        let plain: [(&'static str, &AtomicU64); 10] = [
+            ("replica_frames_in_total", &self.frames_in),
+            ("replica_bytes_in_total", &self.bytes_in),
+            ("replica_frames_out_total", &self.frames_out),
+            ("replica_bytes_out_total", &self.bytes_out),
+            ("replica_write_batches_total", &self.batches_out),
+            (
+                "replica_connections_inbound_total",
+                &self.established_inbound,
+            ),
+            (
+                "replica_connections_outbound_total",
+                &self.established_outbound,
+            ),
+            ("replica_connections_handed_off_total", &self.handed_off),
+            ("replica_connections_adopted_total", &self.adopted),
+            ("replica_dials_total", &self.dials),
+        ];
+        for (name, counter) in plain {
+            out.push((name, "", Counters::read(counter)));
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +300,14 @@ mod tests {
                 reason.label()
             );
         }
+        let snapshot = counters.snapshot();
+        let seal = snapshot
+            .iter()
+            .find(|(name, reason, _)| *name == "replica_frames_dropped_total" && *reason == "seal");
+        assert_eq!(seal.map(|s| s.2), Some(Dropped::Seal as u64 + 1));
+        let names: std::collections::HashSet<_> =
+            snapshot.iter().map(|(n, r, _)| (*n, *r)).collect();
+        assert_eq!(names.len(), snapshot.len(), "every series is distinct");
         let labels: std::collections::HashSet<_> =
             Handshake::ALL.iter().map(|h| h.label()).collect();
         assert_eq!(labels.len(), Handshake::ALL.len());
