@@ -1044,3 +1044,37 @@ fn drain_hands_every_queued_frame_to_the_peer_before_closing() {
     eventually("every drained frame", || nodes[0].received().len() == 200);
     nodes.into_iter().for_each(Node::stop);
 }
+
+#[test]
+fn tls_without_the_replica_alpn_is_refused() {
+    use rustls::pki_types::ServerName;
+    use rustls::{ClientConnection, StreamOwned};
+    let (nodes, _) = cluster(vec![None, Some((1, tls_auth(SECRET)))]);
+    let one = nodes.into_iter().flatten().next().unwrap();
+    let tls = TlsConfig::self_signed("client").unwrap();
+    for (alpn, refusal) in [
+        (vec![], Handshake::Alpn),
+        (vec![b"h2".to_vec()], Handshake::Tls),
+    ] {
+        let mut client = (*tls.client).clone();
+        client.alpn_protocols = alpn;
+        let name = ServerName::try_from("iggy-replica").unwrap();
+        let connection = ClientConnection::new(Arc::new(client), name).unwrap();
+        let socket = StdTcp::connect(one.addr()).unwrap();
+        socket.set_read_timeout(Some(WAIT)).unwrap();
+        let mut stream = StreamOwned::new(connection, socket);
+        let hello = hello_frame(cluster_id(CLUSTER), 0, &[9; 32], 0);
+        // The TLS handshake runs inside the first write; the node then closes.
+        let _ = stream.write_all(&hello).and_then(|()| stream.flush());
+        let mut buf = [0u8; 256];
+        assert!(
+            !matches!(stream.read(&mut buf), Ok(n) if n > 0),
+            "{refusal:?}"
+        );
+        eventually("the refusal counted", || {
+            one.count(|c| c.handshake_count(refusal)) == 1
+        });
+    }
+    assert!(one.connections().is_empty());
+    one.stop();
+}
