@@ -7,9 +7,11 @@
 //!   probe;
 //! - [`mesh`]: bounded lock-free channels between shards, drops counted by reason;
 //! - [`owner`]: the owner table, the only mutable state shards share;
-//! - [`pump`]: the pump skeleton (stop, 10 ms tick, main lane, reply lane).
+//! - [`pump`]: the pump skeleton (stop, 10 ms tick, main lane, reply lane);
+//! - [`net`]: the replica plane on `tcp_replica` (dialing, handshake, TLS, lane handoff, receive
+//!   checks, bounded vectored send).
 //!
-//! Not here yet: consensus effects turned into I/O, the replica plane's connections.
+//! Not here yet: consensus effects turned into I/O.
 
 pub mod cores;
 pub mod mapping;
@@ -26,3 +28,5 @@ pub use runtime::{
     BufferRegistration, Runtime, RuntimeConfig, RuntimeError, RuntimeStats, ShardContext, Sharding,
     StopSignal,
 };
+
+pub mod net;
