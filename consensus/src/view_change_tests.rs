@@ -66,6 +66,7 @@ fn svc_quorum_triggers_the_dvc_and_the_primary_elect_starts_the_view() {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     let effects = persisted(&mut b);
@@ -92,6 +93,7 @@ fn a_newer_svc_joins_the_view_change_without_sending_before_durable() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     // Durable: SVC, and the DVC because own + replica 0 make Q_vc = 2.
@@ -116,6 +118,8 @@ fn backup_adopts_a_start_view_and_reacks_its_suffix_after_persisting() {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            view_headers: headers_of(&c),
+            ..Default::default()
         })]
     );
     assert_eq!(
@@ -137,7 +141,18 @@ fn start_view_truncates_a_diverging_suffix() {
     let sv = start_view(1, 1, 2, 0, &[ours[0].clone(), theirs.clone()]);
     let (result, effects) = feed(&mut b, 1, &sv);
     assert_eq!(result, Ok(()));
-    assert_eq!(effects[0], Effect::Truncate { from_op: 2 });
+    // The barrier write (new log_view, the view's headers, the ceiling) precedes the cut.
+    assert_eq!(
+        effects[0],
+        Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 1,
+            view_headers: headers_of(&[ours[0].clone(), theirs.clone()]),
+            held_ceiling: 2,
+            ..Default::default()
+        })
+    );
+    assert_eq!(effects[1], Effect::Truncate { from_op: 2 });
     assert!(b.header(2).is_none());
     assert_eq!(b.op(), 2, "the head is the view's");
     // The view's op 2 arrives by retransmission and fills the hole.
@@ -231,6 +246,7 @@ fn a_failed_superblock_write_is_retried_and_withholds_every_send() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
