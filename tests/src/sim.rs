@@ -906,9 +906,23 @@ impl Sim {
             );
         }
         if command == Command::DoViewChange
-            && let Ok(Message::DoViewChange { header, .. }) =
+            && let Ok(Message::DoViewChange { header, suffix }) =
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
+            let nack = header.nack_bitset.get();
+            let nacked: Vec<u64> = suffix
+                .entries()
+                .enumerate()
+                .filter(|(i, _)| nack & (1u128 << i) != 0)
+                .map(|(_, e)| e.op())
+                .collect();
+            self.checker.on_dvc_nacks(
+                self.tick,
+                r,
+                group,
+                header.log_view.get(),
+                &nacked,
+            );
             // Without a superblock the recovered log_view is 0 (§9.1).
             let durable_log_view = durable.as_ref().map_or(0, |s| s.log_view);
             self.checker.on_log_view_send(
@@ -924,6 +938,7 @@ impl Sim {
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
             let op = ok.op.get();
+            self.checker.on_ack(r, group, ok.frame.view.get(), op);
             // An entry the fault schedule corrupted after it was written is excused: the
             // replica cannot know (a latent sector error), and recovery or reads catch it.
             let entry = self.hosts[usize::from(r)].disk.entry(group, op);
