@@ -693,9 +693,11 @@ impl<S: StateMachine> Replica<S> {
 
     /// Boot (decision 50): the headers the superblock wrote with `log_view` describe the log
     /// this replica vouched for. Ops above the replayed commit point the journal lacks are
-    /// held again (described, body to be repaired, never nacked: the replica may have
-    /// acknowledged them in an earlier life), and the head is never below the highest of
-    /// them, so the restarted replica claims `log_view` only with the log it vouched for.
+    /// held again (described, body to be repaired), and the head is never below the highest
+    /// of them, so the restarted replica claims `log_view` only with the log it vouched for.
+    /// A DVC nacks such an op only above the durable truncation ceiling (decision 51): every
+    /// prepare this replica ever journaled durably is still in its journal or at or below
+    /// that ceiling, so an op above it that the journal lacks was never acknowledged here.
     fn restore_view_headers(&mut self, headers: &[PrepareHeader]) {
         let snapshot_op = self.snapshot_op;
         for h in headers {
@@ -718,7 +720,6 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             self.view_headers.insert(op, *h);
-            self.held_ceiling = self.held_ceiling.max(op);
             if op > self.op {
                 self.op = op;
                 self.last_checksum = h.frame.checksum.get();

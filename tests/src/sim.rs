@@ -568,6 +568,15 @@ impl Sim {
                 "interior journal damage in group {group:#x} at op {lowest}"
             ));
         }
+        // The cut entries may have been acknowledged: their ops are never nacked (decision
+        // 51), so the ceiling is durable before they go.
+        let ceiling = damaged.iter().next_back().copied().unwrap_or(lowest);
+        self.hosts[usize::from(r)]
+            .disk
+            .raise_truncation_ceiling(group, ceiling);
+        if let Some(sb) = recovered.superblock.as_mut() {
+            sb.held_ceiling = sb.held_ceiling.max(ceiling);
+        }
         let cut = self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
         debug_assert!(cut, "nothing is pending at boot");
         self.report.recovery_truncations += 1;

@@ -526,6 +526,32 @@ impl Disk {
         true
     }
 
+    /// Raises the superblock's truncation ceiling of `group` to `op`, durably (boot, before
+    /// recovery cuts entries that may have been acknowledged; decision 51). Nothing to do
+    /// without a superblock: nothing was sent.
+    pub fn raise_truncation_ceiling(&mut self, group: u64, op: u64) {
+        let booted = self.booted();
+        let superblock = if is_metadata(group) {
+            &mut booted.superblock
+        } else {
+            match booted.partitions.get_mut(&group) {
+                Some(part) => &mut part.superblock,
+                None => return,
+            }
+        };
+        let Some(base) = superblock.state().copied() else {
+            return;
+        };
+        if base.truncation_ceiling >= op {
+            return;
+        }
+        let state = journal::VsrState {
+            truncation_ceiling: op,
+            ..base
+        };
+        block_on(superblock.write(&state)).expect("in-memory superblock write");
+    }
+
     /// Records a durable checkpoint at `op` (the snapshot is already durable): the superblock
     /// names it, then the journal's floor rises to it (journal.md G4: the entry at `op` stays).
     /// `snapshot_checksum` is the hash of the snapshot's bytes; `prepare` the identity and
