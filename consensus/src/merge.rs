@@ -296,8 +296,7 @@ mod tests {
             known: u64,
         }
         let mut rs = Vec::new();
-        for (i, &(stale, prefix, holes, _, fork_len, lost_mask)) in m.replicas.iter().enumerate()
-        {
+        for (i, &(stale, prefix, holes, _, fork_len, lost_mask)) in m.replicas.iter().enumerate() {
             if stale {
                 let p = prefix.min(m.start);
                 let entries = log(p + fork_len, i as u64 + 1, &truth[..p as usize]);

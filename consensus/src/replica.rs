@@ -219,7 +219,10 @@ impl<S: StateMachine> Replica<S> {
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
             lost_state: recovered.lost_state
-                || recovered.superblock.as_ref().is_some_and(|sb| sb.lost_state),
+                || recovered
+                    .superblock
+                    .as_ref()
+                    .is_some_and(|sb| sb.lost_state),
             lost_until: 0,
             durable_prefix: recovered.snapshot_op,
             checkpoint_durable: recovered.snapshot_op,
@@ -582,6 +585,21 @@ impl<S: StateMachine> Replica<S> {
     pub fn next_offset(&self) -> u64 {
         self.next_offset
     }
+    /// The DoViewChange this replica recorded for itself as primary-elect of the current view
+    /// (it counts in the merge without leaving the node): `(log_view, op, nacked ops)`. For
+    /// checkers; `None` when none is recorded.
+    pub fn own_do_view_change(&self) -> Option<(u32, u64, Vec<u64>)> {
+        use crate::merge::Slot;
+        let d = self.vc.dvcs.get(&self.id.0)?;
+        let nacked = d
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Blank { nack: true } | Slot::HeldNack { .. }))
+            .map(|(op, _)| *op)
+            .collect();
+        Some((d.log_view, d.op, nacked))
+    }
+
     /// State transfers installed in this life.
     pub fn transfers_installed(&self) -> u64 {
         self.transfers_installed

@@ -438,7 +438,11 @@ fn bug_knob_a_volatile_truncation_ceiling_nacks_an_acked_op_after_a_restart() {
         raw.bug_knobs.volatile_truncation_ceiling = true;
     };
     let (effects, b) = stale_fork_below_an_acked_op(Some(knob));
-    assert!(!effects.iter().any(|e| matches!(e, Effect::PersistVsrState(_))));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::PersistVsrState(_)))
+    );
     assert!(matches!(
         op_4_after_a_restart(b),
         crate::merge::Slot::HeldNack { .. }

@@ -125,6 +125,8 @@ pub struct Checker {
     /// `(group, replica, view, op)` of every PrepareOk sent (cleared when the replica's data
     /// directory is wiped).
     acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
+    /// The acknowledged ops already reported nacked (each is reported once).
+    nacked_acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
     /// Every violation found, in detection order.
     pub violations: Vec<Violation>,
 }
@@ -430,18 +432,30 @@ impl Checker {
         self.acks.insert((group, replica, view, op));
     }
 
-    /// A replica sent a DoViewChange claiming the log of `log_view` and nacking `nacked` ops:
-    /// none of them may be an op it acknowledged in `log_view` (decision 51).
+    /// A replica sent a DoViewChange claiming the log of `log_view` up to `head` and nacking
+    /// `nacked` ops: none of them, and no op above `head` (the merge counts those as nacks
+    /// too), may be an op it acknowledged in `log_view` (decision 51).
     pub fn on_dvc_nacks(
         &mut self,
         tick: u64,
         replica: u8,
         group: u64,
         log_view: u32,
+        head: u64,
         nacked: &[u64],
     ) {
-        for &op in nacked {
-            if self.acks.contains(&(group, replica, log_view, op)) {
+        let above_head: Vec<u64> = self
+            .acks
+            .range(
+                (group, replica, log_view, head.saturating_add(1))
+                    ..=(group, replica, log_view, u64::MAX),
+            )
+            .map(|a| a.3)
+            .collect();
+        for op in nacked.iter().copied().chain(above_head) {
+            if self.acks.contains(&(group, replica, log_view, op))
+                && self.nacked_acks.insert((group, replica, log_view, op))
+            {
                 let detail = format!(
                     "group {group:#x}: r{replica} nacked op {op} in a DoViewChange claiming log_view {log_view}, in which it acknowledged that op"
                 );

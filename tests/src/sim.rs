@@ -633,6 +633,16 @@ impl Sim {
         self.crash(r, "scenario");
     }
 
+    /// Crashes replica `r` now, losing every write whose completion it has not seen (a power
+    /// cut with a volatile write cache; scenario DSL). Writes already durable stay.
+    pub fn crash_replica_losing_writes(&mut self, r: u8) {
+        if self.hosts[usize::from(r)].up {
+            self.hosts[usize::from(r)].disk.forget_unreported();
+            self.hosts[usize::from(r)].checkpoints.clear();
+        }
+        self.crash(r, "scenario, unreported writes lost");
+    }
+
     /// Restarts replica `r` now if it is down (scenario DSL).
     pub fn restart_replica(&mut self, r: u8) {
         if !self.hosts[usize::from(r)].up {
@@ -930,6 +940,7 @@ impl Sim {
                 r,
                 group,
                 header.log_view.get(),
+                header.op.get(),
                 &nacked,
             );
             // Without a superblock the recovered log_view is 0 (§9.1).
@@ -971,6 +982,15 @@ impl Sim {
     /// Feeds the checkers the replica's state after a step, and every op it newly committed.
     fn observe(&mut self, r: u8, group: u64) {
         let tick = self.tick;
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            return;
+        };
+        let replica = &live.replica;
+        // A primary-elect's own DoViewChange counts in its merge without being sent.
+        if let Some((log_view, head, nacked)) = replica.own_do_view_change() {
+            self.checker
+                .on_dvc_nacks(tick, r, group, log_view, head, &nacked);
+        }
         let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
             return;
         };

@@ -472,11 +472,8 @@ impl Disk {
                     },
                     ..base
                 };
-                let headers: Vec<journal::superblock::ViewHeader> = s
-                    .view_headers
-                    .iter()
-                    .map(|h| *h.bytes())
-                    .collect();
+                let headers: Vec<journal::superblock::ViewHeader> =
+                    s.view_headers.iter().map(|h| *h.bytes()).collect();
                 block_on(superblock.write_with_view_headers(&state, &headers)).is_ok()
             }
         }
@@ -596,6 +593,13 @@ impl Disk {
         } else if let Some(part) = booted.partitions.get_mut(&group) {
             part.frames = part.frames.split_off(&op);
         }
+    }
+
+    /// Forgets every issued write whose completion was not delivered (they never reach the
+    /// device); a following crash lands none of them. Writes a truncation's barrier already
+    /// made durable stay on disk.
+    pub fn forget_unreported(&mut self) {
+        self.pending.clear();
     }
 
     /// A crash. Per group, an in-order prefix of the unreported appends may land (the disk had
