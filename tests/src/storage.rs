@@ -906,10 +906,11 @@ mod tests {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            ..VsrState::default()
         };
-        d.issue_with(0, groups[0], Write::Superblock(state), 1, false);
+        d.issue_with(0, groups[0], Write::Superblock(state.clone()), 1, false);
         assert_eq!(d.complete_due(1).len(), 1);
-        assert_eq!(d.durable_state(groups[0]), Some(state));
+        assert_eq!(d.durable_state(groups[0]), Some(state.clone()));
         assert_eq!(d.entry(groups[1], 1), Entry::Absent);
         assert_eq!(d.complete_due(3).len(), 2);
         assert!(matches!(d.entry(groups[0], 1), Entry::Intact(_)));
@@ -970,6 +971,7 @@ mod tests {
             log_view: view,
             commit_max: 0,
             lost_state: false,
+            ..VsrState::default()
         };
         let mut torn = 0;
         for seed in 0..64 {
@@ -984,10 +986,69 @@ mod tests {
             torn += d.stats.torn;
             let boots = d.boot(&groups).expect("one torn copy never refuses boot");
             for group in groups {
-                let view = boots[&group].state.expect("written").view;
+                let view = boots[&group].state.as_ref().expect("written").view;
                 assert!(view == 1 || view == 2, "seed {seed}: view {view}");
             }
         }
         assert!(torn > 0, "some crash tore a superblock write");
+    }
+
+    /// Decision 51: a truncation makes the group's issued superblock writes durable first, and
+    /// a crash right after keeps them (view headers and ceiling included); a failed one stops
+    /// the truncation.
+    #[test]
+    fn a_truncation_makes_the_superblock_write_before_it_durable() {
+        let group = GroupId::METADATA.0;
+        let first = prepare(group, 1, 0);
+        let header = *PrepareHeader::view(&first[..256]).expect("a header");
+        let state = VsrState {
+            view: 3,
+            log_view: 3,
+            commit_max: 0,
+            lost_state: false,
+            view_headers: vec![header],
+            held_ceiling: 7,
+            ..VsrState::default()
+        };
+        for seed in 0..16 {
+            let mut d = Disk::new(IDENTITY, journal_config(1024), false);
+            d.boot(&[group]).unwrap();
+            d.issue_with(
+                0,
+                group,
+                Write::Append {
+                    op: 1,
+                    frame: first.clone(),
+                },
+                1,
+                false,
+            );
+            d.complete_due(1);
+            d.issue_with(1, group, Write::Superblock(state.clone()), 50, false);
+            assert!(d.truncate_now(group, 1));
+            assert_eq!(d.entry(group, 1), Entry::Absent);
+            d.crash(&mut Prng::new(seed, Stream::Storage), true);
+            let boots = d.boot(&[group]).unwrap();
+            assert_eq!(boots[&group].state.as_ref(), Some(&state), "seed {seed}");
+        }
+        let mut d = Disk::new(IDENTITY, journal_config(1024), false);
+        d.boot(&[group]).unwrap();
+        d.issue_with(
+            0,
+            group,
+            Write::Append {
+                op: 1,
+                frame: first.clone(),
+            },
+            1,
+            false,
+        );
+        d.complete_due(1);
+        d.issue_with(1, group, Write::Superblock(state.clone()), 50, true);
+        assert!(
+            !d.truncate_now(group, 1),
+            "a failed barrier write stops the cut"
+        );
+        assert!(matches!(d.entry(group, 1), Entry::Intact(_)));
     }
 }
