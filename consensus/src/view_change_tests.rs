@@ -356,7 +356,7 @@ fn stale_fork_below_an_acked_op(knobs: Option<&dyn Fn(&mut crate::RawConfig)>) -
     let mut b = boot(raw.clone());
     journal(&mut b, &stale);
     let mut last_state = None;
-    let mut note = |effects: &[Effect], last: &mut Option<crate::VsrState>| {
+    let note = |effects: &[Effect], last: &mut Option<crate::VsrState>| {
         for e in effects {
             if let Effect::PersistVsrState(s) = e {
                 *last = Some(s.clone());
