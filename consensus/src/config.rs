@@ -85,6 +85,9 @@ pub struct BugKnobs {
     pub loosen_nack_quorum: bool,
     /// Send view-scoped frames without waiting for `VsrStatePersisted` (breaks §8.10).
     pub skip_durable_before_send: bool,
+    /// Truncate without first writing the truncation ceiling and the described headers to
+    /// the superblock (breaks decision 51: a restart may nack an op it acknowledged).
+    pub volatile_truncation_ceiling: bool,
 }
 
 impl RawConfig {

@@ -193,13 +193,21 @@ pub enum Effect {
         frame: Frame,
     },
     /// Remove every journal entry with op `>= from_op` (view-change reconciliation). Must take
-    /// effect before any later `Append`. No completion.
+    /// effect before any later `Append`, and only once every [`Effect::PersistVsrState`]
+    /// emitted before it is durable: the core emits one right before each truncation, carrying
+    /// the raised truncation ceiling and the view's headers, so no later life nacks an op this
+    /// one acknowledged (decision 51). If that write fails the driver must fail-stop instead
+    /// of truncating. No completion.
     Truncate {
         /// First op removed.
         from_op: u64,
     },
-    /// Write the superblock with this state; complete with [`Completion::VsrStatePersisted`]
-    /// carrying the same `(view, log_view)`, or `VsrStatePersistFailed`.
+    /// Write the superblock with this state, every field in one atomic generation (the view
+    /// headers with the `log_view` they belong to, decision 50); complete with
+    /// [`Completion::VsrStatePersisted`] carrying the same `(view, log_view)`, or
+    /// `VsrStatePersistFailed`. `snapshot_checksum`/`snapshot_timestamp` name the prepare at
+    /// `snapshot_op`: the driver records them with its checkpoint when `snapshot_op` is the
+    /// checkpoint its superblock names and it does not know them yet (decision 52).
     PersistVsrState(VsrState),
     /// Read the journaled prepare at `op` (expected identity `checksum`) and answer with
     /// [`Completion::Read`]. Used for committed bodies the core no longer caches.
@@ -284,6 +292,8 @@ pub struct Recovered {
     /// The op the state machine (and client table) was restored at; 0 = no snapshot.
     pub snapshot_op: u64,
     /// Identity of the prepare at `snapshot_op` (the `parent` of `snapshot_op + 1`); 0 if none.
+    /// Only what the node's own disk recorded with the checkpoint (decision 52), never a value
+    /// learned elsewhere.
     pub snapshot_checksum: u128,
     /// Timestamp of the prepare at `snapshot_op` (floor for later prepares); 0 if none.
     pub snapshot_timestamp: u64,

@@ -242,14 +242,22 @@ mod tests {
         len: u64,
         /// Ops of the latest view's starting log (every latest-log_view replica knows them).
         start: u64,
-        /// Per replica: (stale?, prefix, holes bitmask, reported commit, fork length).
-        replicas: Vec<(bool, u64, u64, u64, u64)>,
+        /// Per replica: (stale?, prefix, holes bitmask, reported commit, fork length, lost
+        /// bitmask: of the holes, the ops it acknowledged and lost the body of since).
+        replicas: Vec<(bool, u64, u64, u64, u64, u64)>,
         quorum_mask: u32,
     }
 
     fn model() -> impl Strategy<Value = Model> {
         (1usize..=7, 1u64..=12).prop_flat_map(|(n, len)| {
-            let replica = (any::<bool>(), 0..=len, any::<u64>(), 0..=len, 0..=4u64);
+            let replica = (
+                any::<bool>(),
+                0..=len,
+                any::<u64>(),
+                0..=len,
+                0..=4u64,
+                any::<u64>(),
+            );
             (
                 Just(n),
                 Just(len),
@@ -269,41 +277,52 @@ mod tests {
 
     /// Builds the DVCs of a history: `truth` is the latest view's log. Latest-log_view
     /// replicas know every header up to `start` (bodies maybe missing) and hold a prefix of the
-    /// rest with holes (never-acked ops, nacked). Stale replicas (lower log_view) hold a prefix
-    /// of the truth up to at most `start`, then an uncommitted fork of their own. An op is
-    /// committed when a replication quorum holds its body, for a prefix of the log.
-    fn build(m: &Model) -> Option<(Vec<Dvc>, u64, Vec<PrepareHeader>)> {
+    /// rest with holes. A hole is either never acknowledged (a header the view described is
+    /// reported held-and-nacked, decision 33, `Slot::HeldNack`; one it did not, blank and
+    /// nacked) or acknowledged and lost since (a stale run cut below it, a restart): reported
+    /// held without a body, never nacked (decision 51; `restart_nacks_acked` reports it as
+    /// `HeldNack`, the bug before it). Stale replicas (lower log_view) hold a prefix of the
+    /// truth up to at most `start`, then an uncommitted fork of their own. An op is committed
+    /// when a replication quorum acknowledged it at any time (history, not who holds the body
+    /// now), for a prefix of the log.
+    fn build(m: &Model, restart_nacks_acked: bool) -> Option<(Vec<Dvc>, u64, Vec<PrepareHeader>)> {
         let truth = log(m.len, 0, &[]);
         let q_rep = quorum::replication(m.n);
         struct R {
             stale: bool,
             entries: Vec<PrepareHeader>,
             body: Vec<bool>,
+            lost: Vec<bool>,
             known: u64,
         }
         let mut rs = Vec::new();
-        for (i, &(stale, prefix, holes, _, fork_len)) in m.replicas.iter().enumerate() {
+        for (i, &(stale, prefix, holes, _, fork_len, lost_mask)) in m.replicas.iter().enumerate() {
             if stale {
                 let p = prefix.min(m.start);
                 let entries = log(p + fork_len, i as u64 + 1, &truth[..p as usize]);
                 let body = vec![true; entries.len() + 1];
+                let lost = vec![false; entries.len() + 1];
                 rs.push(R {
                     stale,
                     entries,
                     body,
+                    lost,
                     known: 0,
                 });
             } else {
                 let op = prefix.max(m.start);
                 let entries = truth[..op as usize].to_vec();
                 let mut body = vec![false; op as usize + 1];
+                let mut lost = vec![false; op as usize + 1];
                 for o in 1..=op {
                     body[o as usize] = holes & (1 << (o % 64)) == 0 || o == op;
+                    lost[o as usize] = !body[o as usize] && lost_mask & (1 << (o % 64)) != 0;
                 }
                 rs.push(R {
                     stale,
                     entries,
                     body,
+                    lost,
                     known: m.start,
                 });
             }
@@ -314,9 +333,16 @@ mod tests {
                 && r.entries[o as usize - 1].frame.checksum.get()
                     == truth[o as usize - 1].frame.checksum.get()
         };
+        let acked_truth = |r: &R, o: u64| {
+            holds_truth(r, o)
+                || ((o as usize) <= r.entries.len()
+                    && r.lost[o as usize]
+                    && r.entries[o as usize - 1].frame.checksum.get()
+                        == truth[o as usize - 1].frame.checksum.get())
+        };
         let mut committed = 0;
         for o in 1..=m.len {
-            if rs.iter().filter(|r| holds_truth(r, o)).count() >= q_rep {
+            if rs.iter().filter(|r| acked_truth(r, o)).count() >= q_rep {
                 committed = o;
             } else {
                 break;
@@ -343,8 +369,18 @@ mod tests {
                     let header = r.entries[o as usize - 1];
                     let slot = if r.body[o as usize] {
                         present(header)
+                    } else if r.lost[o as usize] {
+                        if restart_nacks_acked && o > commit {
+                            Slot::HeldNack { header }
+                        } else {
+                            absent(header)
+                        }
                     } else if o <= r.known {
-                        absent(header)
+                        if o > commit {
+                            Slot::HeldNack { header }
+                        } else {
+                            absent(header)
+                        }
                     } else {
                         Slot::Blank { nack: o > commit }
                     };
@@ -369,21 +405,54 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(2000))]
         #[test]
         fn merge_never_discards_a_committed_op(m in model()) {
-            let Some((dvcs, committed, truth)) = build(&m) else { return Ok(()); };
-            match merge(&dvcs, m.n, quorum::nack(m.n)) {
-                Outcome::Ready(merged) => {
-                    prop_assert!(merged.op_head >= committed,
-                        "op_head {} < committed {}", merged.op_head, committed);
-                    for (op, h) in &merged.headers {
-                        if *op <= committed {
-                            prop_assert_eq!(h.frame.checksum.get(),
-                                truth[*op as usize - 1].frame.checksum.get());
-                        }
-                    }
-                }
-                Outcome::AwaitingRepair | Outcome::Deadlocked => {}
+            let Some((dvcs, committed, truth)) = build(&m, false) else { return Ok(()); };
+            if let Some(why) = discards_committed(&dvcs, m.n, committed, &truth) {
+                prop_assert!(false, "{}", why);
             }
         }
+    }
+
+    /// Why the merge of `dvcs` loses a committed op, if it does.
+    fn discards_committed(
+        dvcs: &[Dvc],
+        n: usize,
+        committed: u64,
+        truth: &[PrepareHeader],
+    ) -> Option<String> {
+        let Outcome::Ready(merged) = merge(dvcs, n, quorum::nack(n)) else {
+            return None;
+        };
+        if merged.op_head < committed {
+            return Some(format!(
+                "op_head {} < committed {committed}",
+                merged.op_head
+            ));
+        }
+        merged
+            .headers
+            .iter()
+            .find(|(op, h)| {
+                **op <= committed
+                    && h.frame.checksum.get() != truth[**op as usize - 1].frame.checksum.get()
+            })
+            .map(|(op, _)| format!("op {op} replaced"))
+    }
+
+    /// The model bites: with the bug decision 51 fixed (a restarted replica nacks an op it
+    /// acknowledged and then lost), the same generator finds a committed op the merge
+    /// discards.
+    #[test]
+    fn the_merge_model_finds_a_restart_nacking_an_acked_op() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let strategy = model();
+        let found = (0..20_000).find_map(|_| {
+            let m = strategy.new_tree(&mut runner).ok()?.current();
+            let (dvcs, committed, truth) = build(&m, true)?;
+            discards_committed(&dvcs, m.n, committed, &truth)
+        });
+        assert!(found.is_some(), "no counterexample with the bug on");
     }
 
     fn held(op: u64, fork: u64) -> PrepareHeader {

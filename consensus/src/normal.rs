@@ -525,6 +525,15 @@ impl<S: StateMachine> Replica<S> {
             self.transfer.anchor_unknown = false;
         }
         self.last_timestamp = self.last_timestamp.max(header.timestamp.get());
+        let learns_anchor =
+            self.snapshot_op > 0 && op == self.snapshot_op + 1 && self.snapshot_checksum == 0;
+        if learns_anchor {
+            // A transferred snapshot's identity, named by the prepare above it (the current
+            // primary's log chains onto the committed op): recorded with the checkpoint
+            // (decision 52).
+            self.snapshot_checksum = header.parent.get();
+            self.persist_vsr_state_barrier(out);
+        }
         out.push(Effect::Append { op, frame });
         #[cfg(feature = "bug-knobs")]
         if self.config.bug_knobs.ack_before_append {
@@ -573,27 +582,37 @@ impl<S: StateMachine> Replica<S> {
     /// Truncates the journal from `from_op`; ops of the view's log that were journaled there
     /// stay described (no nack in a later DVC) and are repaired again.
     pub(crate) fn cut_journal(&mut self, from_op: u64, out: &mut Outbox) {
-        let described: Vec<PrepareHeader> = self
-            .journal
-            .iter_from(from_op)
-            .filter(|e| e.verified && e.header.op.get() > self.commit_min)
-            .map(|e| e.header)
-            .collect();
-        self.truncate_journal(from_op, out);
-        for header in described {
-            self.view_headers.insert(header.op.get(), header);
-        }
+        self.truncate_journal(from_op, true, out);
         self.recompute_next_offset();
     }
 
-    /// Truncates the journal from `from_op` (> 0) and keeps what depends on it in step: the
-    /// ops it held are never nacked, the completions of their in-flight appends prove nothing,
-    /// and the durable prefix ends below the cut.
-    pub(crate) fn truncate_journal(&mut self, from_op: u64, out: &mut Outbox) {
+    /// Truncates the journal from `from_op` (> 0) and keeps what depends on it in step: with
+    /// `describe`, the verified ops of the view's log it held stay described (repaired again,
+    /// never nacked; a reconcile against a new view's headers describes the new log instead),
+    /// the completions of their in-flight appends prove nothing, and the durable prefix ends
+    /// below the cut. The raised `held_ceiling` and the described headers are written to the
+    /// superblock before the truncation takes effect (the driver orders the `Truncate` after
+    /// that write is durable, decision 51), so no later life nacks an op this one acked.
+    pub(crate) fn truncate_journal(&mut self, from_op: u64, describe: bool, out: &mut Outbox) {
+        let described: Vec<PrepareHeader> = self
+            .journal
+            .iter_from(from_op)
+            .filter(|e| describe && e.verified && e.header.op.get() > self.commit_min)
+            .map(|e| e.header)
+            .collect();
         self.held_ceiling = self.held_ceiling.max(self.journal.head());
         let stale = self.journal.truncate_from(from_op);
         self.stale_appends.extend(stale);
         self.durable_prefix = self.durable_prefix.min(from_op - 1);
+        for header in described {
+            self.view_headers.insert(header.op.get(), header);
+        }
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.volatile_truncation_ceiling {
+            out.push(Effect::Truncate { from_op });
+            return;
+        }
+        self.persist_vsr_state_barrier(out);
         out.push(Effect::Truncate { from_op });
     }
 

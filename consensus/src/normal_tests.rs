@@ -272,6 +272,7 @@ fn heartbeat_timeout_starts_a_view_change_gated_on_the_superblock() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
 }

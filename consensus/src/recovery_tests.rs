@@ -23,6 +23,7 @@ fn recovery_replays_up_to_the_commit_watermark() {
 #[test]
 fn recovery_drops_frames_from_the_first_chain_break() {
     let mut c = chain(0, 0, 2);
+    let kept = headers_of(&c);
     c.push(prepare(0, 0, 3, 999, 0, &[3]));
     let mut out = crate::Outbox::new();
     let b = crate::Replica::new(
@@ -37,15 +38,24 @@ fn recovery_drops_frames_from_the_first_chain_break() {
         &mut out,
     );
     assert_eq!(b.op(), 2);
+    // The ceiling (op 3 may have been acked) is written before the cut (decision 51).
     assert_eq!(
         out.drain().collect::<Vec<_>>(),
-        vec![Effect::Truncate { from_op: 3 }]
+        vec![
+            Effect::PersistVsrState(VsrState {
+                view_headers: kept,
+                held_ceiling: 3,
+                ..Default::default()
+            }),
+            Effect::Truncate { from_op: 3 }
+        ]
     );
 }
 
 #[test]
 fn recovering_replica_probes_then_elects_when_nobody_answers() {
-    let mut b = restarted(3, 1, 0, &chain(0, 0, 1), 9);
+    let c = chain(0, 0, 1);
+    let mut b = restarted(3, 1, 0, &c, 9);
     let probe = request_start_view(1, 0, 9);
     for _ in 0..4 {
         assert_eq!(tick_until_effects(&mut b, 100), broadcast(3, 1, &probe));
@@ -57,6 +67,8 @@ fn recovering_replica_probes_then_elects_when_nobody_answers() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            view_headers: headers_of(&c),
+            ..Default::default()
         })]
     );
     assert_eq!(b.status(), Status::ViewChange);
@@ -227,5 +239,7 @@ fn a_wiped_replica_probes_forever_and_never_elects() {
         log_view: 0,
         commit_max: 0,
         lost_state: false,
+        view_headers: headers_of(&c),
+        ..Default::default()
     })));
 }

@@ -125,6 +125,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) superblock_written: bool,
     /// Identity of the prepare at `snapshot_op` (0 for op 0, or unknown after a transfer).
     pub(crate) snapshot_checksum: u128,
+    /// Timestamp of the prepare at `snapshot_op` (0 when unknown).
+    pub(crate) snapshot_timestamp: u64,
     /// The node lost acknowledged state (see `VsrState::lost_state`): it never sends a
     /// DoViewChange nor takes the election fallback until it durably holds the log up to
     /// `lost_until`, the head of the latest view it adopted.
@@ -215,8 +217,12 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
+            snapshot_timestamp: recovered.snapshot_timestamp,
             lost_state: recovered.lost_state
-                || recovered.superblock.is_some_and(|sb| sb.lost_state),
+                || recovered
+                    .superblock
+                    .as_ref()
+                    .is_some_and(|sb| sb.lost_state),
             lost_until: 0,
             durable_prefix: recovered.snapshot_op,
             checkpoint_durable: recovered.snapshot_op,
@@ -302,16 +308,21 @@ impl<S: StateMachine> Replica<S> {
                 replica.note_recovered_offsets(&header, frame.body());
             }
         }
+        // The durable truncation ceiling of earlier lives (decision 51).
+        replica.held_ceiling = recovered
+            .superblock
+            .as_ref()
+            .map_or(0, |sb| sb.held_ceiling);
+        let mut boot_cut = None;
         if kept < recovered.frames.len() {
             // Dropped frames may have been acked: never nack their ops (decision 33).
-            replica.held_ceiling = recovered.frames[kept..]
+            let dropped = recovered.frames[kept..]
                 .iter()
                 .map(|f| f.prepare_header().map_or(u64::MAX, |h| h.op.get()))
                 .max()
                 .unwrap_or(0);
-            out.push(Effect::Truncate {
-                from_op: replica.op + 1,
-            });
+            replica.held_ceiling = replica.held_ceiling.max(dropped);
+            boot_cut = Some(replica.op + 1);
         }
         if n == 1 {
             watermark = chain_end;
@@ -335,9 +346,10 @@ impl<S: StateMachine> Replica<S> {
             replica.apply_op(op, false, out);
         }
         replica.commit_max = replica.commit_min;
-        if let Some(sb) = recovered.superblock {
+        if let Some(sb) = recovered.superblock.as_ref() {
             replica.view = sb.view;
             replica.log_view = sb.log_view;
+            replica.restore_view_headers(&sb.view_headers);
             replica.commit_max = replica.commit_max.max(sb.commit_max.min(replica.op));
         } else {
             replica.view = last_view;
@@ -345,7 +357,15 @@ impl<S: StateMachine> Replica<S> {
         }
         debug_assert!(replica.log_view <= replica.view);
         replica.durable = (replica.view, replica.log_view);
-        replica.lost_state_durable = recovered.superblock.is_some_and(|sb| sb.lost_state);
+        replica.lost_state_durable = recovered
+            .superblock
+            .as_ref()
+            .is_some_and(|sb| sb.lost_state);
+        if let Some(from_op) = boot_cut {
+            // The ceiling is durable before the cut takes effect (decision 51).
+            replica.persist_vsr_state_barrier(out);
+            out.push(Effect::Truncate { from_op });
+        }
         if !replica.superblock_written {
             // Nothing leaves before the group's superblock exists (see `superblock_written`).
             replica.persist_vsr_state(out);
@@ -565,6 +585,21 @@ impl<S: StateMachine> Replica<S> {
     pub fn next_offset(&self) -> u64 {
         self.next_offset
     }
+    /// The DoViewChange this replica recorded for itself as primary-elect of the current view
+    /// (it counts in the merge without leaving the node): `(log_view, op, nacked ops)`. For
+    /// checkers; `None` when none is recorded.
+    pub fn own_do_view_change(&self) -> Option<(u32, u64, Vec<u64>)> {
+        use crate::merge::Slot;
+        let d = self.vc.dvcs.get(&self.id.0)?;
+        let nacked = d
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Blank { nack: true } | Slot::HeldNack { .. }))
+            .map(|(op, _)| *op)
+            .collect();
+        Some((d.log_view, d.op, nacked))
+    }
+
     /// State transfers installed in this life.
     pub fn transfers_installed(&self) -> u64 {
         self.transfers_installed
@@ -674,6 +709,45 @@ impl<S: StateMachine> Replica<S> {
         self.superblock_written && self.durable == (self.view, self.log_view)
     }
 
+    /// Boot (decision 50): the headers the superblock wrote with `log_view` describe the log
+    /// this replica vouched for. Ops above the replayed commit point the journal lacks are
+    /// held again (described, body to be repaired), and the head is never below the highest
+    /// of them, so the restarted replica claims `log_view` only with the log it vouched for.
+    /// A DVC nacks such an op only above the durable truncation ceiling (decision 51): every
+    /// prepare this replica ever journaled durably is still in its journal or at or below
+    /// that ceiling, so an op above it that the journal lacks was never acknowledged here.
+    fn restore_view_headers(&mut self, headers: &[PrepareHeader]) {
+        let snapshot_op = self.snapshot_op;
+        for h in headers {
+            let op = h.op.get();
+            if h.group.get() != self.group.0 || !wire::integrity::verify_prepare_identity(h.bytes())
+            {
+                continue;
+            }
+            if op == snapshot_op && op > 0 && self.snapshot_checksum == 0 {
+                // The described head at the snapshot op (decision 32): its identity.
+                self.snapshot_checksum = h.frame.checksum.get();
+                self.snapshot_timestamp = h.timestamp.get();
+                if self.op == op {
+                    self.last_checksum = self.snapshot_checksum;
+                    self.head_header = Some(*h);
+                    self.transfer.anchor_unknown = false;
+                }
+            }
+            if op <= self.commit_min || self.journal.get(op).is_some() {
+                continue;
+            }
+            self.view_headers.insert(op, *h);
+            if op > self.op {
+                self.op = op;
+                self.last_checksum = h.frame.checksum.get();
+                self.head_header = Some(*h);
+                self.transfer.anchor_unknown = false;
+            }
+            self.last_timestamp = self.last_timestamp.max(h.timestamp.get());
+        }
+    }
+
     /// Requests a superblock write of the in-memory state unless it is durable or in flight.
     pub(crate) fn persist_vsr_state(&mut self, out: &mut Outbox) {
         let want = (self.view, self.log_view, self.lost_state);
@@ -683,12 +757,76 @@ impl<S: StateMachine> Replica<S> {
         }
         self.persisting = Some(want);
         self.writes.push_back(want);
-        out.push(Effect::PersistVsrState(VsrState {
+        out.push(Effect::PersistVsrState(self.vsr_state()));
+    }
+
+    /// Requests a superblock write of the in-memory state even if `(view, log_view)` is
+    /// durable: the barrier before a truncation (decision 51). The driver makes it durable
+    /// before the `Truncate` that follows it takes effect.
+    pub(crate) fn persist_vsr_state_barrier(&mut self, out: &mut Outbox) {
+        let want = (self.view, self.log_view, self.lost_state);
+        self.persisting = Some(want);
+        self.writes.push_back(want);
+        out.push(Effect::PersistVsrState(self.vsr_state()));
+    }
+
+    /// The state a superblock write records: the view pair, and the log `log_view` vouches
+    /// for above the commit point (decision 50): verified journal entries, the view's
+    /// headers, the described head; the 128 highest ops.
+    pub(crate) fn vsr_state(&self) -> VsrState {
+        let mut headers: BTreeMap<u64, PrepareHeader> = self
+            .view_headers
+            .range(self.commit_min + 1..)
+            .map(|(op, h)| (*op, *h))
+            .collect();
+        for entry in self.journal.iter_from(self.commit_min + 1) {
+            if entry.verified {
+                headers.insert(entry.header.op.get(), entry.header);
+            }
+        }
+        if let Some(h) = self.described_head() {
+            headers.insert(h.op.get(), h);
+        }
+        let skip = headers
+            .len()
+            .saturating_sub(crate::constants::SUFFIX_ENTRIES_MAX);
+        let (snapshot_checksum, snapshot_timestamp) = self.snapshot_identity(self.snapshot_op);
+        VsrState {
             view: self.view,
             log_view: self.log_view,
             commit_max: self.commit_max,
             lost_state: self.lost_state,
-        }));
+            view_headers: headers.into_values().skip(skip).collect(),
+            held_ceiling: self.held_ceiling,
+            snapshot_op: self.snapshot_op,
+            snapshot_checksum,
+            snapshot_timestamp,
+        }
+    }
+
+    /// The identity and timestamp of the prepare at `op` as this replica knows them (its
+    /// journal, the view's headers, the described head, the snapshot's recorded identity, or
+    /// the `parent` of the verified entry above); `(0, 0)` when unknown (decision 52).
+    pub fn snapshot_identity(&self, op: u64) -> (u128, u64) {
+        if op == 0 {
+            return (0, 0);
+        }
+        let header = self
+            .journal
+            .get(op)
+            .map(|e| e.header)
+            .or_else(|| self.view_headers.get(&op).copied())
+            .or_else(|| self.head_header.filter(|h| h.op.get() == op));
+        if let Some(h) = header {
+            return (h.frame.checksum.get(), h.timestamp.get());
+        }
+        if op == self.snapshot_op && self.snapshot_checksum != 0 {
+            return (self.snapshot_checksum, self.snapshot_timestamp);
+        }
+        if let Some(above) = self.journal.get(op + 1).filter(|e| e.verified) {
+            return (above.header.parent.get(), 0);
+        }
+        (0, 0)
     }
 
     /// Removes the oldest in-flight write of `(view, log_view)` (completions arrive in order).

@@ -92,6 +92,15 @@ pub fn chain(view: u32, primary: u8, len: u64) -> Vec<Frame> {
     out
 }
 
+/// The prepare headers of `frames`, in order (what a superblock write records as view
+/// headers, decision 50).
+pub fn headers_of(frames: &[Frame]) -> Vec<wire::header::PrepareHeader> {
+    frames
+        .iter()
+        .map(|f| *f.prepare_header().expect("a prepare"))
+        .collect()
+}
+
 pub fn checksum(frame: &Frame) -> u128 {
     frame.prepare_header().unwrap().frame.checksum.get()
 }
@@ -252,6 +261,7 @@ pub fn restarted(n: u8, r: u8, view: u32, frames: &[Frame], incarnation: u128) -
                 log_view: view,
                 commit_max: 0,
                 lost_state: false,
+                ..Default::default()
             }),
             frames: frames.to_vec(),
             incarnation,

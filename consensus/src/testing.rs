@@ -152,14 +152,10 @@ impl Cluster {
                     disk.journal.split_off(&from_op);
                 }
                 Effect::PersistVsrState(state) => {
+                    let (view, log_view) = (state.view, state.log_view);
                     disk.superblock = Some(state);
-                    self.completions.push_back((
-                        r,
-                        Completion::VsrStatePersisted {
-                            view: state.view,
-                            log_view: state.log_view,
-                        },
-                    ));
+                    self.completions
+                        .push_back((r, Completion::VsrStatePersisted { view, log_view }));
                 }
                 Effect::Read { op, .. } => {
                     let frame = disk.journal.get(&op).cloned();
@@ -291,7 +287,7 @@ impl Cluster {
         self.boots += 1;
         let snapshot_op = disk.snapshot.as_ref().map_or(0, |s| s.op);
         let recovered = Recovered {
-            superblock: disk.superblock,
+            superblock: disk.superblock.clone(),
             frames: disk
                 .journal
                 .range(snapshot_op.max(1)..)

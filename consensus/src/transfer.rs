@@ -372,6 +372,7 @@ impl<S: StateMachine> Replica<S> {
         self.commit_max = self.commit_max.max(commit_op);
         self.snapshot_op = commit_op;
         self.snapshot_checksum = 0;
+        self.snapshot_timestamp = 0;
         self.durable_prefix = self.durable_prefix.max(commit_op);
         // Our head at `commit_op`, known from the offer's own view, is the committed prepare
         // there: keep its identity across the trim (decision 32).
@@ -461,8 +462,10 @@ impl<S: StateMachine> Replica<S> {
             self.checkpoint_pending = None;
         }
         if op > self.snapshot_op {
+            let (checksum, timestamp) = self.snapshot_identity(op);
             self.snapshot_op = op;
-            self.snapshot_checksum = self.journal.get(op).map_or(0, |e| e.checksum());
+            self.snapshot_checksum = checksum;
+            self.snapshot_timestamp = timestamp;
             self.journal.trim_below(op);
             self.repair.pending.retain(|o, _| *o > op);
             self.durable_prefix = self.durable_prefix.max(op);

@@ -54,7 +54,7 @@ pub enum Plane {
 }
 
 /// The durable view state (what the superblock records for the group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VsrState {
     /// `view`.
     pub view: u32,
@@ -66,6 +66,22 @@ pub struct VsrState {
     /// state was wiped) and must not vote in a view change until it durably holds the log of
     /// a view it adopted. Survives restarts until the core clears it.
     pub lost_state: bool,
+    /// The headers of the log `log_view` vouches for that lie above the commit point, highest
+    /// op last, at most 128 (decision 50): the view's headers this replica adopted (StartView
+    /// suffix, merged log) and its verified journaled entries. Written together with
+    /// `log_view`, so a restarted replica never claims `log_view` with a shorter log.
+    pub view_headers: Vec<PrepareHeader>,
+    /// The highest op the journal may have held and no longer holds (`held_ceiling`): a write
+    /// carrying it is durable before any truncation takes effect (decision 51).
+    pub held_ceiling: u64,
+    /// The snapshot op the identity below belongs to (0 = none known).
+    pub snapshot_op: u64,
+    /// Identity of the prepare at `snapshot_op`, 0 when unknown (a transferred snapshot
+    /// before the op above it arrived, decision 52). The driver stores it with its
+    /// checkpoint when `snapshot_op` is the checkpoint its superblock names.
+    pub snapshot_checksum: u128,
+    /// Timestamp of the prepare at `snapshot_op` (0 when unknown).
+    pub snapshot_timestamp: u64,
 }
 
 /// One whole frame (header and body), immutable and cheap to clone (broadcasts share it).

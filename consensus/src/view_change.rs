@@ -634,6 +634,12 @@ impl<S: StateMachine> Replica<S> {
         self.vc = ViewChangeState::default();
         self.pipeline.clear();
         self.drop_role_work();
+        // The new view's headers before reconciling: a truncation's barrier write records them
+        // with the new log_view (decision 50).
+        self.view_headers = headers
+            .range(self.commit_min + 1..)
+            .map(|(o, h)| (*o, *h))
+            .collect();
         self.reconcile(&headers, op.max(self.commit_min), out);
         if op > self.commit_min {
             self.op = op;
@@ -729,7 +735,7 @@ impl<S: StateMachine> Replica<S> {
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
         if let Some(from_op) = cut {
-            self.truncate_journal(from_op, out);
+            self.truncate_journal(from_op, false, out);
             if self.op >= from_op {
                 self.op = self.journal.head().max(self.commit_min);
                 match self.checksum_at(self.op) {

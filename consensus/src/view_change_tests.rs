@@ -66,6 +66,7 @@ fn svc_quorum_triggers_the_dvc_and_the_primary_elect_starts_the_view() {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     let effects = persisted(&mut b);
@@ -92,6 +93,7 @@ fn a_newer_svc_joins_the_view_change_without_sending_before_durable() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     // Durable: SVC, and the DVC because own + replica 0 make Q_vc = 2.
@@ -116,6 +118,8 @@ fn backup_adopts_a_start_view_and_reacks_its_suffix_after_persisting() {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            view_headers: headers_of(&c),
+            ..Default::default()
         })]
     );
     assert_eq!(
@@ -137,7 +141,18 @@ fn start_view_truncates_a_diverging_suffix() {
     let sv = start_view(1, 1, 2, 0, &[ours[0].clone(), theirs.clone()]);
     let (result, effects) = feed(&mut b, 1, &sv);
     assert_eq!(result, Ok(()));
-    assert_eq!(effects[0], Effect::Truncate { from_op: 2 });
+    // The barrier write (new log_view, the view's headers, the ceiling) precedes the cut.
+    assert_eq!(
+        effects[0],
+        Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 1,
+            view_headers: headers_of(&[ours[0].clone(), theirs.clone()]),
+            held_ceiling: 2,
+            ..Default::default()
+        })
+    );
+    assert_eq!(effects[1], Effect::Truncate { from_op: 2 });
     assert!(b.header(2).is_none());
     assert_eq!(b.op(), 2, "the head is the view's");
     // The view's op 2 arrives by retransmission and fills the hole.
@@ -231,6 +246,7 @@ fn a_failed_superblock_write_is_retried_and_withholds_every_send() {
             log_view: 0,
             commit_max: 0,
             lost_state: false,
+            ..Default::default()
         })]
     );
     assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
@@ -323,4 +339,112 @@ fn a_stale_run_below_a_hole_is_cut_once_proven() {
     assert_eq!(result, Ok(()));
     assert!(effects.contains(&Effect::Truncate { from_op: 1 }));
     assert!(b.header(1).is_none());
+}
+
+/// Issue 8 item 1 (decision 51): backup r2 holds a stale op 1 from view 0, adopts view 1
+/// (head 3, commit 3), journals and acknowledges op 4 live, then repair fills ops 3 and 2; op 2
+/// proves op 1 stale and the cut from op 1 also removes the acknowledged op 4. Returns the
+/// effects of that step and the replica restarted from what its disk then holds (the last
+/// superblock write it asked for, an empty journal).
+fn stale_fork_below_an_acked_op(knobs: Option<&dyn Fn(&mut crate::RawConfig)>) -> (Vec<Effect>, R) {
+    let c = chain(1, 1, 4);
+    let stale = chain(0, 0, 1);
+    let mut raw = raw(3, 2);
+    if let Some(set) = knobs {
+        set(&mut raw);
+    }
+    let mut b = boot(raw.clone());
+    journal(&mut b, &stale);
+    let mut last_state = None;
+    let note = |effects: &[Effect], last: &mut Option<crate::VsrState>| {
+        for e in effects {
+            if let Effect::PersistVsrState(s) = e {
+                *last = Some(s.clone());
+            }
+        }
+    };
+    let (result, effects) = feed(&mut b, 1, &start_view(1, 1, 3, 3, &c[2..3]));
+    assert_eq!(result, Ok(()));
+    note(&effects, &mut last_state);
+    persisted(&mut b);
+    // Op 4 live: journaled, acknowledged once durable.
+    let (result, _) = feed(&mut b, 1, &c[3]);
+    assert_eq!(result, Ok(()));
+    let (_, effects) = input(&mut b, appended(&c[3]));
+    assert!(effects.contains(&send(1, prepare_ok(1, 2, &c[3], 3))));
+    // Repair, top-down: op 3, then op 2, which proves op 1 stale.
+    let (result, _) = feed(&mut b, 1, &crate::frames::as_repair(&c[2]));
+    assert_eq!(result, Ok(()));
+    let (result, effects) = feed(&mut b, 1, &crate::frames::as_repair(&c[1]));
+    assert_eq!(result, Ok(()));
+    note(&effects, &mut last_state);
+    let mut out = crate::Outbox::new();
+    let restarted = crate::Replica::new(
+        raw.validate().unwrap(),
+        crate::Recovered {
+            superblock: last_state,
+            incarnation: 11,
+            ..crate::Recovered::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    (effects, restarted)
+}
+
+/// The slot a restarted r2 reports for op 4 once it adopted view 3 (primary r0), whose
+/// StartView describes ops 3..=4 with commit 3.
+fn op_4_after_a_restart(mut b: R) -> crate::merge::Slot {
+    let c = chain(1, 1, 4);
+    let (result, _) = feed(&mut b, 0, &start_view(3, 0, 4, 3, &c[2..]));
+    assert_eq!(result, Ok(()));
+    persisted(&mut b);
+    let (_, dvc) = b.build_do_view_change();
+    dvc.slots[&4]
+}
+
+#[test]
+fn an_acked_op_cut_with_a_stale_run_is_never_nacked_after_a_restart() {
+    let c = chain(1, 1, 4);
+    let (effects, b) = stale_fork_below_an_acked_op(None);
+    // The ceiling and the view's verified ops 2..=4 are written before the cut takes effect.
+    assert_eq!(
+        effects,
+        vec![
+            append(&c[1]),
+            Effect::PersistVsrState(VsrState {
+                view: 1,
+                log_view: 1,
+                commit_max: 3,
+                view_headers: headers_of(&c[1..]),
+                held_ceiling: 4,
+                ..Default::default()
+            }),
+            Effect::Truncate { from_op: 1 },
+        ]
+    );
+    // Restarted from that disk: it still claims log_view 1 with head 4, op 4 held.
+    assert_eq!((b.log_view(), b.op(), b.commit_max()), (1, 4, 3));
+    assert!(matches!(
+        op_4_after_a_restart(b),
+        crate::merge::Slot::Held { present: false, .. }
+    ));
+}
+
+#[cfg(feature = "bug-knobs")]
+#[test]
+fn bug_knob_a_volatile_truncation_ceiling_nacks_an_acked_op_after_a_restart() {
+    let knob: &dyn Fn(&mut crate::RawConfig) = &|raw| {
+        raw.bug_knobs.volatile_truncation_ceiling = true;
+    };
+    let (effects, b) = stale_fork_below_an_acked_op(Some(knob));
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::PersistVsrState(_)))
+    );
+    assert!(matches!(
+        op_4_after_a_restart(b),
+        crate::merge::Slot::HeldNack { .. }
+    ));
 }

@@ -143,6 +143,7 @@ mod tests {
     use crate::mem::MemStorage;
     use crate::prepare::tests::prepare;
     use crate::storage::{SECTOR, block_on};
+    use crate::superblock::COPY_BYTES;
 
     const ID: Identity = Identity {
         cluster: 42,
@@ -245,9 +246,9 @@ mod tests {
             };
             r.superblock.write(&state).await.unwrap();
             // Generation 1 lives in copies 2 and 3.
-            disk.flip_bit("superblock", 2 * SECTOR as u64 + 9, 0)
+            disk.flip_bit("superblock", 2 * COPY_BYTES as u64 + 9, 0)
                 .unwrap();
-            disk.flip_bit("superblock", 3 * SECTOR as u64 + 9, 0)
+            disk.flip_bit("superblock", 3 * COPY_BYTES as u64 + 9, 0)
                 .unwrap();
             assert!(matches!(
                 recover_metadata(disk.clone(), ID, CONFIG).await,

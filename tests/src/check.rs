@@ -32,6 +32,9 @@ pub enum Invariant {
     HashChain,
     /// The core's own state is inconsistent (`commit_min > commit_max`, `log_view > view`).
     LocalState,
+    /// Decision 51: no DoViewChange nacks an op its sender acknowledged in the view whose log
+    /// it claims (its `log_view`), in any life of that replica's data directory.
+    NackAcked,
     /// §2.11: after healing, outstanding requests complete and replicas converge within a bound.
     Liveness,
 }
@@ -49,6 +52,7 @@ impl fmt::Display for Invariant {
             Invariant::ExactlyOnce => "exactly-once",
             Invariant::HashChain => "hash-chain",
             Invariant::LocalState => "local-state",
+            Invariant::NackAcked => "nack-acked",
             Invariant::Liveness => "liveness",
         };
         f.write_str(name)
@@ -118,6 +122,11 @@ pub struct Checker {
     last: BTreeMap<(u8, u64), Observed>,
     durable_view: BTreeMap<(u8, u64), (u32, u32)>,
     primaries: BTreeMap<(u64, u32), u8>,
+    /// `(group, replica, view, op)` of every PrepareOk sent (cleared when the replica's data
+    /// directory is wiped).
+    acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
+    /// The acknowledged ops already reported nacked (each is reported once).
+    nacked_acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
     /// Every violation found, in detection order.
     pub violations: Vec<Violation>,
 }
@@ -414,6 +423,45 @@ impl Checker {
     /// choice, not a regression).
     pub fn on_wipe(&mut self, replica: u8) {
         self.durable_view.retain(|(r, _), _| *r != replica);
+        // A wiped replica lost what it acknowledged (decision 28 keeps it from voting).
+        self.acks.retain(|(_, r, _, _)| *r != replica);
+    }
+
+    /// A replica sent a PrepareOk for `op` in `view`.
+    pub fn on_ack(&mut self, replica: u8, group: u64, view: u32, op: u64) {
+        self.acks.insert((group, replica, view, op));
+    }
+
+    /// A replica sent a DoViewChange claiming the log of `log_view` up to `head` and nacking
+    /// `nacked` ops: none of them, and no op above `head` (the merge counts those as nacks
+    /// too), may be an op it acknowledged in `log_view` (decision 51).
+    pub fn on_dvc_nacks(
+        &mut self,
+        tick: u64,
+        replica: u8,
+        group: u64,
+        log_view: u32,
+        head: u64,
+        nacked: &[u64],
+    ) {
+        let above_head: Vec<u64> = self
+            .acks
+            .range(
+                (group, replica, log_view, head.saturating_add(1))
+                    ..=(group, replica, log_view, u64::MAX),
+            )
+            .map(|a| a.3)
+            .collect();
+        for op in nacked.iter().copied().chain(above_head) {
+            if self.acks.contains(&(group, replica, log_view, op))
+                && self.nacked_acks.insert((group, replica, log_view, op))
+            {
+                let detail = format!(
+                    "group {group:#x}: r{replica} nacked op {op} in a DoViewChange claiming log_view {log_view}, in which it acknowledged that op"
+                );
+                self.violate(tick, Invariant::NackAcked, detail);
+            }
+        }
     }
 
     /// A replica restarted: its in-memory state starts a new life.

@@ -30,9 +30,15 @@ impl Scenario {
 
     /// A scenario over an explicit seed and swarm.
     pub fn with(seed: u64, swarm: Swarm) -> Scenario {
+        Scenario::with_options(seed, swarm, Options::default())
+    }
+
+    /// A scenario over an explicit seed, swarm and simulator options (bug knobs, for stories
+    /// that prove a checker bites).
+    pub fn with_options(seed: u64, swarm: Swarm, options: Options) -> Scenario {
         let options = Options {
             trace: std::env::var("STRAND_SIM_TRACE").is_ok(),
-            ..Options::default()
+            ..options
         };
         let mut sim = Sim::new(seed, swarm, options);
         sim.auto_faults = false;
@@ -82,6 +88,12 @@ impl Scenario {
     /// Crashes replica `r` (its unreported writes are lost).
     pub fn crash(&mut self, r: u8) -> &mut Self {
         self.sim.crash_replica(r);
+        self
+    }
+
+    /// Crashes replica `r` losing every write it has not seen complete (a power cut).
+    pub fn power_cut(&mut self, r: u8) -> &mut Self {
+        self.sim.crash_replica_losing_writes(r);
         self
     }
 

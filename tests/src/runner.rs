@@ -121,6 +121,10 @@ summary_with_counters! {
     recovery_truncations,
     /// Sum of wiped nodes rejoining.
     wiped_rejoins,
+    /// Group boots from a snapshot a state transfer installed.
+    restarts_from_transferred_snapshot,
+    /// Of which with the snapshot's prepare identity read from the superblock.
+    restarts_from_transferred_snapshot_identified,
     /// Sum of boot refusals.
     boot_refusals,
     /// Sum of `Effect::Fatal`.

@@ -98,6 +98,11 @@ pub struct Report {
     pub recovery_truncations: u64,
     /// Wiped nodes that rejoined (`Recovered::wiped`).
     pub wiped_rejoins: u64,
+    /// Group boots restored from a snapshot a state transfer installed (the replica restarted
+    /// from its transferred snapshot, its identity only from its own superblock).
+    pub restarts_from_transferred_snapshot: u64,
+    /// Of which the superblock named the snapshot's prepare identity.
+    pub restarts_from_transferred_snapshot_identified: u64,
     /// Nodes that refused to boot after interior journal corruption.
     pub boot_refusals: u64,
     /// Durable journal entries corrupted by the fault schedule.
@@ -110,10 +115,27 @@ pub struct Report {
 #[derive(Debug, Clone)]
 struct Snapshot {
     op: u64,
-    checksum: u128,
-    timestamp: u64,
+    /// Identity and timestamp of the prepare at `op` as the replica knew them when it asked
+    /// for the checkpoint (0 when unknown); the superblock stores them (decision 52).
+    prepare: (u128, u64),
+    /// Installed by a state transfer (the checkpoint after an install).
+    transferred: bool,
     client_table: Vec<u8>,
     state: SimMachine,
+}
+
+impl Snapshot {
+    /// The hash of the snapshot's bytes (the superblock's `checkpoint_checksum`, not the
+    /// prepare identity).
+    fn bytes_checksum(&self) -> u128 {
+        let mut bytes = Vec::with_capacity(32 + self.client_table.len());
+        bytes.extend_from_slice(&self.op.to_le_bytes());
+        bytes.extend_from_slice(&self.state.inner.op.to_le_bytes());
+        bytes.extend_from_slice(&self.state.inner.digest.to_le_bytes());
+        bytes.extend_from_slice(&self.state.offset_end.to_le_bytes());
+        bytes.extend_from_slice(&self.client_table);
+        u128::from(wire::integrity::xxh3(&bytes)) | (1 << 64)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -449,7 +471,7 @@ impl Sim {
                 .unwrap_or_default();
             // A partition group's machine offers (and accepts) a SEGMENT_LOG artifact.
             state.inner.partition = matches!(GroupId(group).kind(), wire::GroupKind::Partition(_));
-            if let Some(sb) = recovered.superblock {
+            if let Some(sb) = recovered.superblock.as_ref() {
                 self.checker
                     .on_durable_view(self.tick, r, group, sb.view, sb.log_view);
             }
@@ -496,11 +518,20 @@ impl Sim {
         let mut recovered = Recovered::fresh(incarnation);
         if let Some(s) = &snapshot {
             recovered.snapshot_op = s.op;
-            recovered.snapshot_checksum = s.checksum;
-            recovered.snapshot_timestamp = s.timestamp;
             recovered.client_table = s.client_table.clone();
+            // The prepare identity comes from the replica's own superblock, nowhere else.
+            if let Some(sb) = boot.state.as_ref().filter(|sb| sb.snapshot_op == s.op) {
+                recovered.snapshot_checksum = sb.snapshot_checksum;
+                recovered.snapshot_timestamp = sb.snapshot_timestamp;
+            }
+            if s.transferred {
+                self.report.restarts_from_transferred_snapshot += 1;
+                if recovered.snapshot_checksum != 0 {
+                    self.report.restarts_from_transferred_snapshot_identified += 1;
+                }
+            }
         }
-        recovered.superblock = boot.state;
+        recovered.superblock = boot.state.clone();
         self.trace(format_args!(
             "r{r} boot group {group:#x}: state {:?} checkpoint {} entries {:?} damaged {:?}",
             boot.state,
@@ -537,7 +568,17 @@ impl Sim {
                 "interior journal damage in group {group:#x} at op {lowest}"
             ));
         }
-        self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
+        // The cut entries may have been acknowledged: their ops are never nacked (decision
+        // 51), so the ceiling is durable before they go.
+        let ceiling = damaged.iter().next_back().copied().unwrap_or(lowest);
+        self.hosts[usize::from(r)]
+            .disk
+            .raise_truncation_ceiling(group, ceiling);
+        if let Some(sb) = recovered.superblock.as_mut() {
+            sb.held_ceiling = sb.held_ceiling.max(ceiling);
+        }
+        let cut = self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
+        debug_assert!(cut, "nothing is pending at boot");
         self.report.recovery_truncations += 1;
         Ok(recovered)
     }
@@ -579,13 +620,27 @@ impl Sim {
             return;
         }
         host.snapshots.insert(c.group, c.snapshot.clone());
-        host.disk
-            .install_checkpoint(c.group, c.snapshot.op, c.snapshot.checksum);
+        host.disk.install_checkpoint(
+            c.group,
+            c.snapshot.op,
+            c.snapshot.bytes_checksum(),
+            c.snapshot.prepare,
+        );
     }
 
     /// Crashes replica `r` now (scenario DSL).
     pub fn crash_replica(&mut self, r: u8) {
         self.crash(r, "scenario");
+    }
+
+    /// Crashes replica `r` now, losing every write whose completion it has not seen (a power
+    /// cut with a volatile write cache; scenario DSL). Writes already durable stay.
+    pub fn crash_replica_losing_writes(&mut self, r: u8) {
+        if self.hosts[usize::from(r)].up {
+            self.hosts[usize::from(r)].disk.forget_unreported();
+            self.hosts[usize::from(r)].checkpoints.clear();
+        }
+        self.crash(r, "scenario, unreported writes lost");
     }
 
     /// Restarts replica `r` now if it is down (scenario DSL).
@@ -733,8 +788,18 @@ impl Sim {
             }
             Effect::Truncate { from_op } => {
                 // Executed in emission order, before any later append: the journal truncates
-                // synchronously (pending appends at or above it are voided).
-                self.hosts[usize::from(r)].disk.truncate_now(group, from_op);
+                // synchronously (pending appends at or above it are voided), after the
+                // superblock writes issued before it are durable (decision 51).
+                if !self.hosts[usize::from(r)].disk.truncate_now(group, from_op) {
+                    self.report.fatals += 1;
+                    self.trace(format_args!(
+                        "fatal r{r} group {group:#x}: superblock write before a truncation failed"
+                    ));
+                    self.crash(r, "fatal");
+                    let (low, high) = self.swarm.down_ticks;
+                    self.hosts[usize::from(r)].restart_at =
+                        tick + self.prng_crashes.range_inclusive(low, high);
+                }
             }
             Effect::PersistVsrState(state) => {
                 let latency = self.disk_latency(r);
@@ -768,7 +833,8 @@ impl Sim {
             }
             Effect::Checkpoint { op } => {
                 let live = &self.hosts[usize::from(r)].live[&group];
-                if live.replica.transfers_installed() > live.transfers_counted {
+                let transferred = live.replica.transfers_installed() > live.transfers_counted;
+                if transferred {
                     self.report.state_transfers +=
                         live.replica.transfers_installed() - live.transfers_counted;
                 } else {
@@ -782,15 +848,11 @@ impl Sim {
                     .transfers_counted = transfers;
                 let complete_at = tick + 1 + self.disk_latency(r);
                 let live = &self.hosts[usize::from(r)].live[&group];
-                let header = live.replica.header(op).copied();
-                let checksum = header
-                    .map(|h| h.frame.checksum.get())
-                    .or_else(|| self.checker.committed.get(&(group, op)).map(|c| c.identity))
-                    .unwrap_or(0);
+                // Only what the replica itself knows (decision 52); no global record.
                 let snapshot = Snapshot {
                     op,
-                    checksum,
-                    timestamp: header.map_or(0, |h| h.timestamp.get()),
+                    prepare: live.replica.snapshot_identity(op),
+                    transferred,
                     client_table: live.replica.client_table_encoded(),
                     state: SimMachine {
                         inner: live.replica.state_machine().inner.clone(),
@@ -849,7 +911,7 @@ impl Sim {
         if !requester_side {
             // Without a superblock, recovery infers the view from the journal (consensus.md
             // §9.1), so that is what a restart would come back with.
-            let durable_view = match durable {
+            let durable_view = match durable.as_ref() {
                 Some(sb) => sb.view,
                 None => disk.journal_max_view(group),
             };
@@ -863,11 +925,26 @@ impl Sim {
             );
         }
         if command == Command::DoViewChange
-            && let Ok(Message::DoViewChange { header, .. }) =
+            && let Ok(Message::DoViewChange { header, suffix }) =
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
+            let nack = header.nack_bitset.get();
+            let nacked: Vec<u64> = suffix
+                .entries()
+                .enumerate()
+                .filter(|(i, _)| nack & (1u128 << i) != 0)
+                .map(|(_, e)| e.op())
+                .collect();
+            self.checker.on_dvc_nacks(
+                self.tick,
+                r,
+                group,
+                header.log_view.get(),
+                header.op.get(),
+                &nacked,
+            );
             // Without a superblock the recovered log_view is 0 (§9.1).
-            let durable_log_view = durable.map_or(0, |s| s.log_view);
+            let durable_log_view = durable.as_ref().map_or(0, |s| s.log_view);
             self.checker.on_log_view_send(
                 self.tick,
                 r,
@@ -881,6 +958,7 @@ impl Sim {
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
             let op = ok.op.get();
+            self.checker.on_ack(r, group, ok.frame.view.get(), op);
             // An entry the fault schedule corrupted after it was written is excused: the
             // replica cannot know (a latent sector error), and recovery or reads catch it.
             let entry = self.hosts[usize::from(r)].disk.entry(group, op);
@@ -904,6 +982,15 @@ impl Sim {
     /// Feeds the checkers the replica's state after a step, and every op it newly committed.
     fn observe(&mut self, r: u8, group: u64) {
         let tick = self.tick;
+        let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
+            return;
+        };
+        let replica = &live.replica;
+        // A primary-elect's own DoViewChange counts in its merge without being sent.
+        if let Some((log_view, head, nacked)) = replica.own_do_view_change() {
+            self.checker
+                .on_dvc_nacks(tick, r, group, log_view, head, &nacked);
+        }
         let Some(live) = self.hosts[usize::from(r)].live.get_mut(&group) else {
             return;
         };
@@ -1094,7 +1181,13 @@ impl Sim {
                 .into_iter()
                 .partition(|c| c.complete_at <= tick);
         host.checkpoints = keep;
-        for c in due {
+        for mut c in due {
+            if c.snapshot.prepare.0 == 0
+                && let Some(live) = self.hosts[usize::from(r)].live.get(&c.group)
+            {
+                // Learned since it was asked for (the op above a transferred snapshot).
+                c.snapshot.prepare = live.replica.snapshot_identity(c.snapshot.op);
+            }
             Self::install_checkpoint(&mut self.hosts[usize::from(r)], &c);
             self.step(
                 r,

@@ -24,6 +24,7 @@ use journal::{
     PartitionWal, SECTOR, SlotState, Superblock, WalConfig, WalError, block_on, recover_metadata,
 };
 use wire::GroupId;
+use wire::header::{Layout, PrepareHeader};
 
 use crate::prng::Prng;
 
@@ -77,6 +78,9 @@ pub struct Pending {
     /// The device reports an error for it (or the journal refused it): nothing is written, the
     /// completion says failed.
     pub failed: bool,
+    /// Already durable (a superblock write a truncation's barrier flushed): it completes at its
+    /// tick without being written again, and a crash cannot undo it.
+    pub written: bool,
 }
 
 /// Counters of the storage model the report reads.
@@ -161,13 +165,26 @@ fn view_of(frame: &[u8]) -> u32 {
         .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
 }
 
-/// The core's part of the superblock's state.
-fn core_state(state: Option<&journal::VsrState>) -> Option<VsrState> {
-    state.map(|s| VsrState {
+/// The core's part of the superblock's state: the view pair, the view headers written with
+/// `log_view`, the truncation ceiling and the checkpoint's prepare identity, all as the disk
+/// holds them (decisions 50-52).
+fn core_state(superblock: &Superblock<MemStorage>) -> Option<VsrState> {
+    let s = superblock.state()?;
+    let view_headers = superblock
+        .view_headers()
+        .iter()
+        .filter_map(|bytes| PrepareHeader::view(&bytes[..]).copied())
+        .collect();
+    Some(VsrState {
         view: s.view,
         log_view: s.log_view,
         commit_max: s.commit_max,
         lost_state: s.lost_state,
+        view_headers,
+        held_ceiling: s.truncation_ceiling,
+        snapshot_op: s.checkpoint_op,
+        snapshot_checksum: s.checkpoint_prepare_checksum,
+        snapshot_timestamp: s.checkpoint_timestamp,
     })
 }
 
@@ -212,7 +229,7 @@ impl Disk {
         let mut boots = BTreeMap::new();
         let checkpoint_op = recovered.state.map_or(0, |s| s.checkpoint_op);
         let mut metadata = GroupBoot {
-            state: core_state(recovered.state.as_ref()),
+            state: core_state(&recovered.superblock),
             checkpoint_op,
             ..GroupBoot::default()
         };
@@ -264,7 +281,7 @@ impl Disk {
             boots.insert(
                 group,
                 GroupBoot {
-                    state: core_state(superblock.state()),
+                    state: core_state(&superblock),
                     checkpoint_op,
                     entries: frames.clone(),
                     damaged: BTreeSet::new(),
@@ -307,6 +324,7 @@ impl Disk {
             complete_at,
             void: false,
             failed,
+            written: false,
         });
         id
     }
@@ -334,7 +352,7 @@ impl Disk {
         let mut window = Vec::new();
         for i in 0..done.len() {
             let p = &done[i];
-            if p.void || p.failed {
+            if p.void || p.failed || p.written {
                 continue;
             }
             let ok = match &p.write {
@@ -427,6 +445,12 @@ impl Disk {
                     }
                 };
                 let base = superblock.state().copied().unwrap_or_default();
+                // The core names the prepare identity of its snapshot; it belongs to the
+                // checkpoint this superblock records only at the same op (decision 52).
+                let learned = s.snapshot_op == base.checkpoint_op
+                    && s.snapshot_op > 0
+                    && s.snapshot_checksum != 0
+                    && base.checkpoint_prepare_checksum == 0;
                 let state = journal::VsrState {
                     cluster: identity.cluster,
                     replica_id: identity.replica_id,
@@ -435,9 +459,22 @@ impl Disk {
                     log_view: s.log_view,
                     commit_max: s.commit_max,
                     lost_state: s.lost_state,
+                    truncation_ceiling: s.held_ceiling.max(base.truncation_ceiling),
+                    checkpoint_prepare_checksum: if learned {
+                        s.snapshot_checksum
+                    } else {
+                        base.checkpoint_prepare_checksum
+                    },
+                    checkpoint_timestamp: if learned {
+                        s.snapshot_timestamp
+                    } else {
+                        base.checkpoint_timestamp
+                    },
                     ..base
                 };
-                block_on(superblock.write(&state)).is_ok()
+                let headers: Vec<journal::superblock::ViewHeader> =
+                    s.view_headers.iter().map(|h| *h.bytes()).collect();
+                block_on(superblock.write_with_view_headers(&state, &headers)).is_ok()
             }
         }
     }
@@ -445,7 +482,28 @@ impl Disk {
     /// Truncates `group`'s journal from `from_op` at once, durably, and voids issued appends at
     /// or above it (they still complete, but write nothing): the journal executes a truncate in
     /// emission order, after the appends issued before it.
-    pub fn truncate_now(&mut self, group: u64, from_op: u64) {
+    ///
+    /// The superblock writes of `group` issued before the truncation are made durable first
+    /// (the core's barrier, decision 51: its truncation ceiling is on disk before any entry
+    /// goes); they still complete at their own tick. Returns `false`, truncating nothing, when
+    /// one of them fails: the node must fail-stop.
+    pub fn truncate_now(&mut self, group: u64, from_op: u64) -> bool {
+        let mut barrier = Vec::new();
+        for (i, p) in self.pending.iter().enumerate() {
+            if p.group == group && !p.written && matches!(p.write, Write::Superblock(_)) {
+                barrier.push(i);
+            }
+        }
+        for i in barrier {
+            if self.pending[i].failed {
+                return false;
+            }
+            let p = self.pending[i].clone();
+            if !self.execute(&p) {
+                return false;
+            }
+            self.pending[i].written = true;
+        }
         let booted = self.booted();
         if is_metadata(group) {
             block_on(booted.journal.truncate_from(from_op)).expect("in-memory truncate");
@@ -462,11 +520,46 @@ impl Disk {
                 p.void = true;
             }
         }
+        true
+    }
+
+    /// Raises the superblock's truncation ceiling of `group` to `op`, durably (boot, before
+    /// recovery cuts entries that may have been acknowledged; decision 51). Nothing to do
+    /// without a superblock: nothing was sent.
+    pub fn raise_truncation_ceiling(&mut self, group: u64, op: u64) {
+        let booted = self.booted();
+        let superblock = if is_metadata(group) {
+            &mut booted.superblock
+        } else {
+            match booted.partitions.get_mut(&group) {
+                Some(part) => &mut part.superblock,
+                None => return,
+            }
+        };
+        let Some(base) = superblock.state().copied() else {
+            return;
+        };
+        if base.truncation_ceiling >= op {
+            return;
+        }
+        let state = journal::VsrState {
+            truncation_ceiling: op,
+            ..base
+        };
+        block_on(superblock.write(&state)).expect("in-memory superblock write");
     }
 
     /// Records a durable checkpoint at `op` (the snapshot is already durable): the superblock
     /// names it, then the journal's floor rises to it (journal.md G4: the entry at `op` stays).
-    pub fn install_checkpoint(&mut self, group: u64, op: u64, checksum: u128) {
+    /// `snapshot_checksum` is the hash of the snapshot's bytes; `prepare` the identity and
+    /// timestamp of the prepare at `op` as the replica knew them (0 when unknown).
+    pub fn install_checkpoint(
+        &mut self,
+        group: u64,
+        op: u64,
+        snapshot_checksum: u128,
+        prepare: (u128, u64),
+    ) {
         let identity = self.identity;
         let booted = self.booted();
         let superblock = if is_metadata(group) {
@@ -486,7 +579,9 @@ impl Disk {
         });
         let state = journal::VsrState {
             checkpoint_op: op,
-            checkpoint_checksum: checksum,
+            checkpoint_checksum: snapshot_checksum,
+            checkpoint_prepare_checksum: prepare.0,
+            checkpoint_timestamp: prepare.1,
             ..base
         };
         block_on(superblock.write(&state)).expect("in-memory superblock write");
@@ -498,6 +593,13 @@ impl Disk {
         } else if let Some(part) = booted.partitions.get_mut(&group) {
             part.frames = part.frames.split_off(&op);
         }
+    }
+
+    /// Forgets every issued write whose completion was not delivered (they never reach the
+    /// device); a following crash lands none of them. Writes a truncation's barrier already
+    /// made durable stay on disk.
+    pub fn forget_unreported(&mut self) {
+        self.pending.clear();
     }
 
     /// A crash. Per group, an in-order prefix of the unreported appends may land (the disk had
@@ -540,7 +642,7 @@ impl Disk {
                 }
             }
             let superblocks: Vec<usize> = (0..pending.len())
-                .filter(|&i| pending[i].group == group)
+                .filter(|&i| pending[i].group == group && !pending[i].written)
                 .filter(|&i| matches!(pending[i].write, Write::Superblock(_)))
                 .collect();
             for (k, &i) in superblocks.iter().enumerate() {
@@ -661,9 +763,9 @@ impl Disk {
     pub fn durable_state(&self, group: u64) -> Option<VsrState> {
         let booted = self.booted.as_ref()?;
         if is_metadata(group) {
-            core_state(booted.superblock.state())
+            core_state(&booted.superblock)
         } else {
-            core_state(booted.partitions.get(&group)?.superblock.state())
+            core_state(&booted.partitions.get(&group)?.superblock)
         }
     }
 
@@ -804,10 +906,11 @@ mod tests {
             log_view: 1,
             commit_max: 0,
             lost_state: false,
+            ..VsrState::default()
         };
-        d.issue_with(0, groups[0], Write::Superblock(state), 1, false);
+        d.issue_with(0, groups[0], Write::Superblock(state.clone()), 1, false);
         assert_eq!(d.complete_due(1).len(), 1);
-        assert_eq!(d.durable_state(groups[0]), Some(state));
+        assert_eq!(d.durable_state(groups[0]), Some(state.clone()));
         assert_eq!(d.entry(groups[1], 1), Entry::Absent);
         assert_eq!(d.complete_due(3).len(), 2);
         assert!(matches!(d.entry(groups[0], 1), Entry::Intact(_)));
@@ -868,6 +971,7 @@ mod tests {
             log_view: view,
             commit_max: 0,
             lost_state: false,
+            ..VsrState::default()
         };
         let mut torn = 0;
         for seed in 0..64 {
@@ -882,10 +986,69 @@ mod tests {
             torn += d.stats.torn;
             let boots = d.boot(&groups).expect("one torn copy never refuses boot");
             for group in groups {
-                let view = boots[&group].state.expect("written").view;
+                let view = boots[&group].state.as_ref().expect("written").view;
                 assert!(view == 1 || view == 2, "seed {seed}: view {view}");
             }
         }
         assert!(torn > 0, "some crash tore a superblock write");
+    }
+
+    /// Decision 51: a truncation makes the group's issued superblock writes durable first, and
+    /// a crash right after keeps them (view headers and ceiling included); a failed one stops
+    /// the truncation.
+    #[test]
+    fn a_truncation_makes_the_superblock_write_before_it_durable() {
+        let group = GroupId::METADATA.0;
+        let first = prepare(group, 1, 0);
+        let header = *PrepareHeader::view(&first[..256]).expect("a header");
+        let state = VsrState {
+            view: 3,
+            log_view: 3,
+            commit_max: 0,
+            lost_state: false,
+            view_headers: vec![header],
+            held_ceiling: 7,
+            ..VsrState::default()
+        };
+        for seed in 0..16 {
+            let mut d = Disk::new(IDENTITY, journal_config(1024), false);
+            d.boot(&[group]).unwrap();
+            d.issue_with(
+                0,
+                group,
+                Write::Append {
+                    op: 1,
+                    frame: first.clone(),
+                },
+                1,
+                false,
+            );
+            d.complete_due(1);
+            d.issue_with(1, group, Write::Superblock(state.clone()), 50, false);
+            assert!(d.truncate_now(group, 1));
+            assert_eq!(d.entry(group, 1), Entry::Absent);
+            d.crash(&mut Prng::new(seed, Stream::Storage), true);
+            let boots = d.boot(&[group]).unwrap();
+            assert_eq!(boots[&group].state.as_ref(), Some(&state), "seed {seed}");
+        }
+        let mut d = Disk::new(IDENTITY, journal_config(1024), false);
+        d.boot(&[group]).unwrap();
+        d.issue_with(
+            0,
+            group,
+            Write::Append {
+                op: 1,
+                frame: first.clone(),
+            },
+            1,
+            false,
+        );
+        d.complete_due(1);
+        d.issue_with(1, group, Write::Superblock(state.clone()), 50, true);
+        assert!(
+            !d.truncate_now(group, 1),
+            "a failed barrier write stops the cut"
+        );
+        assert!(matches!(d.entry(group, 1), Entry::Intact(_)));
     }
 }

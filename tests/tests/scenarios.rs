@@ -128,3 +128,86 @@ fn two_replicas_of_five_crash_together_and_return() {
     s.crash(0).crash(1).submit(2).expect_commits(5, 5_000);
     s.restart(0).restart(1).expect_converged(5_000);
 }
+
+/// Issue 8 item 1, decision 51, end to end: backup r2 journals op 1 of view 0 that never
+/// commits (the primary loses it in a power cut); view 1 commits ops 1..=3 without r2; r2
+/// adopts view 1, journals and acknowledges op 4 while it cannot repair yet; then repair proves
+/// its op 1 stale and the cut also removes the acknowledged op 4. r2 loses power before it has
+/// op 4 again, op 4's other holder (the primary) goes down, and r0 never had op 4. Restarted,
+/// r2 must not nack op 4 in the next view change: the nack quorum (2 of 3) would discard a
+/// committed op. Returns the scenario for the caller's assertions.
+fn stale_fork_below_an_acked_op_through_a_restart(options: tests::sim::Options) -> Scenario {
+    let mut swarm = tests::swarm::Swarm::calm(3, 0);
+    swarm.slow_disk = Some(0);
+    let mut s = Scenario::with_options(0, swarm, options);
+    let group = s.sim.groups()[0];
+    // Op 1 of view 0 reaches r2 only; r2's ack never reaches r0; r0 loses its own copy.
+    s.isolate(1).block(2, 0).submit(1);
+    let r2_holds_op_1 = s.run_until(200, |sim| {
+        sim.replica(2, group).is_some_and(|r| r.is_durable(1))
+    });
+    assert!(r2_holds_op_1, "r2 journals the stale op 1");
+    s.power_cut(0).heal().isolate(2).restart(0);
+    // View 1 (primary r1) commits ops 1..=3 without r2 (the client retries its request).
+    s.expect_view_above(0, 3_000);
+    s.submit(2).expect_commits(3, 5_000);
+    // r2 rejoins view 1 but cannot repair yet; r0 is cut off so op 4 commits with r2's ack.
+    s.heal()
+        .isolate(0)
+        .lose(Command::RequestPrepares, 1_000_000);
+    s.submit(1).expect_commits(4, 5_000);
+    let r2 = s.sim.replica(2, group).expect("r2 up");
+    let acked = r2.op();
+    assert!(
+        r2.log_view() == 1
+            && r2.is_durable(acked)
+            && r2.header(1).is_some_and(|h| h.frame.view.get() == 0),
+        "r2 holds the stale op 1 and acknowledged op {acked} in view 1"
+    );
+    // Repair resumes: op 2 proves r2's op 1 stale; the cut removes the acked op as well.
+    s.heal().isolate(0);
+    let cut = s.run_until(2_000, |sim| {
+        sim.replica(2, group)
+            .is_some_and(|r| r.header(acked).is_none())
+    });
+    assert!(cut, "the stale run is cut together with op {acked}");
+    // r2 loses power before it holds that op again; the primary r1 goes down too.
+    s.power_cut(2).crash(1).heal().restart(2);
+    s
+}
+
+#[test]
+fn a_stale_fork_below_an_acked_op_survives_a_restart() {
+    let mut s = stale_fork_below_an_acked_op_through_a_restart(tests::sim::Options::default());
+    // r0 and r2 cannot decide op 4 alone (only r1 holds its body): no view may discard it.
+    s.run(3_000).assert_safe();
+    s.restart(1).expect_converged(10_000);
+    s.submit(1).expect_commits(5, 5_000);
+    s.assert_safe();
+}
+
+/// The same story with the truncation ceiling kept in memory only (decision 51 broken): the
+/// restarted r2 nacks the op it acknowledged and the checkers catch it.
+#[cfg(feature = "bug-knobs")]
+#[test]
+fn bug_knob_a_volatile_truncation_ceiling_is_caught_by_the_story() {
+    let options = tests::sim::Options {
+        bug_knobs: consensus::BugKnobs {
+            volatile_truncation_ceiling: true,
+            ..consensus::BugKnobs::default()
+        },
+        ..tests::sim::Options::default()
+    };
+    let mut s = stale_fork_below_an_acked_op_through_a_restart(options);
+    s.run(3_000).restart(1).run(10_000);
+    let broken: Vec<String> = s
+        .sim
+        .checker
+        .safety_violations()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        broken.iter().any(|v| v.contains("nack-acked")),
+        "violations: {broken:#?}"
+    );
+}
