@@ -239,7 +239,9 @@ pub struct Name(String);
 impl Name {
     /// A name, if it is 1..=255 bytes.
     pub fn new(text: &str) -> Option<Name> {
-        (1..=255).contains(&text.len()).then(|| Name(text.to_owned()))
+        (1..=255)
+            .contains(&text.len())
+            .then(|| Name(text.to_owned()))
     }
     /// The text.
     pub fn as_str(&self) -> &str {
@@ -513,10 +515,7 @@ impl Options {
     /// Decodes a length-prefixed block (`u32 byte_len` + entries).
     pub fn read_prefixed(r: &mut Reader<'_>) -> Result<Options, BodyError> {
         let len = r.u32("options length")?;
-        let bytes = r.take(
-            usize::try_from(len).unwrap_or(usize::MAX),
-            "options block",
-        )?;
+        let bytes = r.take(usize::try_from(len).unwrap_or(usize::MAX), "options block")?;
         Options::decode(bytes)
     }
 

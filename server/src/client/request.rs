@@ -437,7 +437,7 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
             }
             c => return Err(Decode::Other(RequestError::UnknownCode(c))),
         },
-        Operation::Register => Request::Register(decode_login(body)?),
+        Operation::Register => return Ok(Request::Register(decode_login(body)?)),
         Operation::Logout => Request::Logout,
         Operation::CreateStream => {
             let name = Name::read(&mut r, "stream name")?;
@@ -469,7 +469,9 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
                 quorum,
             })
         }
-        Operation::Reserved => return Err(Decode::Other(RequestError::InvalidOperation(operation))),
+        Operation::Reserved => {
+            return Err(Decode::Other(RequestError::InvalidOperation(operation)));
+        }
         op if op.is_internal() => {
             return Err(Decode::Other(RequestError::InvalidOperation(operation)));
         }
@@ -512,11 +514,9 @@ fn decode_send<'a>(r: &mut Reader<'a>) -> Result<SendMessages<'a>, BodyError> {
         return Err(BodyError::MetadataLength { declared, actual });
     }
     let batch = r.rest();
-    let header = batch
-        .get(..BATCH_HEADER_SIZE)
-        .ok_or(BodyError::Truncated {
-            field: "batch header",
-        })?;
+    let header = batch.get(..BATCH_HEADER_SIZE).ok_or(BodyError::Truncated {
+        field: "batch header",
+    })?;
     let in_batch = u32::from_le_bytes(
         header[BATCH_MESSAGE_COUNT_AT..BATCH_MESSAGE_COUNT_AT + 4]
             .try_into()

@@ -271,7 +271,11 @@ impl MetadataStateMachine {
         Ok(RESULT_OK.to_vec())
     }
 
-    fn apply_create_topic(&mut self, header: &PrepareHeader, assigned: Assigned) -> Result<Vec<u8>, u32> {
+    fn apply_create_topic(
+        &mut self,
+        header: &PrepareHeader,
+        assigned: Assigned,
+    ) -> Result<Vec<u8>, u32> {
         let Assigned {
             create,
             derived,
@@ -474,7 +478,8 @@ impl StateMachine for MetadataStateMachine {
             // apply with the group ids from the applied counter.
             Operation::CreateTopic => match decode(operation, body) {
                 Ok(Request::CreateTopic(create)) => {
-                    let group_ids = vec![0; create.partitions_count.min(PARTITIONS_PER_TOPIC_MAX) as usize];
+                    let group_ids =
+                        vec![0; create.partitions_count.min(PARTITIONS_PER_TOPIC_MAX) as usize];
                     let assigned = Assigned {
                         derived: topic::derive(&create.options),
                         create,

@@ -240,7 +240,12 @@ impl State {
             };
             let salt = r.array::<SALT_LEN>("salt")?;
             let hash = r.array::<HASH_LEN>("hash")?;
-            if state.users.keys().next_back().is_some_and(|last| *last >= id) {
+            if state
+                .users
+                .keys()
+                .next_back()
+                .is_some_and(|last| *last >= id)
+            {
                 return Err(SnapshotError::Content("user ids not ascending"));
             }
             if state.user_by_name(username.as_str()).is_some() {
@@ -268,7 +273,9 @@ impl State {
                     .next_back()
                     .is_some_and(|last| *last >= id)
             {
-                return Err(SnapshotError::Content("stream ids not ascending or too large"));
+                return Err(SnapshotError::Content(
+                    "stream ids not ascending or too large",
+                ));
             }
             if state.stream_by_name(name.as_str()).is_some() {
                 return Err(SnapshotError::Content("duplicate stream name"));
@@ -289,7 +296,9 @@ impl State {
                         .next_back()
                         .is_some_and(|last| *last >= topic.id)
                 {
-                    return Err(SnapshotError::Content("topic ids not ascending or too large"));
+                    return Err(SnapshotError::Content(
+                        "topic ids not ascending or too large",
+                    ));
                 }
                 if stream.topic_by_name(topic.name.as_str()).is_some() {
                     return Err(SnapshotError::Content("duplicate topic name"));
@@ -303,7 +312,9 @@ impl State {
             .last()
             .is_some_and(|max| state.next_consensus_group_id <= *max)
         {
-            return Err(SnapshotError::Content("group id counter behind its partitions"));
+            return Err(SnapshotError::Content(
+                "group id counter behind its partitions",
+            ));
         }
         Ok(state)
     }

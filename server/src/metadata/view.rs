@@ -117,11 +117,7 @@ impl MetadataView {
     /// The stream named by `id`, or the not-found code of its kind (1009 / 1010).
     pub fn stream(&self, id: &Identifier) -> Result<&Stream, u32> {
         match id {
-            Identifier::Numeric(n) => self
-                .state
-                .streams
-                .get(n)
-                .ok_or(status::STREAM_ID_NOT_FOUND),
+            Identifier::Numeric(n) => self.state.streams.get(n).ok_or(status::STREAM_ID_NOT_FOUND),
             Identifier::Named(name) => self
                 .state
                 .stream_by_name(name.as_str())
@@ -265,6 +261,10 @@ impl TopicRef<'_> {
     /// `lane(group) mod shards`); the answer depends on the node's shard count, which is
     /// why it is computed on lookup and never stored in the replicated state.
     pub fn shard(&self, partition: u32, lanes: u16, shards: u16) -> Result<u16, u32> {
-        Ok(shard::mapping::shard_of(self.group(partition)?, lanes, shards))
+        Ok(shard::mapping::shard_of(
+            self.group(partition)?,
+            lanes,
+            shards,
+        ))
     }
 }
