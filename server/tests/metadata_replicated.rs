@@ -170,7 +170,10 @@ fn three_replicas_apply_metadata_identically() {
     ));
     assert_eq!(status, 0);
     let stream = StreamDetails::decode(read_result(&body).unwrap().unwrap()).unwrap();
-    assert_eq!((stream.stream.id, stream.stream.name.as_str()), (0, "orders"));
+    assert_eq!(
+        (stream.stream.id, stream.stream.name.as_str()),
+        (0, "orders")
+    );
     // created_at is the prepare's timestamp: the primary's clock, replicated.
     assert_eq!(
         stream.stream.created_at,
@@ -199,11 +202,17 @@ fn three_replicas_apply_metadata_identically() {
             options: Options::default(),
         },
     ));
-    assert_eq!(read_result(&body).unwrap(), Err(status::STREAM_NAME_ALREADY_EXISTS));
+    assert_eq!(
+        read_result(&body).unwrap(),
+        Err(status::STREAM_NAME_ALREADY_EXISTS)
+    );
     let mut unsupported = ClientRequest::new(7, Operation::UpdateStream, session, 4, vec![1]);
     unsupported.header.user_id.set(0);
     let (_, body) = c.submit(unsupported);
-    assert_eq!(read_result(&body).unwrap(), Err(status::FEATURE_UNAVAILABLE));
+    assert_eq!(
+        read_result(&body).unwrap(),
+        Err(status::FEATURE_UNAVAILABLE)
+    );
 
     c.ticks(60);
     let ops = c.replicas[0].commit_min();
