@@ -573,3 +573,19 @@ pub fn decode_login(body: &[u8]) -> Result<Login, BodyError> {
         context,
     })
 }
+
+/// The Register body the receiving shard hands to consensus after it authenticated the
+/// client: the version prefix and the username, without the password or token and without
+/// the client context. A prepare body is journaled and replicated to every node, so a secret
+/// left in it would be on every disk in the cluster; the core reads nothing of a Register
+/// body (the authenticated user travels in the header's `user_id`).
+pub fn register_prepare_body(login: &Login) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&login.version.protocol_version.to_le_bytes());
+    login.version.sdk_name.write(&mut out);
+    login.version.sdk_version.write(&mut out);
+    if let Credentials::Password { username, .. } = &login.credentials {
+        username.write(&mut out);
+    }
+    out
+}

@@ -64,6 +64,15 @@ fn appendix_register_body() {
     };
     assert!(!format!("{secret:?}").contains("hunter22"));
     assert!(format!("{login:?}").contains("<redacted>"));
+
+    // What reaches the journal: no password.
+    let login = Login {
+        credentials: secret,
+        ..login
+    };
+    let prepared = register_prepare_body(&login);
+    assert!(!prepared.windows(8).any(|w| w == b"hunter22"));
+    assert_eq!(prepared, body[..body.len() - 9]);
 }
 
 #[test]
