@@ -632,3 +632,210 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_receiving_shard_routes_every_request() {
+    use crate::client::codec::{Consumer, Partitioning, PollingStrategy};
+    use crate::client::reply::{Refusal, decode_streams};
+    use crate::client::request::{
+        ClientVersion, Credentials, Login, OffsetTarget, PollMessages, SendMessages,
+        StoreConsumerOffset,
+    };
+    use crate::client::route::{NodeQuery, Route, route};
+    use wire::decode::EvictionReason;
+
+    let mut d = Driver::new();
+    d.submit(&create_stream("s")).unwrap();
+    d.submit(&create_topic(Identifier::Numeric(0), "t", 2))
+        .unwrap();
+    let view = d.sm.reader().view();
+    let encode = |r: &Request<'_>| {
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        out
+    };
+    let go = |r: &Request<'_>, user: Option<u32>| {
+        let (op, code) = r.operation();
+        route(op, code, &encode(r), user, &view, 5)
+    };
+    let ok = |body: Vec<u8>| Route::Reply(Refusal { status: 0, body });
+
+    // Before login: Ping answers, any other read is 40, any write evicts NoSession.
+    assert_eq!(go(&Request::Ping, None), ok(Vec::new()));
+    assert_eq!(
+        go(&Request::GetStreams, None),
+        Route::Reply(Refusal {
+            status: status::UNAUTHENTICATED,
+            body: Vec::new()
+        })
+    );
+    assert_eq!(
+        go(&create_stream("x"), None),
+        Route::Evict(EvictionReason::NoSession, None)
+    );
+
+    // Login: the version gate, wrong and right credentials; the password stays behind.
+    let login = |version: u32, password: &str| {
+        Request::Register(Login {
+            version: ClientVersion {
+                protocol_version: version,
+                sdk_name: name("rust-sdk"),
+                sdk_version: name("0.11.0-edge.4"),
+            },
+            credentials: Credentials::Password {
+                username: name("iggy"),
+                password: password.into(),
+            },
+            context: String::new(),
+        })
+    };
+    assert_eq!(
+        go(&login(0x2800, "iggy"), None),
+        Route::Evict(EvictionReason::IncompatibleProtocol, Some((0x2C00, 0x2C00)))
+    );
+    assert_eq!(
+        go(&login(0x2C00, "nope"), None),
+        Route::Evict(EvictionReason::InvalidCredentials, None)
+    );
+    let Route::Register { user_id, body } = go(&login(0x2C00, "iggy"), None) else {
+        panic!("login refused")
+    };
+    assert_eq!(user_id, ROOT_USER_ID);
+    assert!(!body.ends_with(b"iggy\x00\x00\x00\x00"));
+
+    let user = Some(ROOT_USER_ID);
+    // Metadata writes go to the metadata group; reads answer from the view.
+    assert_eq!(
+        go(&create_stream("x"), user),
+        Route::Metadata(Operation::CreateStream)
+    );
+    let Route::Reply(Refusal { status: 0, body }) = go(&Request::GetStreams, user) else {
+        panic!()
+    };
+    assert_eq!(decode_streams(&body).unwrap().len(), 1);
+    let Route::Reply(Refusal { status: 0, body }) = go(
+        &Request::GetTopic {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Named(name("t")),
+        },
+        user,
+    ) else {
+        panic!()
+    };
+    assert_eq!(TopicDetails::decode(&body).unwrap().partitions.len(), 2);
+    assert_eq!(
+        go(&Request::GetStream(Identifier::Numeric(4)), user),
+        ok(Vec::new())
+    );
+    assert_eq!(go(&Request::GetStats, user), Route::Node(NodeQuery::Stats));
+
+    // Partition writes and reads resolve to the partition's group.
+    let mut batch = vec![0u8; 256];
+    batch[48] = 1;
+    let send = |partitioning| {
+        Request::SendMessages(SendMessages {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partitioning,
+            messages_count: 1,
+            batch: &batch,
+        })
+    };
+    let group = |partition| {
+        wire::GroupId::partition(wire::PartitionKey {
+            stream: 0,
+            topic: 0,
+            partition,
+        })
+        .unwrap()
+    };
+    assert_eq!(
+        go(&send(Partitioning::Balanced), user),
+        Route::Partition {
+            group: group(1),
+            partition: 1,
+            operation: Operation::SendMessages
+        }
+    );
+    assert_eq!(
+        go(&send(Partitioning::Partition(2)), user),
+        Route::Reply(Refusal {
+            status: status::RESOURCE_NOT_FOUND,
+            body: Vec::new()
+        })
+    );
+    let target = |partition| OffsetTarget {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(1),
+        },
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition,
+    };
+    let poll = PollMessages {
+        consumer: target(None).consumer,
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: None,
+        strategy: PollingStrategy::Next(0),
+        count: 10,
+        auto_commit: true,
+    };
+    assert_eq!(
+        go(&Request::PollMessages(poll.clone()), user),
+        Route::Poll {
+            group: group(0),
+            partition: 0,
+            request: poll.clone()
+        }
+    );
+    assert_eq!(
+        go(
+            &Request::PollMessages(PollMessages {
+                topic: Identifier::Numeric(3),
+                ..poll
+            }),
+            user
+        ),
+        Route::Reply(Refusal {
+            status: status::TOPIC_ID_NOT_FOUND,
+            body: Vec::new()
+        })
+    );
+    assert_eq!(
+        go(
+            &Request::StoreConsumerOffset(StoreConsumerOffset {
+                target: target(Some(1)),
+                offset: 3,
+                quorum: true
+            }),
+            user
+        ),
+        Route::Partition {
+            group: group(1),
+            partition: 1,
+            operation: Operation::StoreConsumerOffset
+        }
+    );
+    assert!(matches!(
+        go(&Request::GetConsumerOffset(target(Some(1))), user),
+        Route::ConsumerOffset { partition: 1, .. }
+    ));
+    // Unsupported and malformed: answered, never dropped.
+    let (op, code) = (Operation::NonReplicated, 601);
+    assert_eq!(
+        route(op, code, &[], user, &view, 0),
+        Route::Reply(Refusal {
+            status: status::FEATURE_UNAVAILABLE,
+            body: Vec::new()
+        })
+    );
+    assert_eq!(
+        route(Operation::CreateUser, 0, &[], user, &view, 0),
+        Route::Reply(Refusal {
+            status: 0,
+            body: crate::client::reply::result_rejected(status::FEATURE_UNAVAILABLE).to_vec()
+        })
+    );
+}
