@@ -37,6 +37,22 @@ impl HashParams {
         parallelism: 1,
     };
 
+    /// The most memory a stored hash may ask for (1 GiB): parameters arrive in snapshots from
+    /// peers, and a verification must never be able to exhaust the node.
+    pub const MEMORY_KIB_MAX: u32 = 1 << 20;
+    /// The most passes a stored hash may ask for.
+    pub const ITERATIONS_MAX: u32 = 64;
+    /// The most lanes a stored hash may ask for.
+    pub const PARALLELISM_MAX: u32 = 16;
+
+    /// Whether Argon2 accepts these parameters and they stay within the maxima above.
+    pub fn is_valid(self) -> bool {
+        self.memory_kib <= Self::MEMORY_KIB_MAX
+            && self.iterations <= Self::ITERATIONS_MAX
+            && self.parallelism <= Self::PARALLELISM_MAX
+            && self.argon2().is_ok()
+    }
+
     fn argon2(self) -> Result<argon2::Argon2<'static>, PasswordError> {
         let params = argon2::Params::new(
             self.memory_kib,
@@ -95,6 +111,9 @@ impl PasswordHash {
         salt: [u8; SALT_LEN],
         params: HashParams,
     ) -> Result<PasswordHash, PasswordError> {
+        if !params.is_valid() {
+            return Err(PasswordError::Params(params));
+        }
         let mut hash = [0; HASH_LEN];
         params
             .argon2()?

@@ -238,6 +238,11 @@ impl State {
                 iterations: r.u32("iterations")?,
                 parallelism: r.u32("parallelism")?,
             };
+            if !params.is_valid() {
+                return Err(SnapshotError::Content(
+                    "password hash parameters out of range",
+                ));
+            }
             let salt = r.array::<SALT_LEN>("salt")?;
             let hash = r.array::<HASH_LEN>("hash")?;
             if state

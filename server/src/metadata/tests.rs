@@ -470,6 +470,13 @@ fn snapshots_with_broken_rules_are_refused() {
         Err(SnapshotError::Content(_))
     ));
     assert_eq!(State::decode(&[1, 2, 3]), Err(SnapshotError::Short));
+    // A peer's snapshot cannot make a login allocate without bound.
+    let mut greedy = good.clone();
+    greedy.users.get_mut(&0).unwrap().password.params.memory_kib = u32::MAX;
+    assert!(matches!(
+        reseal(&greedy, &|_| {}),
+        Err(SnapshotError::Content(_))
+    ));
 }
 
 #[test]

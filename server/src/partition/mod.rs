@@ -135,6 +135,7 @@ pub fn build_poll_reply(
 
 /// Appends frames `first..first + n` of a verified batch under a rewritten header.
 fn append_part(out: &mut Vec<u8>, batch: &[u8], first: u32, n: u32) {
+    assert!(n > 0, "a part holds at least one message");
     let mut at = BATCH_HEADER_SIZE;
     let mut frames = 0..0;
     let mut checksums = Vec::with_capacity(n as usize);
