@@ -9,7 +9,8 @@ use consensus::{
     Recovered, Replica, ReplicaId,
 };
 use server::client::codec::{Identifier, Name, Options};
-use server::client::reply::{StreamDetails, TopicDetails, read_result};
+use server::client::reply::{LoginReply, StreamDetails, TopicDetails, read_result};
+use server::client::request::PROTOCOL_VERSION;
 use server::client::request::{CreateTopic, Request};
 use server::client::status;
 use server::metadata::password::HashParams;
@@ -156,8 +157,11 @@ fn request(session: u64, number: u64, request: &Request<'_>) -> ClientRequest {
 fn three_replicas_apply_metadata_identically() {
     let mut c = Cluster::new(3);
     let (_, login) = c.submit(ClientRequest::new(7, Operation::Register, 0, 0, Vec::new()));
-    let session = u64::from_le_bytes(login[8..16].try_into().unwrap());
-    assert_eq!(session, 1);
+    // The core builds the Register reply; the client codec reads it as the SDK does.
+    let login = LoginReply::decode(read_result(&login).unwrap().unwrap()).unwrap();
+    let session = login.session;
+    assert_eq!((session, login.user_id), (1, 0));
+    assert_eq!(login.server_protocol_version, PROTOCOL_VERSION);
 
     let name = |s: &str| Name::new(s).unwrap();
     let (status, body) = c.submit(request(
