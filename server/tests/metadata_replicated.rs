@@ -14,6 +14,7 @@ use server::client::request::PROTOCOL_VERSION;
 use server::client::request::{CreateTopic, Request};
 use server::client::status;
 use server::metadata::password::HashParams;
+use server::metadata::view::Sessions;
 use server::metadata::{Genesis, MetadataStateMachine, RootCredentials};
 use wire::Operation;
 
@@ -240,4 +241,37 @@ fn three_replicas_apply_metadata_identically() {
         c.replicas[1].header(3).unwrap().operation,
         Operation::CreateTopicWithAssignments.byte()
     );
+
+    // Sessions: the driver publishes the committed client table beside the view; any
+    // replica's table gives the same answer, and a Logout removes the session.
+    let publish = |c: &Cluster, r: usize| {
+        let replica = &c.replicas[r];
+        let sm = replica.state_machine();
+        sm.handle().publish_sessions(Sessions::from_table(
+            replica.commit_min(),
+            replica.sessions().map(|(client, s, u)| (client.0, s, u)),
+        ));
+        sm.reader()
+    };
+    for r in 0..3 {
+        let reader = publish(&c, r);
+        assert_eq!(reader.sessions().user(7, session), Some(0), "replica {r}");
+        assert_eq!(reader.sessions().user(7, session + 1), None);
+    }
+    let (_, body) = c.submit(ClientRequest::new(
+        7,
+        Operation::Logout,
+        session,
+        5,
+        Vec::new(),
+    ));
+    assert!(body.is_empty());
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(
+            publish(&c, r).sessions().user(7, session),
+            None,
+            "replica {r}"
+        );
+    }
 }

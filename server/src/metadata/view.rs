@@ -57,6 +57,18 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// The sessions of a committed client table at `op`, from
+    /// `consensus::Replica::sessions()`: `(client, session, user_id)`.
+    pub fn from_table(op: u64, table: impl IntoIterator<Item = (u128, u64, u32)>) -> Sessions {
+        Sessions {
+            op,
+            by_client: table
+                .into_iter()
+                .map(|(client, session, user_id)| (client, Session { session, user_id }))
+                .collect(),
+        }
+    }
+
     /// The user of a request that carries `(client, session)`, if that login is current.
     pub fn user(&self, client: u128, session: u64) -> Option<u32> {
         self.by_client
