@@ -599,3 +599,33 @@ fn root_credentials_from_the_file_and_the_environment() {
         "environment variable `IGGY_ROOT_PASSWORD`: the root password must be 3 to 100 bytes, found 2"
     );
 }
+
+#[test]
+fn cluster_metadata_names_the_primary_and_the_unreachable() {
+    use crate::client::answers::{ROLE_FOLLOWER, ROLE_LEADER, STATUS_HEALTHY, STATUS_UNREACHABLE};
+    use crate::client::reply::ClusterMetadata;
+    let config = load_ok(NODES);
+    let metadata = crate::client::answers::cluster_metadata(&config, Some(1), |_| false);
+    assert_eq!(metadata.name, "iggy-cluster");
+    let roles: Vec<_> = metadata.nodes.iter().map(|n| (n.role, n.status)).collect();
+    assert_eq!(
+        roles,
+        vec![
+            (ROLE_FOLLOWER, STATUS_HEALTHY),
+            (ROLE_LEADER, STATUS_UNREACHABLE)
+        ]
+    );
+    assert_eq!(
+        (metadata.nodes[1].ip.as_str(), metadata.nodes[1].tcp),
+        ("127.0.0.1", 8091)
+    );
+    let mut bytes = Vec::new();
+    metadata.encode(&mut bytes);
+    assert_eq!(ClusterMetadata::decode(&bytes).unwrap(), metadata);
+    let none = crate::client::answers::cluster_metadata(&config, None, |_| true);
+    assert!(
+        none.nodes
+            .iter()
+            .all(|n| n.role == ROLE_FOLLOWER && n.status == STATUS_HEALTHY)
+    );
+}

@@ -531,6 +531,15 @@ fn the_reader_sees_committed_versions_whole() {
         .unwrap()
     );
     assert_eq!(t.group(3), Err(status::PARTITION_NOT_FOUND));
+    let stats = crate::client::answers::stats(&view);
+    assert_eq!(
+        (
+            stats.streams_count,
+            stats.topics_count,
+            stats.partitions_count
+        ),
+        (1, 1, 3)
+    );
     assert_eq!(t.shard(1, 16, 1), Ok(0));
     assert!(t.shard(1, 16, 4).unwrap() < 4);
     assert_eq!(
