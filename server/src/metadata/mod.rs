@@ -292,9 +292,10 @@ impl MetadataStateMachine {
         // CreateTopic projected before a view change) got there first; then the next free
         // one, so ids stay unique on every replica alike.
         let mut partitions = Vec::with_capacity(group_ids.len());
+        let mut next = state.next_consensus_group_id;
         for (index, hint) in group_ids.into_iter().enumerate() {
-            let group = hint.max(state.next_consensus_group_id);
-            state.next_consensus_group_id = group.checked_add(1).ok_or(status::ERROR)?;
+            let group = hint.max(next);
+            next = group.checked_add(1).ok_or(status::ERROR)?;
             partitions.push(Partition {
                 id: index as u32,
                 created_at,
@@ -313,6 +314,7 @@ impl MetadataStateMachine {
         let mut reply = RESULT_OK.to_vec();
         topic_details(&topic).encode(&mut reply);
         stream.topics.insert(id, topic);
+        state.next_consensus_group_id = next;
         Ok(reply)
     }
 }

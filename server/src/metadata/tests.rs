@@ -282,6 +282,24 @@ fn malformed_prepares_are_refused_alike() {
     );
     assert_eq!(d.sm.state().streams[&0].topics.len(), 0);
     assert_ne!(d.sm.snapshot(), before);
+    // Group ids that would overflow the counter: refused, and nothing moved.
+    let before = d.sm.snapshot();
+    let overflowing = Assigned {
+        create: CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions_count: 2,
+            name: name("t"),
+            options: Options::default(),
+        },
+        derived: topic::derive(&Options::default()),
+        group_ids: vec![u64::MAX - 1, 0],
+    }
+    .encode();
+    assert_eq!(
+        rejected(&d.apply(Operation::CreateTopicWithAssignments, &overflowing)),
+        status::ERROR
+    );
+    assert_eq!(d.sm.snapshot(), before);
 }
 
 #[test]
