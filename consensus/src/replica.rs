@@ -17,7 +17,7 @@ use crate::repair::Repair;
 use crate::state_machine::StateMachine;
 use crate::timer::{Prng, Timer};
 use crate::transfer::Transfer;
-use crate::types::{Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
+use crate::types::{ClientId, Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};
 use crate::view_change::ViewChangeState;
 
 /// Every timer of a replica (§6).
@@ -580,6 +580,15 @@ impl<S: StateMachine> Replica<S> {
     /// equivalence checks between replicas.
     pub fn client_table_encoded(&self) -> Vec<u8> {
         self.clients.encode()
+    }
+    /// The committed sessions of the client table (metadata plane; none on partitions), as
+    /// `(client, session, user_id)` in client order: what the client listeners of every shard
+    /// check requests against (published by the driver, never read across shards directly).
+    pub fn sessions(&self) -> impl Iterator<Item = (ClientId, u64, u32)> + '_ {
+        self.clients
+            .sessions
+            .iter()
+            .map(|(client, s)| (ClientId(*client), s.epoch, s.user_id))
     }
     /// Partition plane: the next message offset this replica would mint.
     pub fn next_offset(&self) -> u64 {

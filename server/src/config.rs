@@ -53,7 +53,13 @@ impl fmt::Display for ConfigError {
             write!(f, "config: {}", self.message)
         } else if self.key.starts_with("--") {
             write!(f, "flag `{}`: {}", self.key, self.message)
-        } else if self.key == SHARED_SECRET_ENV {
+        } else if [
+            SHARED_SECRET_ENV,
+            crate::metadata::ENV_ROOT_USERNAME,
+            crate::metadata::ENV_ROOT_PASSWORD,
+        ]
+        .contains(&self.key.as_str())
+        {
             write!(f, "environment variable `{}`: {}", self.key, self.message)
         } else {
             write!(f, "config key `{}`: {}", self.key, self.message)
@@ -233,6 +239,8 @@ pub struct RawMetadata {
     pub journal_slots: u64,
     pub clients_table_max: u64,
     pub checkpoint_interval_ops: u64,
+    pub root_username: String,
+    pub root_password: Secret,
 }
 
 defaults!(RawMetadata {
@@ -240,7 +248,20 @@ defaults!(RawMetadata {
     journal_slots: 1024,
     clients_table_max: 8192,
     checkpoint_interval_ops: 256,
+    root_username: s(crate::metadata::ROOT_DEFAULT),
+    root_password: Secret(s(crate::metadata::ROOT_DEFAULT)),
 });
+
+/// A secret from the config file or the environment: `Debug` never shows it.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
 
 /// `[partition]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -461,6 +482,9 @@ pub struct Metadata {
     pub journal_slots: u32,
     pub clients_table_max: u32,
     pub checkpoint_interval_ops: u64,
+    /// The root user: `IGGY_ROOT_USERNAME` / `IGGY_ROOT_PASSWORD`, else
+    /// `metadata.root_username` / `metadata.root_password` (decision 124).
+    pub root: crate::metadata::RootCredentials,
 }
 
 /// `[partition]`, validated.
@@ -533,6 +557,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `IGGY_CLUSTER_AUTH_SHARED_SECRET`, when set.
     pub shared_secret_env: Option<String>,
+    /// `IGGY_ROOT_USERNAME`, when set.
+    pub root_username_env: Option<String>,
+    /// `IGGY_ROOT_PASSWORD`, when set.
+    pub root_password_env: Option<Secret>,
     /// The CPUs this process may run on (`sched_getaffinity`), for `"all"` and counts.
     pub available_cpus: Vec<usize>,
 }
@@ -543,6 +571,10 @@ impl Overrides {
         Ok(Overrides {
             replica_id,
             shared_secret_env: std::env::var(SHARED_SECRET_ENV).ok(),
+            root_username_env: std::env::var(crate::metadata::ENV_ROOT_USERNAME).ok(),
+            root_password_env: std::env::var(crate::metadata::ENV_ROOT_PASSWORD)
+                .ok()
+                .map(Secret),
             available_cpus: shard::cores::thread_allowed_cpus()?,
             ..Overrides::default()
         })
@@ -647,7 +679,7 @@ impl RawConfig {
         let system = self.validate_system(overrides)?;
         let message_bus = self.validate_message_bus()?;
         let cluster = self.validate_cluster(overrides, &system, &message_bus)?;
-        let metadata = self.validate_metadata()?;
+        let metadata = self.validate_metadata(overrides)?;
         let partition = self.validate_partition(&message_bus)?;
         if !cluster.enabled {
             return Err(ConfigError::new(
@@ -1098,7 +1130,7 @@ impl RawConfig {
         Ok(nodes)
     }
 
-    fn validate_metadata(&self) -> Result<Metadata, ConfigError> {
+    fn validate_metadata(&self, overrides: &Overrides) -> Result<Metadata, ConfigError> {
         let raw = &self.metadata;
         let depth = in_range(
             "metadata.prepare_queue_depth",
@@ -1136,6 +1168,30 @@ impl RawConfig {
                 65536,
             )? as u32,
             checkpoint_interval_ops: interval,
+            root: crate::metadata::RootCredentials::resolve(
+                Some(&raw.root_username),
+                Some(&raw.root_password.0),
+                ("metadata.root_username", "metadata.root_password"),
+                |var| match var {
+                    crate::metadata::ENV_ROOT_USERNAME => overrides.root_username_env.clone(),
+                    crate::metadata::ENV_ROOT_PASSWORD => {
+                        overrides.root_password_env.as_ref().map(|s| s.0.clone())
+                    }
+                    _ => None,
+                },
+            )
+            .map_err(|e| {
+                let key = match &e {
+                    crate::metadata::RootError::Username { origin, .. }
+                    | crate::metadata::RootError::Password { origin, .. } => *origin,
+                };
+                let message = e.to_string();
+                let message = message
+                    .strip_prefix(&format!("{key}: "))
+                    .unwrap_or(&message)
+                    .to_owned();
+                ConfigError::new(key, message)
+            })?,
         })
     }
 

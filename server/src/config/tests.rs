@@ -557,3 +557,75 @@ fn dev_clusters_validate_with_ports_a_hundred_apart() {
         }
     }
 }
+
+#[test]
+fn root_credentials_from_the_file_and_the_environment() {
+    let config = load_ok(NODES);
+    assert_eq!(config.metadata.root.username, "iggy");
+    let text =
+        format!("{NODES}\n[metadata]\nroot_username = \"admin\"\nroot_password = \"pa55word\"");
+    let config = load_ok(&text);
+    assert_eq!(config.metadata.root.username, "admin");
+    // The password never shows in a Debug output of the raw or the validated config.
+    let raw = RawConfig::parse(&text).unwrap();
+    assert!(!format!("{raw:?}").contains("pa55word"));
+    assert!(!format!("{config:?}").contains("pa55word"));
+
+    let env = Overrides {
+        root_username_env: Some("envroot".into()),
+        root_password_env: Some(Secret("envpass".into())),
+        ..overrides()
+    };
+    let config = load(&text, &env).unwrap();
+    assert_eq!(
+        config.metadata.root.username, "envroot",
+        "the environment wins"
+    );
+
+    assert_eq!(
+        refuse("[metadata]\nroot_username = \"ab\""),
+        "config key `metadata.root_username`: the root username must be 3 to 50 bytes, found 2"
+    );
+    assert_eq!(
+        refuse("[metadata]\nroot_password = \"\""),
+        "config key `metadata.root_password`: the root password must be 3 to 100 bytes, found 0"
+    );
+    let short_env = Overrides {
+        root_password_env: Some(Secret("xy".into())),
+        ..overrides()
+    };
+    assert_eq!(
+        refuse_with("", &short_env),
+        "environment variable `IGGY_ROOT_PASSWORD`: the root password must be 3 to 100 bytes, found 2"
+    );
+}
+
+#[test]
+fn cluster_metadata_names_the_primary_and_the_unreachable() {
+    use crate::client::answers::{ROLE_FOLLOWER, ROLE_LEADER, STATUS_HEALTHY, STATUS_UNREACHABLE};
+    use crate::client::reply::ClusterMetadata;
+    let config = load_ok(NODES);
+    let metadata = crate::client::answers::cluster_metadata(&config, Some(1), |_| false);
+    assert_eq!(metadata.name, "iggy-cluster");
+    let roles: Vec<_> = metadata.nodes.iter().map(|n| (n.role, n.status)).collect();
+    assert_eq!(
+        roles,
+        vec![
+            (ROLE_FOLLOWER, STATUS_HEALTHY),
+            (ROLE_LEADER, STATUS_UNREACHABLE)
+        ]
+    );
+    assert_eq!(
+        (metadata.nodes[1].ip.as_str(), metadata.nodes[1].tcp),
+        ("127.0.0.1", 8091)
+    );
+    let mut bytes = Vec::new();
+    metadata.encode(&mut bytes);
+    assert_eq!(ClusterMetadata::decode(&bytes).unwrap(), metadata);
+    let none = crate::client::answers::cluster_metadata(&config, None, |_| true);
+    assert!(
+        none.nodes
+            .iter()
+            .all(|n| n.role == ROLE_FOLLOWER && n.status == STATUS_HEALTHY)
+    );
+}

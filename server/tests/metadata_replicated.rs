@@ -1,0 +1,277 @@
+//! The metadata state machine inside the real consensus core: three `Replica`s of the metadata
+//! group over a FIFO in-memory network with immediate storage. The primary's preflight and
+//! projection, every replica's apply, and the replies travel exactly as in a node.
+
+use std::collections::VecDeque;
+
+use consensus::{
+    ClientId, ClientRequest, Completion, Effect, Frame, GroupId, Input, Now, Outbox, RawConfig,
+    Recovered, Replica, ReplicaId,
+};
+use server::client::codec::{Identifier, Name, Options};
+use server::client::reply::{LoginReply, StreamDetails, TopicDetails, read_result};
+use server::client::request::PROTOCOL_VERSION;
+use server::client::request::{CreateTopic, Request};
+use server::client::status;
+use server::metadata::password::HashParams;
+use server::metadata::view::Sessions;
+use server::metadata::{Genesis, MetadataStateMachine, RootCredentials};
+use wire::Operation;
+
+struct Cluster {
+    replicas: Vec<Replica<MetadataStateMachine>>,
+    network: VecDeque<(ReplicaId, ReplicaId, Frame)>,
+    completions: VecDeque<(ReplicaId, Completion)>,
+    replies: Vec<(ClientId, Frame)>,
+    now: Now,
+    outbox: Outbox,
+}
+
+fn machine() -> MetadataStateMachine {
+    MetadataStateMachine::new(&Genesis {
+        cluster_id: 0xC1,
+        root: RootCredentials::resolve(None, None, ("u", "p"), |_| None).unwrap(),
+        params: HashParams::TEST,
+    })
+    .unwrap()
+}
+
+impl Cluster {
+    fn new(n: u8) -> Cluster {
+        let mut c = Cluster {
+            replicas: Vec::new(),
+            network: VecDeque::new(),
+            completions: VecDeque::new(),
+            replies: Vec::new(),
+            now: Now {
+                tick: 0,
+                realtime_us: 1_000_000,
+            },
+            outbox: Outbox::new(),
+        };
+        for r in 0..n {
+            let config = RawConfig::new(0xC1, ReplicaId(r), n, GroupId::METADATA)
+                .validate()
+                .unwrap();
+            let replica = Replica::new(
+                config,
+                Recovered::fresh(u128::from(r) + 1),
+                machine(),
+                &mut c.outbox,
+            );
+            c.replicas.push(replica);
+            c.execute(ReplicaId(r));
+        }
+        c.run();
+        c
+    }
+
+    fn execute(&mut self, r: ReplicaId) {
+        let effects: Vec<Effect> = self.outbox.drain().collect();
+        for effect in effects {
+            match effect {
+                Effect::Send { to, frame } => self.network.push_back((r, to, frame)),
+                Effect::Append { op, frame } => {
+                    let checksum = frame.prepare_header().unwrap().frame.checksum.get();
+                    self.completions
+                        .push_back((r, Completion::Appended { op, checksum }));
+                }
+                Effect::PersistVsrState(state) => self.completions.push_back((
+                    r,
+                    Completion::VsrStatePersisted {
+                        view: state.view,
+                        log_view: state.log_view,
+                    },
+                )),
+                Effect::Checkpoint { op } => self
+                    .completions
+                    .push_back((r, Completion::Checkpointed { op })),
+                Effect::Reply { client, frame } => self.replies.push((client, frame)),
+                Effect::Truncate { .. } => {}
+                other => panic!("unexpected effect {other:?}"),
+            }
+        }
+    }
+
+    fn step(&mut self, r: ReplicaId, input: Input<'_>) {
+        let _ = self.replicas[r.0 as usize].step(self.now, input, &mut self.outbox);
+        self.execute(r);
+    }
+
+    fn run(&mut self) {
+        for _ in 0..100_000 {
+            if let Some((r, completion)) = self.completions.pop_front() {
+                self.step(r, Input::Done(completion));
+            } else if let Some((from, to, frame)) = self.network.pop_front() {
+                self.step(
+                    to,
+                    Input::Frame {
+                        from,
+                        frame: &frame,
+                    },
+                );
+            } else {
+                return;
+            }
+        }
+        panic!("did not quiesce");
+    }
+
+    fn ticks(&mut self, k: u64) {
+        for _ in 0..k {
+            self.now.tick += 1;
+            self.now.realtime_us += 10_000;
+            for r in 0..self.replicas.len() as u8 {
+                self.step(ReplicaId(r), Input::Tick);
+            }
+            self.run();
+        }
+    }
+
+    /// Submits at the primary (replica 0) and returns the reply's status and body.
+    fn submit(&mut self, request: ClientRequest) -> (u32, Vec<u8>) {
+        let client = request.header.client.get();
+        self.replies.clear();
+        self.step(ReplicaId(0), Input::Request(request));
+        self.run();
+        let (_, frame) = self
+            .replies
+            .iter()
+            .find(|(id, _)| id.0 == client)
+            .expect("every request is answered");
+        let bytes = frame.bytes();
+        let status = u32::from_le_bytes(bytes[216..220].try_into().unwrap());
+        (status, bytes[256..].to_vec())
+    }
+}
+
+fn request(session: u64, number: u64, request: &Request<'_>) -> ClientRequest {
+    let (operation, _) = request.operation();
+    let mut body = Vec::new();
+    request.encode(&mut body);
+    let mut r = ClientRequest::new(7, operation, session, number, body);
+    r.header.user_id.set(0); // the receiving shard stamps the authenticated user
+    r
+}
+
+#[test]
+fn three_replicas_apply_metadata_identically() {
+    let mut c = Cluster::new(3);
+    let (_, login) = c.submit(ClientRequest::new(7, Operation::Register, 0, 0, Vec::new()));
+    // The core builds the Register reply; the client codec reads it as the SDK does.
+    let login = LoginReply::decode(read_result(&login).unwrap().unwrap()).unwrap();
+    let session = login.session;
+    assert_eq!((session, login.user_id), (1, 0));
+    assert_eq!(login.server_protocol_version, PROTOCOL_VERSION);
+
+    let name = |s: &str| Name::new(s).unwrap();
+    let (status, body) = c.submit(request(
+        session,
+        1,
+        &Request::CreateStream {
+            name: name("orders"),
+            options: Options::default(),
+        },
+    ));
+    assert_eq!(status, 0);
+    let stream = StreamDetails::decode(read_result(&body).unwrap().unwrap()).unwrap();
+    assert_eq!(
+        (stream.stream.id, stream.stream.name.as_str()),
+        (0, "orders")
+    );
+    // created_at is the prepare's timestamp: the primary's clock, replicated.
+    assert_eq!(
+        stream.stream.created_at,
+        c.replicas[1].header(2).unwrap().timestamp.get()
+    );
+
+    let (_, body) = c.submit(request(
+        session,
+        2,
+        &Request::CreateTopic(CreateTopic {
+            stream: Identifier::Named(name("orders")),
+            partitions_count: 3,
+            name: name("eu"),
+            options: Options::default(),
+        }),
+    ));
+    let topic = TopicDetails::decode(read_result(&body).unwrap().unwrap()).unwrap();
+    assert_eq!(topic.partitions.len(), 3);
+
+    // A duplicate is refused before it enters the log; an unsupported operation too.
+    let (_, body) = c.submit(request(
+        session,
+        3,
+        &Request::CreateStream {
+            name: name("orders"),
+            options: Options::default(),
+        },
+    ));
+    assert_eq!(
+        read_result(&body).unwrap(),
+        Err(status::STREAM_NAME_ALREADY_EXISTS)
+    );
+    let mut unsupported = ClientRequest::new(7, Operation::UpdateStream, session, 4, vec![1]);
+    unsupported.header.user_id.set(0);
+    let (_, body) = c.submit(unsupported);
+    assert_eq!(
+        read_result(&body).unwrap(),
+        Err(status::FEATURE_UNAVAILABLE)
+    );
+
+    c.ticks(60);
+    let ops = c.replicas[0].commit_min();
+    assert_eq!(ops, 3, "register, stream, topic");
+    let snapshot = c.replicas[0].state_machine().snapshot();
+    for r in &c.replicas {
+        assert_eq!(r.commit_min(), ops);
+        assert_eq!(r.state_machine().snapshot(), snapshot);
+        // The prepare carried CreateTopicWithAssignments: every replica holds the same ids.
+        let topic = &r.state_machine().state().streams[&0].topics[&0];
+        assert_eq!(
+            topic
+                .partitions
+                .iter()
+                .map(|p| p.consensus_group_id)
+                .collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+    }
+    assert_eq!(
+        c.replicas[1].header(3).unwrap().operation,
+        Operation::CreateTopicWithAssignments.byte()
+    );
+
+    // Sessions: the driver publishes the committed client table beside the view; any
+    // replica's table gives the same answer, and a Logout removes the session.
+    let publish = |c: &Cluster, r: usize| {
+        let replica = &c.replicas[r];
+        let sm = replica.state_machine();
+        sm.handle().publish_sessions(Sessions::from_table(
+            replica.commit_min(),
+            replica.sessions().map(|(client, s, u)| (client.0, s, u)),
+        ));
+        sm.reader()
+    };
+    for r in 0..3 {
+        let reader = publish(&c, r);
+        assert_eq!(reader.sessions().user(7, session), Some(0), "replica {r}");
+        assert_eq!(reader.sessions().user(7, session + 1), None);
+    }
+    let (_, body) = c.submit(ClientRequest::new(
+        7,
+        Operation::Logout,
+        session,
+        5,
+        Vec::new(),
+    ));
+    assert!(body.is_empty());
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(
+            publish(&c, r).sessions().user(7, session),
+            None,
+            "replica {r}"
+        );
+    }
+}
