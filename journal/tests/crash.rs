@@ -617,11 +617,13 @@ impl Oracle for Wal {
     }
 }
 
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 #[derive(Default)]
 struct Segments {
     synced: u64,
 }
 
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 impl Oracle for Segments {
     const PLANE: &'static str = "segment";
 
@@ -719,6 +721,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 
 /// A SIGKILL campaign that must lose nothing and acknowledge at least one step per kill on
 /// average (a child that never gets going checks nothing).
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 fn sigkill<O: Oracle + Default>(seed: u64) {
     let kills = env_u64("JOURNAL_CRASH_KILLS", 25);
     let dir = temp_dir(&format!("crash-{}", O::PLANE));
