@@ -350,18 +350,16 @@ enum Stop<'a> {
 fn run_child(
     exe: &Path,
     dir: &Path,
+    acks_path: &Path,
     plane: &str,
     prng: &mut Prng,
     stop: &mut Stop<'_>,
 ) -> Result<Vec<Ack>, String> {
-    // Beside the test's directories, never on the filesystem whose power is cut.
-    let acks_path =
-        std::env::temp_dir().join(format!("journal-acks-{plane}-{}", std::process::id()));
-    let _ = std::fs::remove_file(&acks_path);
+    let _ = std::fs::remove_file(acks_path);
     let mut child = Command::new(exe)
         .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, dir)
-        .env(ACKS_ENV, &acks_path)
+        .env(ACKS_ENV, acks_path)
         .env("JOURNAL_CRASH_PLANE", plane)
         .env("JOURNAL_CRASH_SEED", prng.next_u64().to_string())
         .stdout(Stdio::null())
@@ -387,7 +385,7 @@ fn run_child(
     // acknowledgement, so that most runs stop a child under load.
     else if !prng.one_in(4) {
         let waiting = Instant::now();
-        while std::fs::metadata(&acks_path).map_or(0, |m| m.len()) == 0
+        while std::fs::metadata(acks_path).map_or(0, |m| m.len()) == 0
             && waiting.elapsed() < Duration::from_secs(5)
             && child.try_wait().ok().flatten().is_none()
         {
@@ -405,8 +403,8 @@ fn run_child(
     if let Stop::Power(fs, _) = stop {
         fs.remount().map_err(|e| format!("remount: {e}"))?;
     }
-    let text = std::fs::read_to_string(&acks_path).unwrap_or_default();
-    let _ = std::fs::remove_file(&acks_path);
+    let text = std::fs::read_to_string(acks_path).unwrap_or_default();
+    let _ = std::fs::remove_file(acks_path);
     parse_acks(&text)
 }
 
@@ -506,6 +504,8 @@ struct Wal {
     reclaiming: bool,
     /// `unverified` ranges already judged (a seal reports them at every open).
     unverified: Vec<(u64, u64)>,
+    /// What the previous recovery found (for failure reports).
+    previous: String,
 }
 
 impl Oracle for Wal {
@@ -572,14 +572,20 @@ impl Oracle for Wal {
         }
         if last.unwrap_or(0) < self.durable {
             return Err(format!(
-                "lost acknowledged records: recovered to {last:?}, acknowledged {}",
-                self.durable
+                "lost acknowledged records: recovered to {last:?}, acknowledged {}; {recovery:?}; \
+                 accepted unverified {:?}; previous recovery: {}",
+                self.durable, self.unverified, self.previous
             ));
         }
         // Reclaimed files stay gone and no old file is lost: the first replayed lsn is the
-        // floor the last reclamation left (or above it, if a later one was cut short).
+        // floor the last reclamation left (or above it, if a later one was cut short), or the
+        // first lsn after a sealed range that starts there.
         match (first, self.floor) {
-            (Some(first), Some(floor)) => {
+            (Some(first), Some(mut floor)) => {
+                // A sealed range the floor opens with is not replayed.
+                while let Some(range) = self.unverified.iter().find(|r| r.0 == floor) {
+                    floor = range.1 + 1;
+                }
                 let ok = if self.reclaiming {
                     first >= floor
                 } else {
@@ -609,8 +615,14 @@ impl Oracle for Wal {
             }
             self.floor = Some(first);
         }
+        // `durable` stays the highest acknowledged lsn: a sealed range above it may end the
+        // log, and the next life continues past it.
+        self.previous = format!(
+            "{recovery:?}, durable {}, layout {:?}",
+            wal.durable_lsn(),
+            wal.layout()
+        );
         self.reclaiming = false;
-        self.durable = self.durable.max(wal.durable_lsn());
         figures.checked += recovery.records;
         figures.head = wal.durable_lsn();
         Ok(())
@@ -651,10 +663,15 @@ impl Oracle for Segments {
                 self.synced
             ));
         }
-        let bytes =
-            block_on(log.read_from_offset(0, u64::MAX)).map_err(|e| format!("read back: {e}"))?;
+        // The last two segments: older ones are sealed and synced, never written again (the
+        // first checks read them whole; rereading them every time would make a long campaign
+        // quadratic).
+        let bases = log.segment_bases();
+        let from = bases.len().checked_sub(2).map_or(0, |i| bases[i]);
+        let bytes = block_on(log.read_from_offset(from, u64::MAX))
+            .map_err(|e| format!("read back: {e}"))?;
         let mut at = 0;
-        let mut offset = 0;
+        let mut offset = from;
         while at < bytes.len() {
             let expected = segment_batch(offset);
             if bytes.get(at..at + expected.len()) != Some(&expected[..]) {
@@ -678,9 +695,11 @@ impl Oracle for Segments {
     }
 }
 
-/// Runs `runs` child lives on `dir`, stopping each as `stop` says; the first violation ends it.
+/// Runs `runs` child lives on `dir`, killing each or (with `fs`) cutting its power; the first
+/// violation ends it. Acknowledgements go to `acks`, which must not be on `fs`.
 fn campaign<O: Oracle + Default>(
     dir: &Path,
+    acks: &Path,
     runs: u64,
     seed: u64,
     mut fs: Option<&mut PowerFs>,
@@ -700,7 +719,7 @@ fn campaign<O: Oracle + Default>(
             None => Stop::Kill,
         };
         let context = |e: String| format!("{} run {run} ({cut:?}): {e}", O::PLANE);
-        for ack in run_child(&exe, dir, O::PLANE, &mut prng, &mut stop).map_err(context)? {
+        for ack in run_child(&exe, dir, acks, O::PLANE, &mut prng, &mut stop).map_err(context)? {
             if let Ack::Err(line) = ack {
                 return Err(context(format!("child found damage: {line}")));
             }
@@ -726,8 +745,8 @@ fn sigkill<O: Oracle + Default>(seed: u64) {
     let kills = env_u64("JOURNAL_CRASH_KILLS", 25);
     let dir = temp_dir(&format!("crash-{}", O::PLANE));
     let started = Instant::now();
-    let figures =
-        campaign::<O>(&dir.join("data"), kills, seed, None).unwrap_or_else(|e| panic!("{e}"));
+    let figures = campaign::<O>(&dir.join("data"), &dir.join("acks"), kills, seed, None)
+        .unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} crash test: {kills} SIGKILLs, {} acknowledgements, {} acknowledged records \
          re-verified, head {}, none lost, {:.1}s",
@@ -764,7 +783,7 @@ fn power<O: Oracle + Default>(cuts: u64, seed: u64) -> (Result<Figures, String>,
     let mut fs = PowerFs::mount(&dir.join("mnt")).expect("mount powerfs (needs /dev/fuse)");
     // Two directory levels the backend creates itself, so their entries are at stake too.
     let data = dir.join("mnt").join("disk").join(O::PLANE);
-    let result = campaign::<O>(&data, cuts, seed, Some(&mut fs));
+    let result = campaign::<O>(&data, &dir.join("acks"), cuts, seed, Some(&mut fs));
     let stats = fs.stats();
     drop(fs);
     let _ = std::fs::remove_dir_all(&dir);
