@@ -221,12 +221,6 @@ impl Disk {
                 }
                 Body::Dir { entries, durable } => {
                     let kept = if cut.drop_dir_entries {
-                        let reverted = entries
-                            .iter()
-                            .filter(|(k, v)| durable.get(*k) != Some(v))
-                            .count()
-                            + durable.keys().filter(|k| !entries.contains_key(*k)).count();
-                        self.stats.entries_reverted += reverted as u64;
                         durable.clone()
                     } else {
                         entries.clone()
@@ -251,6 +245,16 @@ impl Disk {
             }
         }
         image.retain(|ino, _| seen.contains(ino));
+        // Entries the cut reverted, in the directories that survive it.
+        for (ino, body) in &image {
+            if let (Body::Dir { entries: now, .. }, Some(Body::Dir { entries: was, .. })) =
+                (body, self.nodes.get(ino))
+            {
+                let reverted = was.iter().filter(|(k, v)| now.get(*k) != Some(v)).count()
+                    + now.keys().filter(|k| !was.contains_key(*k)).count();
+                self.stats.entries_reverted += reverted as u64;
+            }
+        }
         image
     }
 }
@@ -762,7 +766,27 @@ impl PowerFs {
     /// Every open file on the mount must be closed first.
     pub fn remount(&mut self) -> std::io::Result<()> {
         if let Some(session) = self.session.take() {
-            match session.umount_and_join() {
+            // Unmount here, retrying while the mount is busy (the files of a child killed a
+            // moment ago, or copies a child being forked by another test thread holds until
+            // its exec). The session then reads the end of the connection and stops; fuser's
+            // own unmount (in its drop) finds nothing mounted.
+            let mut tries = 0;
+            loop {
+                match nix::mount::umount(&self.mountpoint) {
+                    Ok(()) => break,
+                    Err(nix::errno::Errno::EBUSY) if tries < 500 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => {
+                        return Err(std::io::Error::other(format!(
+                            "umount: {e}; holders: {:?}",
+                            holders(&self.mountpoint)
+                        )));
+                    }
+                }
+            }
+            match session.join() {
                 // The unmount went through; the session's last read of /dev/fuse found the
                 // connection aborted rather than gone (a race in the kernel's teardown, seen
                 // about once in a few hundred unmounts).
@@ -785,6 +809,29 @@ impl PowerFs {
     pub fn stats(&self) -> Stats {
         self.disk().stats
     }
+}
+
+/// The processes' files and directories under `mountpoint` (for an unmount that stays busy).
+fn holders(mountpoint: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let pid = p.file_name().to_string_lossy().into_owned();
+        let mut links: Vec<PathBuf> = ["cwd", "root"].iter().map(|l| p.path().join(l)).collect();
+        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+            links.extend(fds.flatten().map(|f| f.path()));
+        }
+        for link in links {
+            if let Ok(target) = std::fs::read_link(&link)
+                && target.starts_with(mountpoint)
+            {
+                out.push(format!("{pid} {} -> {}", link.display(), target.display()));
+            }
+        }
+    }
+    out
 }
 
 impl Drop for PowerFs {
