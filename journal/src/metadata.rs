@@ -626,16 +626,19 @@ impl<S: Storage> MetadataJournal<S> {
         self.storage
             .write_at(&self.prepares, at, buf.as_slice())
             .await?;
+        if !cfg!(feature = "bug-ack-early") {
+            self.storage.sync(&self.prepares).await?;
+        }
         let ring_at = (s * HEADER_SIZE as u64) as usize;
         self.ring.as_mut_slice()[ring_at..ring_at + HEADER_SIZE].copy_from_slice(&header.0);
         if cfg!(feature = "bug-ack-early") {
+            // BUG KNOB: the ring sector goes out unsynced (the next append syncs it).
             let at = ring_at / SECTOR * SECTOR;
             let sector = &self.ring.as_slice()[at..at + SECTOR];
             self.storage
                 .write_at(&self.headers, at as u64, sector)
                 .await?;
         } else {
-            self.storage.sync(&self.prepares).await?;
             self.write_ring_sectors(&[ring_at / SECTOR]).await?;
         }
         self.slots[s as usize] = Some(SlotMeta {
