@@ -78,8 +78,7 @@ pub fn memlock_limit() -> Option<u64> {
 impl DmaStorage {
     /// Storage over `root` (created if missing).
     pub fn new(root: &Path) -> Result<DmaStorage, StorageError> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| StorageError::io("mkdir", &root.display().to_string(), &e))?;
+        crate::storage::create_root(root)?;
         Ok(DmaStorage {
             root: root.to_owned(),
             reads_through_std: Rc::new(Cell::new(false)),

@@ -68,10 +68,10 @@ pub struct FileHandle {
 }
 
 impl FileStorage {
-    /// Storage over `root` (created if missing). `direct` opens every file with `O_DIRECT`.
+    /// Storage over `root` (created if missing, its entry and every entry in it made durable).
+    /// `direct` opens every file with `O_DIRECT`.
     pub fn new(root: &Path, direct: bool) -> Result<FileStorage, StorageError> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| StorageError::io("mkdir", &root.display().to_string(), &e))?;
+        crate::storage::create_root(root)?;
         Ok(FileStorage {
             root: root.to_owned(),
             direct,
@@ -168,6 +168,11 @@ impl Storage for FileStorage {
     }
 
     async fn sync(&self, file: &FileHandle) -> Result<(), StorageError> {
+        if cfg!(feature = "bug-sync-noop") {
+            // BUG KNOB (never in a build that ships): nothing is ever made durable. The
+            // power-loss tests must catch it (`.ci/run` shows they do).
+            return Ok(());
+        }
         file.file
             .sync_data()
             .map_err(|e| StorageError::io("sync", &file.name, &e))

@@ -613,6 +613,11 @@ impl<S: Storage> MetadataJournal<S> {
         {
             return Err(JournalError::SlotOccupied { op, occupant: m.op });
         }
+        if cfg!(feature = "bug-ack-early") {
+            // BUG KNOB: the previous append's fdatasyncs, after it was acknowledged.
+            self.storage.sync(&self.prepares).await?;
+            self.storage.sync(&self.headers).await?;
+        }
         let len = frame.len();
         let mut buf = AlignedBuf::zeroed(sector_ceil((len + 8) as u64) as usize);
         buf.as_mut_slice()[..len].copy_from_slice(frame);
@@ -621,10 +626,21 @@ impl<S: Storage> MetadataJournal<S> {
         self.storage
             .write_at(&self.prepares, at, buf.as_slice())
             .await?;
-        self.storage.sync(&self.prepares).await?;
+        if !cfg!(feature = "bug-ack-early") {
+            self.storage.sync(&self.prepares).await?;
+        }
         let ring_at = (s * HEADER_SIZE as u64) as usize;
         self.ring.as_mut_slice()[ring_at..ring_at + HEADER_SIZE].copy_from_slice(&header.0);
-        self.write_ring_sectors(&[ring_at / SECTOR]).await?;
+        if cfg!(feature = "bug-ack-early") {
+            // BUG KNOB: the ring sector goes out unsynced (the next append syncs it).
+            let at = ring_at / SECTOR * SECTOR;
+            let sector = &self.ring.as_slice()[at..at + SECTOR];
+            self.storage
+                .write_at(&self.headers, at as u64, sector)
+                .await?;
+        } else {
+            self.write_ring_sectors(&[ring_at / SECTOR]).await?;
+        }
         self.slots[s as usize] = Some(SlotMeta {
             op,
             identity: header.identity(),

@@ -7,7 +7,9 @@
 //!
 //! What is durable when: a write is durable once a later [`Storage::sync`] of the same file has
 //! completed; [`Storage::set_len`] likewise. Creating and removing files is durable at once in
-//! both backends (the file backend syncs the directory).
+//! both backends: the file backends sync the directory after a create or remove, and when they
+//! open a data directory they sync it and its parent (and the parent of every directory they
+//! create), so no entry a file's durability depends on is left unsynced.
 //!
 //! The methods are `async fn` with no `Send` bound: one shard owns its storage (thread per
 //! core). The in-memory and std-file backends complete on the first poll, so [`block_on`] runs
@@ -149,6 +151,36 @@ pub(crate) fn list_dir(root: &std::path::Path) -> Result<Vec<String>, StorageErr
     }
     names.sort();
     Ok(names)
+}
+
+/// Creates a data directory (and missing ancestors) so that its entry is durable before
+/// anything in it can be: the parent of every directory created here is synced, and so are the
+/// data directory itself and its parent every time, because an earlier process may have created
+/// either (or files inside) and died before the sync (`open` syncs only what it creates).
+pub(crate) fn create_root(root: &std::path::Path) -> Result<(), StorageError> {
+    let name = root.display().to_string();
+    let mut created = Vec::new();
+    let mut at = Some(root);
+    while let Some(dir) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        created.push(dir.to_owned());
+        at = dir.parent();
+    }
+    std::fs::create_dir_all(root).map_err(|e| StorageError::io("mkdir", &name, &e))?;
+    let parent = |dir: &std::path::Path| match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => std::path::PathBuf::from("."),
+    };
+    // Innermost first: the data directory's own entries, then each entry up the created chain.
+    let mut synced = vec![root.to_owned()];
+    sync_dir(root)?;
+    for dir in std::iter::once(root.to_owned()).chain(created) {
+        let up = parent(&dir);
+        if !synced.contains(&up) {
+            sync_dir(&up)?;
+            synced.push(up);
+        }
+    }
+    Ok(())
 }
 
 /// Makes a directory's entries (creates, renames, removes) durable.

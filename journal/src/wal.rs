@@ -207,6 +207,8 @@ pub struct PartitionWal<S: Storage> {
     window_started_us: u64,
     next_lsn: u64,
     durable_lsn: u64,
+    /// The first lsn the oldest file holds (see [`PartitionWal::lsn_floor`]).
+    floor: u64,
 }
 
 /// The open window, built in place in a sector-aligned buffer kept across commits: a commit
@@ -557,6 +559,11 @@ impl<S: Storage> PartitionWal<S> {
         config: WalConfig,
         mut visit: impl FnMut(WalRecord<'_>),
     ) -> Result<(PartitionWal<S>, WalRecovery), WalError> {
+        let mut floor = None;
+        let mut visit = |record: WalRecord<'_>| {
+            floor.get_or_insert(record.lsn);
+            visit(record)
+        };
         // A file holds at least one window sector and its marker.
         if config.file_size_max < (SECTOR + MARKER) as u64
             || !config.file_size_max.is_multiple_of(SECTOR as u64)
@@ -854,6 +861,7 @@ impl<S: Storage> PartitionWal<S> {
             window_started_us: 0,
             next_lsn: lsn_last + 1,
             durable_lsn: lsn_last,
+            floor: floor.unwrap_or(lsn_last + 1),
         };
         if let Some((kind, m)) = seal {
             let lost = WalDamage {
@@ -973,6 +981,12 @@ impl<S: Storage> PartitionWal<S> {
         if self.window.is_empty() {
             return Ok(self.durable_lsn);
         }
+        if cfg!(feature = "bug-ack-early")
+            && let Some(file) = self.files.last()
+        {
+            // BUG KNOB: the previous commit's fdatasync, after it was acknowledged.
+            self.storage.sync(&file.file).await?;
+        }
         self.write_window().await
     }
 
@@ -997,7 +1011,9 @@ impl<S: Storage> PartitionWal<S> {
         self.storage
             .write_at(&file.file, self.offset, self.window.sealed(&marker))
             .await?;
-        self.storage.sync(&file.file).await?;
+        if !cfg!(feature = "bug-ack-early") {
+            self.storage.sync(&file.file).await?;
+        }
         self.offset += padded;
         let last = head.lsn_last();
         self.files.last_mut().expect("one").lsn_last = last;
@@ -1062,9 +1078,17 @@ impl<S: Storage> PartitionWal<S> {
         while self.files.len() > 1 && self.files[0].lsn_last < lsn {
             let f = self.files.remove(0);
             self.storage.remove(&file_name(f.seq)).await?;
+            self.floor = f.lsn_last + 1;
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// The lowest lsn the WAL holds: the first record replayed at open, then one past the last
+    /// record of the files [`PartitionWal::reclaim`] removed. A reopen replays from exactly here
+    /// (the crash tests check it).
+    pub fn lsn_floor(&self) -> u64 {
+        self.floor
     }
 
     /// Files in use.
