@@ -118,6 +118,14 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(boot.next_offset, 0);
+            // The group's first superblock before its first data: a later boot must not find
+            // segments without one (it would refuse to format over them).
+            let formatted = VsrState {
+                cluster: 1,
+                replica_count: 3,
+                ..VsrState::default()
+            };
+            boot.superblock.write(&formatted).await.unwrap();
             boot.log
                 .commit_batch(build(7, 0, 1, &[b"a", b"b"]))
                 .unwrap();
