@@ -48,6 +48,16 @@
 //!   have been acknowledged: repair them, never nack them). In both cases the lsns are not
 //!   reused: recovery writes a *seal* in the window's place, an empty window (count 0) that
 //!   names the lost lsn range and its kind, so every later open reports the same range.
+//!
+//! The durable end (docs/decisions.md item 90): a record outside the files (`wal-end`, see the
+//! `end` submodule) names the files in use, the reclaim floor and an lsn up to which everything
+//! was durable. It is rewritten after a rotation's preallocation is synced, before reclaim
+//! removes files, at every open, and every [`END_EVERY_DEFAULT`] commits (or when the pump
+//! calls [`PartitionWal::record_end`]): no extra `fdatasync` for the other commits. At open, a
+//! named file that is short or gone ([`WalRecovery::truncated`], [`WalRecovery::missing`]),
+//! lsns between the floor and the first window, and lsns up to the recorded durable one that
+//! no window accounts for (a last window that lost both head and marker) are reported in
+//! [`WalRecovery::damage`]; the last kind is sealed like a damaged last window.
 
 use wire::integrity::xxh3;
 
