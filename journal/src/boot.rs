@@ -427,11 +427,10 @@ pub async fn boot_shard<S: Storage + Clone>(
     for g in events.keys() {
         all.entry(*g).or_insert(0);
     }
-    for (a, b) in lost {
+    for &(a, b) in &lost {
         if seen.contains(&(a, b)) {
             continue; // handed up at an earlier boot (a seal reports it at every open)
         }
-        seen.push((a, b));
         for (group, floor) in &all {
             let none = Vec::new();
             let e = events.get(group).unwrap_or(&none);
@@ -444,8 +443,8 @@ pub async fn boot_shard<S: Storage + Clone>(
             }
         }
     }
-    // Lost ranges the WAL reclaimed are no longer reported: forget them.
-    seen.retain(|(_, b)| *b >= wal.floor());
+    // Only what this open reported can be reported again (a seal repeats until reclaimed).
+    seen = lost;
     // Durable before the first append: a second crash must not forget them.
     let mut faults = FaultRecord {
         store,
