@@ -62,7 +62,7 @@ pub use partition::{PartitionBoot, PartitionError, recover_partition};
 pub use prepare::{FrameFault, Header};
 pub use recover::{
     CheckpointError, PairingError, RecoverError, Recovered, check_pairing, checkpoint,
-    recover_metadata,
+    formatted_state, recover_metadata,
 };
 pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};

@@ -25,20 +25,51 @@ pub struct Recovered<S: Storage> {
     pub superblock: Superblock<S>,
     /// The journal, ready for appends.
     pub journal: MetadataJournal<S>,
-    /// The durable VSR state (`None` on a fresh directory).
+    /// The durable VSR state (`None` on a fresh directory, or one only formatted: see
+    /// [`formatted_state`]).
     pub state: Option<VsrState>,
     /// Slots, intact headers in op order, head, repair ranges, chain breaks.
     pub recovery: Recovery,
 }
 
-/// Opens the superblock and the metadata journal of `storage` and classifies every slot.
+/// The state a group's first superblock holds when it is formatted: the identity, everything
+/// else zero. It means the same as no state at all (nothing was ever decided), so the recover
+/// functions report it as `None`.
+pub fn formatted_state(identity: Identity) -> VsrState {
+    VsrState {
+        cluster: identity.cluster,
+        replica_id: identity.replica_id,
+        replica_count: identity.replica_count,
+        ..VsrState::default()
+    }
+}
+
+/// Opens `"{prefix}superblock"`; a fresh one (no journal data beside it, or
+/// [`Superblock::open`] refuses) is formatted at once, so that journal data never exists
+/// without a superblock (docs/decisions.md item 91). Returns it with its state, `None` when
+/// only formatted.
+pub(crate) async fn open_formatted<S: Storage>(
+    storage: S,
+    prefix: &str,
+    identity: Identity,
+) -> Result<(Superblock<S>, Option<VsrState>), SuperblockError> {
+    let mut superblock = Superblock::open(storage, prefix, identity).await?;
+    let formatted = formatted_state(identity);
+    if superblock.state().is_none() {
+        superblock.write(&formatted).await?;
+    }
+    let state = superblock.state().copied().filter(|s| *s != formatted);
+    Ok((superblock, state))
+}
+
+/// Opens the superblock (formatting a fresh directory) and the metadata journal of `storage`
+/// and classifies every slot.
 pub async fn recover_metadata<S: Storage + Clone>(
     storage: S,
     identity: Identity,
     config: JournalConfig,
 ) -> Result<Recovered<S>, RecoverError> {
-    let superblock = Superblock::open(storage.clone(), "", identity).await?;
-    let state = superblock.state().copied();
+    let (superblock, state) = open_formatted(storage.clone(), "", identity).await?;
     let (checkpoint_op, op_head) = state.map_or((0, 0), |s| (s.checkpoint_op, s.op_head));
     let (journal, recovery) =
         MetadataJournal::open(storage, config, checkpoint_op, op_head).await?;
