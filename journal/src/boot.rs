@@ -104,8 +104,9 @@ pub enum BootError {
 pub struct MetadataBoot<S: Storage> {
     /// The superblock, ready for the next write.
     pub superblock: Superblock<S>,
-    /// Its newest state (after a format: the identity with everything else zero).
-    pub state: VsrState,
+    /// Its newest state; `None` while only the format generation exists (the core never wrote
+    /// one: a fresh replica, not a restarted one; see [`crate::recover::formatted_state`]).
+    pub state: Option<VsrState>,
     /// Whether this boot formatted the directory.
     pub formatted: bool,
     /// The journal, ready for appends.
@@ -183,20 +184,18 @@ pub async fn boot_metadata<S: Storage + Clone>(
             if recorded.is_none() {
                 format.write(&geometry_bytes(&config), true).await?;
             }
-            let state = VsrState {
-                cluster: identity.cluster,
-                replica_id: identity.replica_id,
-                replica_count: identity.replica_count,
-                ..VsrState::default()
-            };
+            let state = crate::recover::formatted_state(identity);
             superblock.write(&state).await?;
             state
         }
     };
+    let only_formatted =
+        superblock.sequence() == 1 && state == crate::recover::formatted_state(identity);
     let (journal, recovery) =
         MetadataJournal::open(storage.clone(), config, state.checkpoint_op, state.op_head).await?;
     let (snapshots, snapshot) = SnapshotStore::open(storage).await?;
     check_pairing(Some(&state), snapshot.as_ref())?;
+    let state = (!only_formatted).then_some(state);
     Ok(MetadataBoot {
         superblock,
         state,

@@ -34,7 +34,8 @@ fn boot_formats_once_and_never_over_data() {
     let disk = MemStorage::new();
     let mut boot = metadata(&disk).unwrap();
     assert!(boot.formatted);
-    assert_eq!(boot.state.identity(), ID);
+    assert_eq!(boot.state, None, "only formatted: fresh");
+    assert_eq!(boot.superblock.state().map(|s| s.identity()), Some(ID));
     block_on(boot.journal.append(&prepare(1, 0, 10, 0))).unwrap();
     drop(boot);
     let boot = metadata(&disk).unwrap();
@@ -178,7 +179,7 @@ fn a_snapshot_behind_the_superblock_refuses() {
         &mut boot.superblock,
         &mut boot.journal,
         &snapshot,
-        boot.state,
+        crate::recover::formatted_state(ID),
     ))
     .unwrap();
     drop(boot);
