@@ -197,6 +197,77 @@ fn append(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The WAL's durable-end record (one extra write + `fdatasync` of `wal-end` every
+/// `END_EVERY_DEFAULT` commits) against the same WAL with the periodic record off
+/// (`set_end_interval(0)`; rotation and reclaim still write it), paired: the two series take
+/// turns in blocks of 64 appends over the same minutes, each in its own directory on the same
+/// disk. Prints `with / without` over the measured samples (below 1.10 is the target).
+fn append_end_record(c: &mut Criterion) {
+    let dir = bench_dir("append-end");
+    let mut group = c.benchmark_group("append_end_record");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(6));
+    for (size, grouped) in [(4 * KIB, false), (4 * KIB, true), (MIB, true)] {
+        let label = match size {
+            s if s >= MIB => format!("{}MiB", s / MIB),
+            s => format!("{}KiB", s / KIB),
+        };
+        let mode = if grouped {
+            "group_commit_64"
+        } else {
+            "fdatasync_each"
+        };
+        let frame = prepare(5, 1, 0, size - 256);
+        let open = |tag: &str, every: u32| {
+            let sub = dir.join(format!("{tag}-{mode}-{label}"));
+            let storage = FileStorage::new(&sub, true).expect("storage");
+            let (mut wal, _) =
+                block_on(PartitionWal::open(storage, wal_config(), |_| {})).expect("open");
+            wal.set_end_interval(every);
+            wal
+        };
+        let mut with = open("with", journal::wal::END_EVERY_DEFAULT);
+        let mut without = open("without", 0);
+        let mut calls: Vec<(Duration, Duration)> = Vec::new();
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_function(BenchmarkId::new(format!("paired_{mode}"), &label), |b| {
+            b.iter_custom(|iters| {
+                let (mut a, mut b) = (Duration::ZERO, Duration::ZERO);
+                let mut left = iters;
+                while left > 0 {
+                    let block = left.min(APPENDERS as u64);
+                    a += wal_appends(&mut with, &frame, block, grouped);
+                    b += wal_appends(&mut without, &frame, block, grouped);
+                    left -= block;
+                }
+                calls.push((a, b));
+                a
+            })
+        });
+        let calls = &calls[calls.len().saturating_sub(10)..];
+        if !calls.is_empty() {
+            let total = |f: fn(&(Duration, Duration)) -> Duration| {
+                calls.iter().map(f).sum::<Duration>().as_secs_f64()
+            };
+            let mut r: Vec<f64> = calls
+                .iter()
+                .map(|c| c.0.as_secs_f64() / c.1.as_secs_f64())
+                .collect();
+            r.sort_by(f64::total_cmp);
+            println!(
+                "append_end_record paired {mode} {label}: with the record = {:.3}x without \
+                 (samples {:.3}..{:.3})",
+                total(|c| c.0) / total(|c| c.1),
+                r[0],
+                r[r.len() - 1]
+            );
+        }
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("recovery");
     group.sample_size(10);
@@ -599,7 +670,7 @@ fn print_paired(label: &str, calls: &[(u64, DmaTimes)]) {
 }
 
 #[cfg(feature = "glommio")]
-criterion_group!(benches, append, append_dma, recovery);
+criterion_group!(benches, append, append_end_record, append_dma, recovery);
 #[cfg(not(feature = "glommio"))]
-criterion_group!(benches, append, recovery);
+criterion_group!(benches, append, append_end_record, recovery);
 criterion_main!(benches);

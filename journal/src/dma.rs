@@ -142,6 +142,10 @@ impl DmaStorage {
 }
 
 impl Storage for DmaStorage {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
     type File = DmaHandle;
 
     async fn open(&self, name: &str, mode: OpenMode) -> Result<DmaHandle, StorageError> {

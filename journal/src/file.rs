@@ -89,6 +89,10 @@ impl FileStorage {
 }
 
 impl Storage for FileStorage {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
     type File = FileHandle;
 
     async fn open(&self, name: &str, mode: OpenMode) -> Result<FileHandle, StorageError> {

@@ -19,7 +19,9 @@
 //!   recovery classification of every slot.
 //! - [`recover`]: boot of the metadata plane (superblock, then journal), the snapshot pairing
 //!   rule, and the checkpoint sequence (snapshot, superblock, journal floor).
-//! - [`wal`]: the per-shard partition WAL with group commit.
+//! - [`wal`]: the per-shard partition WAL with group commit, and its durable-end record.
+//! - [`boot`]: the server's boot of a data directory: format, geometry and pairing checks,
+//!   faulty op ranges per group recorded before the first append, reclaim behind segments.
 //! - [`batch`]: verification of stamped SendMessages batches.
 //! - [`segment`]: partition segments, sparse offset/timestamp index, flush policy, reads.
 //! - [`partition`]: boot of one partition group (superblock, segments, offsets, next offset).
@@ -31,6 +33,7 @@
 
 pub mod artifact;
 pub mod batch;
+pub mod boot;
 #[cfg(feature = "glommio")]
 pub mod dma;
 pub mod file;
@@ -48,6 +51,10 @@ pub mod wal;
 pub use artifact::{
     ArtifactError, ClientEntry, Offer, OffsetStore, OffsetTable, Snapshot, SnapshotStore,
 };
+pub use boot::{
+    BootError, FaultRecord, FaultyOps, MetadataBoot, ReclaimGuard, ShardBoot, boot_metadata,
+    boot_shard,
+};
 pub use file::{AlignedBuf, FileStorage};
 pub use mem::{CrashMode, FailOp, MemStorage, Prng};
 pub use metadata::{JournalConfig, JournalError, MetadataJournal, Recovery, SlotState};
@@ -55,7 +62,7 @@ pub use partition::{PartitionBoot, PartitionError, recover_partition};
 pub use prepare::{FrameFault, Header};
 pub use recover::{
     CheckpointError, PairingError, RecoverError, Recovered, check_pairing, checkpoint,
-    recover_metadata,
+    formatted_state, recover_metadata,
 };
 pub use segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
 pub use storage::{OpenMode, SECTOR, Storage, StorageError, block_on};

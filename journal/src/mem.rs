@@ -285,6 +285,10 @@ impl MemStorage {
 }
 
 impl Storage for MemStorage {
+    fn location(&self) -> String {
+        String::from("(in-memory directory)")
+    }
+
     type File = MemFileHandle;
 
     async fn open(&self, name: &str, mode: OpenMode) -> Result<MemFileHandle, StorageError> {

@@ -34,7 +34,7 @@ pub enum PartitionError {
 pub struct PartitionBoot<S: Storage> {
     /// The group superblock (for the next `(view, log_view)` write).
     pub superblock: Superblock<S>,
-    /// Its state, `None` for a group that never wrote one.
+    /// Its state, `None` for a group that never wrote one (or was only formatted).
     pub state: Option<VsrState>,
     /// The segments, open for appends.
     pub log: PartitionLog<S>,
@@ -66,8 +66,9 @@ pub async fn recover_partition<S: Storage + Clone>(
     policy: FlushPolicy,
     prepares: &BTreeMap<u64, Vec<u8>>,
 ) -> Result<PartitionBoot<S>, PartitionError> {
-    let superblock = Superblock::open(storage.clone(), prefix, identity).await?;
-    let state = superblock.state().copied();
+    // A fresh group is formatted (its first superblock before its first data).
+    let (superblock, state) =
+        crate::recover::open_formatted(storage.clone(), prefix, identity).await?;
     let frontier = state.map_or(0, |s| s.offset_frontier);
     let (log, segments) = PartitionLog::open(storage.clone(), prefix, policy, frontier).await?;
     let replayed = prepares
@@ -118,6 +119,14 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(boot.next_offset, 0);
+            // The group's first superblock before its first data: a later boot must not find
+            // segments without one (it would refuse to format over them).
+            let formatted = VsrState {
+                cluster: 1,
+                replica_count: 3,
+                ..VsrState::default()
+            };
+            boot.superblock.write(&formatted).await.unwrap();
             boot.log
                 .commit_batch(build(7, 0, 1, &[b"a", b"b"]))
                 .unwrap();

@@ -25,20 +25,53 @@ pub struct Recovered<S: Storage> {
     pub superblock: Superblock<S>,
     /// The journal, ready for appends.
     pub journal: MetadataJournal<S>,
-    /// The durable VSR state (`None` on a fresh directory).
+    /// The durable VSR state (`None` on a fresh directory, or one only formatted: see
+    /// [`formatted_state`]).
     pub state: Option<VsrState>,
     /// Slots, intact headers in op order, head, repair ranges, chain breaks.
     pub recovery: Recovery,
 }
 
-/// Opens the superblock and the metadata journal of `storage` and classifies every slot.
+/// The state a group's first superblock holds when it is formatted: the identity, everything
+/// else zero. As the first generation (sequence 1) it means no state at all (the core never
+/// wrote one), so the recover functions report it as `None`; the same bytes written later by
+/// the core are a state (a restarted replica is not a fresh one).
+pub fn formatted_state(identity: Identity) -> VsrState {
+    VsrState {
+        cluster: identity.cluster,
+        replica_id: identity.replica_id,
+        replica_count: identity.replica_count,
+        ..VsrState::default()
+    }
+}
+
+/// Opens `"{prefix}superblock"`; a fresh one (no journal data beside it, or
+/// [`Superblock::open`] refuses) is formatted at once, so that journal data never exists
+/// without a superblock (docs/decisions.md item 91). Returns it with its state, `None` when
+/// only formatted (generation 1 holding [`formatted_state`]).
+pub(crate) async fn open_formatted<S: Storage>(
+    storage: S,
+    prefix: &str,
+    identity: Identity,
+) -> Result<(Superblock<S>, Option<VsrState>), SuperblockError> {
+    let mut superblock = Superblock::open(storage, prefix, identity).await?;
+    let formatted = formatted_state(identity);
+    if superblock.state().is_none() {
+        superblock.write(&formatted).await?;
+    }
+    let only_formatted = superblock.sequence() == 1 && superblock.state() == Some(&formatted);
+    let state = superblock.state().copied().filter(|_| !only_formatted);
+    Ok((superblock, state))
+}
+
+/// Opens the superblock (formatting a fresh directory) and the metadata journal of `storage`
+/// and classifies every slot.
 pub async fn recover_metadata<S: Storage + Clone>(
     storage: S,
     identity: Identity,
     config: JournalConfig,
 ) -> Result<Recovered<S>, RecoverError> {
-    let superblock = Superblock::open(storage.clone(), "", identity).await?;
-    let state = superblock.state().copied();
+    let (superblock, state) = open_formatted(storage.clone(), "", identity).await?;
     let (checkpoint_op, op_head) = state.map_or((0, 0), |s| (s.checkpoint_op, s.op_head));
     let (journal, recovery) =
         MetadataJournal::open(storage, config, checkpoint_op, op_head).await?;
@@ -176,6 +209,27 @@ mod tests {
             assert_eq!(r.state, Some(state));
             assert_eq!(r.recovery.op_head, 1);
             assert!(r.recovery.is_clean());
+        });
+    }
+
+    #[test]
+    fn a_formatted_directory_reads_as_fresh_but_a_state_the_core_wrote_does_not() {
+        let disk = MemStorage::new();
+        block_on(async {
+            let mut r = recover_metadata(disk.clone(), ID, CONFIG).await.unwrap();
+            assert_eq!((r.state, r.superblock.sequence()), (None, 1));
+            r.journal.append(&prepare(1, 0, 10, 0)).await.unwrap();
+            let r = recover_metadata(disk.clone(), ID, CONFIG).await.unwrap();
+            assert_eq!(
+                r.state, None,
+                "formatted, journal data beside it: not refused"
+            );
+            // The core writes the same bytes: a restarted replica, not a fresh one (taking it
+            // for fresh broke agreement in simulator seed 933).
+            let mut sb = r.superblock;
+            sb.write(&formatted_state(ID)).await.unwrap();
+            let r = recover_metadata(disk.clone(), ID, CONFIG).await.unwrap();
+            assert_eq!(r.state, Some(formatted_state(ID)));
         });
     }
 

@@ -137,6 +137,10 @@ pub trait Storage {
     async fn remove(&self, name: &str) -> Result<(), StorageError>;
     /// Names of every file, sorted.
     async fn list(&self) -> Result<Vec<String>, StorageError>;
+    /// Where the files live, for error messages (a backend over a directory names it).
+    fn location(&self) -> String {
+        String::from("(storage)")
+    }
 }
 
 /// The sorted file names of a directory: `list` of both file-backed stores.

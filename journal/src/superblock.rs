@@ -136,6 +136,20 @@ pub enum SuperblockError {
         /// From the configuration.
         expected: Identity,
     },
+    /// No superblock was ever written, yet the journal files of its group hold data: a fresh
+    /// superblock would format over them (the superblock was lost, or the directory is not
+    /// what the configuration thinks). Boot must stop.
+    #[error(
+        "{dir}: no superblock {prefix:?}, but {files:?} hold data: refusing to format over them"
+    )]
+    DataWithoutSuperblock {
+        /// The data directory.
+        dir: String,
+        /// The superblock's prefix (`""`: the metadata plane).
+        prefix: String,
+        /// The files that hold data.
+        files: Vec<String>,
+    },
     /// A write would regress the state (programmer error caught as a value).
     #[error("state refused: log_view {log_view} > view {view}")]
     LogViewAboveView {
@@ -338,6 +352,62 @@ pub struct Superblock<S: Storage> {
     view_headers: Vec<ViewHeader>,
 }
 
+/// The files of the group under `prefix` that hold data (a non-zero byte): the metadata
+/// journal's two files for the metadata plane (`prefix` empty; the shard WAL beside it is not
+/// the metadata group's), every other file of the prefix for a partition group (segments,
+/// indexes, offsets).
+pub async fn data_files<S: Storage>(
+    storage: &S,
+    prefix: &str,
+) -> Result<Vec<String>, StorageError> {
+    let superblock = file_name(prefix);
+    let names: Vec<String> = if prefix.is_empty() {
+        let all = storage.list().await?;
+        [
+            crate::metadata::PREPARES_FILE,
+            crate::metadata::HEADERS_FILE,
+        ]
+        .into_iter()
+        .filter(|n| all.iter().any(|a| a == n))
+        .map(str::to_owned)
+        .collect()
+    } else {
+        storage
+            .list()
+            .await?
+            .into_iter()
+            .filter(|n| n.starts_with(prefix) && *n != superblock)
+            .collect()
+    };
+    let mut holding = Vec::new();
+    let mut buf = crate::file::AlignedBuf::zeroed(1 << 20);
+    for name in names {
+        let file = storage.open(&name, OpenMode::Existing).await?;
+        let len = storage.len(&file).await?;
+        let mut at = 0;
+        while at < len {
+            let n = match storage.read_at(&file, at, buf.as_mut_slice()).await {
+                Ok(n) => n,
+                // An unreadable sector was written once: data.
+                Err(e) if e.is_media() => {
+                    holding.push(name.clone());
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                break;
+            }
+            if !is_zero(&buf.as_slice()[..n]) {
+                holding.push(name.clone());
+                break;
+            }
+            at += n as u64;
+        }
+    }
+    Ok(holding)
+}
+
 /// The file name of a superblock with a prefix (`""` for the metadata plane).
 pub fn file_name(prefix: &str) -> String {
     format!("{prefix}superblock")
@@ -345,7 +415,11 @@ pub fn file_name(prefix: &str) -> String {
 
 impl<S: Storage> Superblock<S> {
     /// Opens (creating if absent) the superblock `"{prefix}superblock"`, checks the identity
-    /// against the configuration, and returns it with the newest state (`None` = fresh).
+    /// against the configuration, and returns it with the newest state (`None` = fresh). A
+    /// fresh superblock is refused ([`SuperblockError::DataWithoutSuperblock`]) when the
+    /// group's journal files already hold data (see [`data_files`]): boot never formats over
+    /// data. So a group's first superblock write must come before its first journal write (the
+    /// boot API formats: `crate::boot`).
     pub async fn open(
         storage: S,
         prefix: &str,
@@ -372,6 +446,16 @@ impl<S: Storage> Superblock<S> {
             };
         }
         let newest = choose(&copies)?;
+        if newest.is_none() {
+            let files = data_files(&storage, prefix).await?;
+            if !files.is_empty() {
+                return Err(SuperblockError::DataWithoutSuperblock {
+                    dir: storage.location(),
+                    prefix: prefix.to_owned(),
+                    files,
+                });
+            }
+        }
         if let Some((_, state, _)) = &newest
             && state.identity() != identity
         {

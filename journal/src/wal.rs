@@ -48,8 +48,20 @@
 //!   have been acknowledged: repair them, never nack them). In both cases the lsns are not
 //!   reused: recovery writes a *seal* in the window's place, an empty window (count 0) that
 //!   names the lost lsn range and its kind, so every later open reports the same range.
+//!
+//! The durable end (docs/decisions.md item 90): a record outside the files (`wal-end`, see the
+//! `end` submodule) names the files in use, the reclaim floor and an lsn up to which everything
+//! was durable. It is rewritten after a rotation's preallocation is synced, before reclaim
+//! removes files, at every open, and every [`END_EVERY_DEFAULT`] commits (or when the pump
+//! calls [`PartitionWal::record_end`]): no extra `fdatasync` for the other commits. At open, a
+//! named file that is short or gone ([`WalRecovery::truncated`], [`WalRecovery::missing`]),
+//! lsns between the floor and the first window, and lsns up to the recorded durable one that
+//! no window accounts for (a last window that lost both head and marker) are reported in
+//! [`WalRecovery::damage`]; the last kind is sealed like a damaged last window.
 
 use wire::integrity::xxh3;
+
+pub use end::{END_FILE, EndFault, WalEnd};
 
 use crate::file::AlignedBuf;
 use crate::storage::{
@@ -114,6 +126,10 @@ pub enum WalError {
     /// Unusable configuration.
     #[error("wal config {0:?}")]
     Config(WalConfig),
+    /// The durable-end record cannot be trusted (docs/decisions.md item 90): the WAL may have
+    /// lost what the record would have told, so it refuses to open.
+    #[error("wal durable-end record wal-end: {0}")]
+    EndRecord(end::EndFault),
     /// The open window plus this record would not fit in one file: commit the window first.
     #[error("window of {window} bytes cannot take a record of {record} more: commit first")]
     WindowFull {
@@ -178,12 +194,19 @@ pub struct WalRecovery {
     /// caller must treat these lsns as possibly acknowledged: repair them, never nack them.
     /// Reported again at every open (the seal persists them) until reclaimed.
     pub unverified: Vec<WalDamage>,
+    /// Files the durable-end record names (between its oldest and newest) that are gone. Their
+    /// lsns are reported in `damage` (up to `u64::MAX` when the newest file is gone: it may
+    /// have held windows past the record).
+    pub missing: Vec<u64>,
 }
 
 impl WalRecovery {
     /// Whether nothing that may have been acknowledged was found damaged.
     pub fn is_clean(&self) -> bool {
-        self.damage.is_empty() && self.truncated.is_empty() && self.unverified.is_empty()
+        self.damage.is_empty()
+            && self.truncated.is_empty()
+            && self.unverified.is_empty()
+            && self.missing.is_empty()
     }
 }
 
@@ -207,9 +230,16 @@ pub struct PartitionWal<S: Storage> {
     window_started_us: u64,
     next_lsn: u64,
     durable_lsn: u64,
-    /// The first lsn the oldest file holds (see [`PartitionWal::lsn_floor`]).
+    /// The durable-end record, and the first lsn the WAL holds (what it says of reclaim).
+    end: end::EndRecord<S::File>,
     floor: u64,
+    /// Commits between durable-end records (0: only at rotation, reclaim and open).
+    end_every: u32,
+    commits_since_end: u32,
 }
+
+/// Commits between two durable-end records by default: one extra `fdatasync` per this many.
+pub const END_EVERY_DEFAULT: u32 = 64;
 
 /// The open window, built in place in a sector-aligned buffer kept across commits: a commit
 /// writes it as it stands (one aligned write, no per-commit allocation and no copy), and the
@@ -559,11 +589,6 @@ impl<S: Storage> PartitionWal<S> {
         config: WalConfig,
         mut visit: impl FnMut(WalRecord<'_>),
     ) -> Result<(PartitionWal<S>, WalRecovery), WalError> {
-        let mut floor = None;
-        let mut visit = |record: WalRecord<'_>| {
-            floor.get_or_insert(record.lsn);
-            visit(record)
-        };
         // A file holds at least one window sector and its marker.
         if config.file_size_max < (SECTOR + MARKER) as u64
             || !config.file_size_max.is_multiple_of(SECTOR as u64)
@@ -578,11 +603,26 @@ impl<S: Storage> PartitionWal<S> {
             .filter_map(|n| n.strip_prefix("wal.").and_then(|s| s.parse().ok()))
             .collect();
         seqs.sort_unstable();
+        let mut record = end::open(&storage).await?.map_err(WalError::EndRecord)?;
+        let recorded = record.end();
         let mut recovery = WalRecovery::default();
+        if let Some(r) = recorded {
+            // Files below the record's oldest were reclaimed (a crash came between the record
+            // and their removal); files it names must all be there.
+            for seq in seqs.iter().filter(|s| **s < r.oldest) {
+                storage.remove(&file_name(*seq)).await?;
+            }
+            seqs.retain(|s| *s >= r.oldest);
+            recovery.missing = (r.oldest..=r.newest)
+                .filter(|s| seqs.binary_search(s).is_err())
+                .collect();
+        }
+        let floor = recorded.map_or(1, |r| r.floor);
         let mut files = Vec::new();
         let mut offset = 0;
-        // The last lsn accounted for (delivered, or named lost by a seal).
-        let mut lsn_last = 0;
+        // The last lsn accounted for (delivered, or named lost by a seal). Below the floor
+        // everything was reclaimed.
+        let mut lsn_last = floor - 1;
         let mut cut: Option<(usize, u64)> = None;
         // Windows found by file index: scan all files, remember the first damaged window.
         let mut pending_damage: Option<(u64, u64)> = None; // (file, offset)
@@ -619,11 +659,13 @@ impl<S: Storage> PartitionWal<S> {
             let bytes = image.as_mut_slice();
             if short {
                 bytes[whole..].fill(0xff);
-                if index + 1 == seqs.len() && is_zero(&bytes[..whole]) {
+                let unnamed = recorded.is_none_or(|r| *seq > r.newest);
+                if index + 1 == seqs.len() && unnamed && is_zero(&bytes[..whole]) {
                     // The last file, never written: the crash hit its preallocation. (Windows
                     // are written only after the preallocation is durable, so a short file
                     // holding anything but zeros lost a tail; a damaged first window must not
-                    // pass for an empty file.)
+                    // pass for an empty file. A file the durable-end record names was
+                    // preallocated durably before it was named: short is a lost tail.)
                     bytes.fill(0);
                     storage.set_len(&file, config.file_size_max).await?;
                     storage.sync(&file).await?;
@@ -647,8 +689,9 @@ impl<S: Storage> PartitionWal<S> {
                     && w.lsn_accounted() > lsn_last
                 {
                     let first = w.lsn_accounted();
-                    // Before the first intact window a gap is a reclaimed prefix.
-                    let gap = recovery.windows > 0 && first > lsn_last + 1;
+                    // Before the first intact window a gap is a reclaimed prefix, unless the
+                    // durable-end record says where reclaim stopped.
+                    let gap = (recovery.windows > 0 || recorded.is_some()) && first > lsn_last + 1;
                     let pending = pending_damage.take();
                     // A damaged stretch that held no lsn (a rotated file's last marker) lost
                     // nothing.
@@ -745,6 +788,22 @@ impl<S: Storage> PartitionWal<S> {
                 images.clear();
             }
         }
+        let holds_data = recovery.windows > 0
+            || cut.is_some()
+            || pending_damage.is_some()
+            || !recovery.truncated.is_empty();
+        if recorded.is_none() && holds_data {
+            // Without the record nothing tells a lost file or tail from a reclaimed or fresh
+            // WAL: refuse rather than guess.
+            return Err(WalError::EndRecord(EndFault::Missing));
+        }
+        // A recorded file newer than every file left: it may have held windows past the
+        // record's durable lsn, so the loss is unbounded.
+        let newest_missing = recovery
+            .missing
+            .last()
+            .copied()
+            .filter(|m| seqs.last().is_none_or(|l| m > l));
         // A damaged last window that its marker names: `(seal kind, marker)`.
         let mut seal = None;
         if let Some((index, at)) = cut {
@@ -795,6 +854,12 @@ impl<S: Storage> PartitionWal<S> {
                 // never acknowledged.
                 recovery.torn_tail = Some((seq, at));
             }
+            if let Some(r) = recorded.filter(|r| r.newest > seq && files.len() > index + 1) {
+                // The record stops naming the files about to go first, so that a crash in
+                // between does not read them as lost.
+                let end = WalEnd { newest: seq, ..r };
+                record.write(&storage, end).await?;
+            }
             for f in files.drain(index + 1..) {
                 storage.remove(&file_name(f.seq)).await?;
             }
@@ -840,13 +905,15 @@ impl<S: Storage> PartitionWal<S> {
             });
         }
         if files.is_empty() {
-            let file = storage.open(&file_name(1), OpenMode::Create).await?;
+            // Fresh, or every file is gone: a new file after every one the record named.
+            let seq = recorded.map_or(1, |r| r.newest + 1);
+            let file = storage.open(&file_name(seq), OpenMode::Create).await?;
             storage.set_len(&file, config.file_size_max).await?;
             storage.sync(&file).await?;
             files.push(WalFile {
-                seq: 1,
+                seq,
                 file,
-                lsn_last: 0,
+                lsn_last,
             });
             offset = 0;
         }
@@ -861,7 +928,10 @@ impl<S: Storage> PartitionWal<S> {
             window_started_us: 0,
             next_lsn: lsn_last + 1,
             durable_lsn: lsn_last,
-            floor: floor.unwrap_or(lsn_last + 1),
+            end: record,
+            floor,
+            end_every: END_EVERY_DEFAULT,
+            commits_since_end: 0,
         };
         if let Some((kind, m)) = seal {
             let lost = WalDamage {
@@ -879,7 +949,122 @@ impl<S: Storage> PartitionWal<S> {
         if let Some(m) = last_window {
             wal.restore_marker(m).await?;
         }
+        if let Some(seq) = newest_missing {
+            recovery.damage.push(WalDamage {
+                file: seq,
+                offset: 0,
+                lsn_first: wal.durable_lsn + 1,
+                lsn_last: u64::MAX,
+            });
+        }
+        if let Some(r) = recorded
+            && r.durable > wal.durable_lsn
+        {
+            // Lsns the record says were durable and nothing accounts for: a lost tail, file,
+            // or last window (head and marker both gone). Reported, and sealed so that they
+            // are never reused and every later open reports them again.
+            let (first, last) = (wal.durable_lsn + 1, r.durable);
+            let covered = recovery
+                .damage
+                .iter()
+                .chain(&recovery.unverified)
+                .any(|d| d.lsn_first <= first && d.lsn_last >= last);
+            let (file, offset) = wal.layout_end();
+            if !covered {
+                recovery.damage.push(WalDamage {
+                    file,
+                    offset,
+                    lsn_first: first,
+                    lsn_last: last,
+                });
+            }
+            wal.seal_lost(first, last).await?;
+        }
+        // What was read back is durable once synced (a kill keeps unsynced pages readable);
+        // then the record moves to the recovered end. Only the newest file can hold lsns past
+        // the record: every rotation records the end of the file before.
+        let newest = &wal.files.last().expect("one file at least").file;
+        wal.storage.sync(newest).await?;
+        wal.write_end().await?;
         Ok((wal, recovery))
+    }
+
+    /// The newest file's seq and the offset the next window goes to.
+    fn layout_end(&self) -> (u64, u64) {
+        (
+            self.files.last().expect("one file at least").seq,
+            self.offset,
+        )
+    }
+
+    /// Recovery: writes a seal naming `first..=last` lost at the log's end (the lsns the
+    /// durable-end record vouches for and no window accounts for).
+    async fn seal_lost(&mut self, first: u64, last: u64) -> Result<(), WalError> {
+        let (head, encoded) = finish_head(WindowHead {
+            count: 0,
+            lsn_first: last + 1,
+            bytes: HEAD as u64,
+            seal: SEAL_DAMAGE,
+            lost_lsn_first: first,
+            checksum: 0,
+        });
+        if self.offset + (SECTOR + MARKER) as u64 > self.config.file_size_max {
+            self.rotate().await?;
+        }
+        let file = self.files.last().expect("one file at least");
+        let buf = window_write(&encoded, &head, file.seq, self.offset);
+        self.storage
+            .write_at(&file.file, self.offset, buf.as_slice())
+            .await?;
+        self.storage.sync(&file.file).await?;
+        self.offset += SECTOR as u64;
+        self.files.last_mut().expect("one").lsn_last = last;
+        self.durable_lsn = last;
+        self.next_lsn = last + 1;
+        self.window_lsn_first = last + 1;
+        Ok(())
+    }
+
+    /// Writes the durable-end record for the WAL as it stands (one write, one `fdatasync`).
+    async fn write_end(&mut self) -> Result<(), WalError> {
+        let end = WalEnd {
+            oldest: self.files.first().expect("one file at least").seq,
+            newest: self.files.last().expect("one file at least").seq,
+            floor: self.floor,
+            // Never below what the record already vouched for (a seal or rotation at open
+            // writes before the log has caught up with it).
+            durable: self
+                .durable_lsn
+                .max(self.end.end().map_or(0, |e| e.durable)),
+        };
+        self.end.write(&self.storage, end).await?;
+        self.commits_since_end = 0;
+        Ok(())
+    }
+
+    /// Records the durable end now (the shard pump calls this when the WAL goes idle, so that
+    /// the last window before a pause is covered; see [`PartitionWal::end_lag`]).
+    pub async fn record_end(&mut self) -> Result<(), WalError> {
+        if self.end_lag() > 0 {
+            self.write_end().await?;
+        }
+        Ok(())
+    }
+
+    /// Lsns durable but not yet vouched for by the durable-end record: damage that destroys
+    /// both a last window's head and its marker goes undetected only within this lag.
+    pub fn end_lag(&self) -> u64 {
+        self.durable_lsn
+            - self
+                .end
+                .end()
+                .map_or(0, |e| e.durable.min(self.durable_lsn))
+    }
+
+    /// Sets how many commits pass between durable-end records (0: only at rotation, reclaim,
+    /// open and [`PartitionWal::record_end`]). Default [`END_EVERY_DEFAULT`].
+    pub fn set_end_interval(&mut self, commits: u32) {
+        self.end_every = commits;
     }
 
     /// Adds a record to the open window (no IO) and returns its lsn; it is durable once
@@ -1022,6 +1207,10 @@ impl<S: Storage> PartitionWal<S> {
         let keep = 2 * self.window_buf_hint();
         self.window.clear(keep);
         self.window_count = 0;
+        self.commits_since_end += 1;
+        if self.end_every > 0 && self.commits_since_end >= self.end_every {
+            self.write_end().await?;
+        }
         Ok(self.durable_lsn)
     }
 
@@ -1068,26 +1257,39 @@ impl<S: Storage> PartitionWal<S> {
             lsn_last: self.durable_lsn,
         });
         self.offset = 0;
+        // The new file is preallocated durably before the record names it: from here on a
+        // short or missing file of this seq is a loss.
+        self.write_end().await?;
         Ok(())
     }
 
     /// Removes whole files whose records are all below `lsn` (every group's segments and
     /// offsets durably hold them: the caller's G4 analogue). The active file stays.
     pub async fn reclaim(&mut self, lsn: u64) -> Result<usize, WalError> {
-        let mut removed = 0;
-        while self.files.len() > 1 && self.files[0].lsn_last < lsn {
-            let f = self.files.remove(0);
-            self.storage.remove(&file_name(f.seq)).await?;
-            self.floor = f.lsn_last + 1;
-            removed += 1;
+        let count = self
+            .files
+            .iter()
+            .take(self.files.len() - 1)
+            .take_while(|f| f.lsn_last < lsn)
+            .count();
+        if count == 0 {
+            return Ok(0);
         }
-        Ok(removed)
+        // The record names the new oldest file and floor before any file goes, so a missing
+        // file is never taken for a reclaimed one.
+        let removed: Vec<WalFile<S::File>> = self.files.drain(..count).collect();
+        self.floor = removed.last().expect("count > 0").lsn_last + 1;
+        self.write_end().await?;
+        for f in removed {
+            self.storage.remove(&file_name(f.seq)).await?;
+        }
+        Ok(count)
     }
 
     /// The lowest lsn the WAL holds: the first record replayed at open, then one past the last
     /// record of the files [`PartitionWal::reclaim`] removed. A reopen replays from exactly here
     /// (the crash tests check it).
-    pub fn lsn_floor(&self) -> u64 {
+    pub fn floor(&self) -> u64 {
         self.floor
     }
 
@@ -1131,5 +1333,6 @@ impl GroupReplay {
     }
 }
 
+mod end;
 #[cfg(test)]
 mod tests;

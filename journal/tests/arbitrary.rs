@@ -65,9 +65,28 @@ proptest! {
 
     #[test]
     fn wal_recovery_never_panics(data in bytes(8 * SECTOR)) {
-        let disk = disk_with(&[("wal.0000000001", data)]);
         let config = WalConfig { file_size_max: 8 * SECTOR as u64, window_bytes_max: 4 * SECTOR, window_us_max: 0 };
+        // A WAL opened once (its durable-end record names file 1), whose file then holds
+        // arbitrary bytes: the scan answers.
+        let disk = MemStorage::new();
+        drop(block_on(PartitionWal::open(disk.clone(), config, |_| {})).unwrap());
+        block_on(async {
+            let file = disk.open("wal.0000000001", OpenMode::Existing).await.unwrap();
+            let mut padded = data.clone();
+            padded.resize(data.len().next_multiple_of(SECTOR), 0);
+            disk.set_len(&file, 0).await.unwrap();
+            disk.write_at(&file, 0, &padded).await.unwrap();
+            disk.sync(&file).await.unwrap();
+        });
         let _ = block_on(PartitionWal::open(disk, config, |_| {})).unwrap();
+    }
+
+    #[test]
+    fn wal_end_record_never_panics(data in bytes(4 * SECTOR), window in bytes(2 * SECTOR)) {
+        let disk = disk_with(&[(journal::wal::END_FILE, data), ("wal.0000000001", window)]);
+        let config = WalConfig { file_size_max: 8 * SECTOR as u64, window_bytes_max: 4 * SECTOR, window_us_max: 0 };
+        // Refused (an untrustworthy record) or opened: an answer either way.
+        let _ = block_on(PartitionWal::open(disk, config, |_| {}));
     }
 
     #[test]

@@ -216,7 +216,7 @@ fn wal_child(dir: &Path, seed: u64, acks: &mut Acks) -> ! {
         if wal.file_count() > 3 {
             acks.say("R".to_owned());
             block_on(wal.reclaim(durable.saturating_sub(50))).expect("reclaim");
-            acks.say(format!("F {}", wal.lsn_floor()));
+            acks.say(format!("F {}", wal.floor()));
         }
     }
 }
@@ -616,10 +616,10 @@ impl Oracle for Wal {
             _ => {}
         }
         if let Some(first) = first {
-            if wal.lsn_floor() != first {
+            if wal.floor() != first {
                 return Err(format!(
-                    "lsn_floor {} after open, first replayed {first}",
-                    wal.lsn_floor()
+                    "floor {} after open, first replayed {first}",
+                    wal.floor()
                 ));
             }
             self.floor = Some(first);

@@ -229,7 +229,10 @@ impl Disk {
         let mut boots = BTreeMap::new();
         let checkpoint_op = recovered.state.map_or(0, |s| s.checkpoint_op);
         let mut metadata = GroupBoot {
-            state: core_state(&recovered.superblock),
+            // Only formatted (journal decision 91) reads as no state: the core never wrote one.
+            state: recovered
+                .state
+                .and_then(|_| core_state(&recovered.superblock)),
             checkpoint_op,
             ..GroupBoot::default()
         };

@@ -167,8 +167,10 @@ enum Fault {
 
 /// Injects a random fault into a 20-op journal and checks that recovery detects it: the damaged
 /// prepare is reported for repair (with its identity when the ring knows it), a damaged ring
-/// entry is reported stale and rewritten, and every other op stays intact.
-fn corruption_trial(prng: &mut Prng) -> Fault {
+/// entry is reported stale and rewritten, and every other op stays intact. Returns the fault and
+/// whether the recovery's report covers every damaged op (a repair range for a prepare, a stale
+/// ring entry for a ring copy): what the campaign counts as detected.
+fn corruption_trial(prng: &mut Prng) -> (Fault, bool) {
     let disk = MemStorage::new();
     let (mut journal, _) = open(&disk, 0, 0);
     append_chain(&mut journal, 1, 20, 0, prng.below(256) as u8);
@@ -233,6 +235,20 @@ fn corruption_trial(prng: &mut Prng) -> Fault {
         Fault::TruncatePrepares { .. } => (op..=20).collect(),
         Fault::FlipRing { .. } | Fault::LoseRingSector { .. } => vec![],
     };
+    let ring_damaged: Vec<u64> = match fault {
+        Fault::FlipRing { .. } => vec![op],
+        Fault::LoseRingSector { sector } => {
+            let first = sector * (SECTOR / HEADER_SIZE) as u64;
+            (first..first + 16)
+                .filter(|s| (1..=20).contains(s))
+                .collect()
+        }
+        _ => vec![],
+    };
+    let covered = damaged_ops
+        .iter()
+        .all(|d| recovery.repair.iter().any(|(a, b)| a <= d && d <= b))
+        && ring_damaged.iter().all(|d| recovery.ring_stale.contains(d));
     let expected_repair: Vec<(u64, u64)> = match (damaged_ops.first(), damaged_ops.last()) {
         (Some(a), Some(b)) => vec![(*a, *b)],
         _ => vec![],
@@ -247,16 +263,8 @@ fn corruption_trial(prng: &mut Prng) -> Fault {
         );
         assert!(block_on(journal.read(*d)).is_err());
     }
-    match fault {
-        Fault::FlipRing { .. } => assert_eq!(recovery.ring_stale, vec![op], "{fault:?}"),
-        Fault::LoseRingSector { sector } => {
-            let first = sector * (SECTOR / HEADER_SIZE) as u64;
-            let expected: Vec<u64> = (first..first + 16)
-                .filter(|s| (1..=20).contains(s))
-                .collect();
-            assert_eq!(recovery.ring_stale, expected, "{fault:?}");
-        }
-        _ => {}
+    if !ring_damaged.is_empty() {
+        assert_eq!(recovery.ring_stale, ring_damaged, "{fault:?}");
     }
     for other in (1..=20).filter(|o| !damaged_ops.contains(o)) {
         assert!(
@@ -267,7 +275,7 @@ fn corruption_trial(prng: &mut Prng) -> Fault {
     // The ring was rewritten: a second open finds it consistent again.
     let (_, again) = open(&disk, 0, 0);
     assert!(again.ring_stale.is_empty(), "{fault:?}");
-    fault
+    (fault, covered)
 }
 
 #[test]
@@ -278,8 +286,11 @@ fn every_injected_corruption_is_detected() {
         .unwrap_or(600);
     let mut prng = Prng::new(0x5eed);
     let mut kinds = [0u64; 6];
+    let mut detected = 0u64;
     for _ in 0..trials {
-        let kind = match corruption_trial(&mut prng) {
+        let (fault, covered) = corruption_trial(&mut prng);
+        detected += u64::from(covered);
+        let kind = match fault {
             Fault::FlipPrepare { .. } => 0,
             Fault::FlipRing { .. } => 1,
             Fault::ZeroPrepareSector { .. } => 2,
@@ -290,9 +301,14 @@ fn every_injected_corruption_is_detected() {
         kinds[kind] += 1;
     }
     eprintln!(
-        "metadata corruption: {trials} injected, {trials} detected \
+        "metadata corruption: {trials} injected, {detected} detected with a report covering the \
+         damaged ops \
          (flip prepare {}, flip ring {}, zero sector {}, lost sector {}, lost ring sector {}, truncate {})",
         kinds[0], kinds[1], kinds[2], kinds[3], kinds[4], kinds[5]
+    );
+    assert_eq!(
+        detected, trials,
+        "every injected fault is covered by what recovery reported"
     );
 }
 
