@@ -103,7 +103,17 @@ fn config() -> RuntimeConfig {
 
 /// Starts one shard, reads `VmPin` while it runs, stops it; returns (probe, runtime stat, pinned).
 fn one_shard() -> Result<(BufferRegistration, BufferRegistration, u64), RuntimeError> {
-    let before = vm_pin_bytes();
+    // A stopped executor's pinned pool is released after its thread is joined, not always
+    // before: wait until `VmPin` settles so the previous shard's pages are not counted.
+    let mut before = vm_pin_bytes();
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = vm_pin_bytes();
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     let runtime = Runtime::<BufferRegistration>::start(
         &config(),
         |ctx: shard::ShardContext<()>| async move {
@@ -111,7 +121,7 @@ fn one_shard() -> Result<(BufferRegistration, BufferRegistration, u64), RuntimeE
             ctx.registration
         },
     )?;
-    let pinned = vm_pin_bytes() - before;
+    let pinned = vm_pin_bytes().saturating_sub(before);
     let stat = runtime.stats().registration(0);
     let probe = runtime.stop_and_join(Duration::from_secs(30))?[0];
     Ok((probe, stat, pinned))
