@@ -119,6 +119,8 @@ summary_with_counters! {
     entries_corrupted,
     /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
     recovery_truncations,
+    /// Damaged newest journal entries recovered as held but faulty (decision 62).
+    faulty_entries_held,
     /// Sum of wiped nodes rejoining.
     wiped_rejoins,
     /// Sum of boot refusals.

@@ -96,6 +96,9 @@ pub struct Report {
     pub journal_refusals: u64,
     /// Journal entries recovery truncated after a gap, torn entry or chain break.
     pub recovery_truncations: u64,
+    /// Damaged newest journal entries handed to the core as held but faulty at boot (the
+    /// header ring vouched for them, decision 62).
+    pub faulty_entries_held: u64,
     /// Wiped nodes that rejoined (`Recovered::wiped`).
     pub wiped_rejoins: u64,
     /// Nodes that refused to boot after interior journal corruption.
@@ -487,8 +490,9 @@ impl Sim {
     /// snapshot, and every intact entry above it (holes allowed: entries above a hole may have
     /// been acknowledged; the core replays the unbroken chain and asks for a Truncate at a
     /// chain break). A damaged entry that the journal knows was written is acknowledged data
-    /// when an intact entry follows it: boot is refused (journal.md G3). A damaged newest entry
-    /// is cut.
+    /// when an intact entry follows it: boot is refused (journal.md G3). A damaged tail whose
+    /// headers the ring holds is handed over as held but faulty (decision 62); a torn tail the
+    /// ring never knew is cut.
     fn recover(&mut self, r: u8, group: u64, boot: GroupBoot) -> Result<Recovered, String> {
         let incarnation = self.prng_identity.next_u128_nonzero();
         let host = &mut self.hosts[usize::from(r)];
@@ -537,8 +541,33 @@ impl Sim {
                 "interior journal damage in group {group:#x} at op {lowest}"
             ));
         }
-        self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
-        self.report.recovery_truncations += 1;
+        // The damaged tail (decision 62): an entry whose header the ring still holds was
+        // durable once (the ring is written after the prepare's sync), so possibly acked: it
+        // goes to the core as held but faulty, to be repaired from peers. A damaged entry the
+        // ring does not vouch for below one it does is a hole; above the last one it vouches
+        // for, a torn write (never acked): cut.
+        let top_faulty = damaged
+            .range(first..)
+            .rev()
+            .find(|op| boot.faulty.contains_key(op))
+            .copied();
+        for (&op, header) in boot.faulty.range(first..) {
+            if let Some(h) = <wire::header::PrepareHeader as wire::Layout>::view(header) {
+                recovered.faulty.push(*h);
+                self.report.faulty_entries_held += 1;
+                self.trace(format_args!(
+                    "r{r} recovery: group {group:#x} op {op} held but faulty"
+                ));
+            }
+        }
+        let cut = damaged
+            .range(top_faulty.map_or(first, |t| t + 1)..)
+            .next()
+            .copied();
+        if let Some(from) = cut {
+            self.hosts[usize::from(r)].disk.truncate_now(group, from);
+            self.report.recovery_truncations += 1;
+        }
         Ok(recovered)
     }
 
@@ -866,6 +895,8 @@ impl Sim {
             && let Ok(Message::DoViewChange { header, .. }) =
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
+            self.checker
+                .on_do_view_change_sent(r, group, header.frame.view.get());
             // Without a superblock the recovered log_view is 0 (§9.1).
             let durable_log_view = durable.map_or(0, |s| s.log_view);
             self.checker.on_log_view_send(
@@ -881,6 +912,8 @@ impl Sim {
                 wire::decode_replica(frame, wire::MAX_MESSAGE_SIZE_DEFAULT)
         {
             let op = ok.op.get();
+            self.checker
+                .on_prepare_ok_view(self.tick, r, group, op, ok.frame.view.get());
             // An entry the fault schedule corrupted after it was written is excused: the
             // replica cannot know (a latent sector error), and recovery or reads catch it.
             let entry = self.hosts[usize::from(r)].disk.entry(group, op);

@@ -100,6 +100,9 @@ pub struct GroupBoot {
     /// Ops above the checkpoint the journal knows were written and whose stored entry is
     /// damaged (recovery's `Corrupt` slots).
     pub damaged: BTreeSet<u64>,
+    /// Of `damaged`, the ops whose header the journal's header ring still holds (their
+    /// prepare was durable once: possibly acknowledged), with that header.
+    pub faulty: BTreeMap<u64, [u8; wire::HEADER_SIZE]>,
 }
 
 /// What the disk holds for one op right now.
@@ -232,8 +235,14 @@ impl Disk {
             }
         }
         for slot in &recovered.recovery.slots {
-            if let SlotState::Corrupt { op, .. } = slot {
+            if let SlotState::Corrupt { op, identity } = slot {
                 metadata.damaged.insert(*op);
+                if let Some(identity) = identity
+                    && let Some(header) = recovered.journal.ring_header(*op)
+                    && u128::from_le_bytes(header[..16].try_into().expect("16 bytes")) == *identity
+                {
+                    metadata.faulty.insert(*op, header);
+                }
             }
         }
         let mut replay = GroupReplay::default();
@@ -268,6 +277,7 @@ impl Disk {
                     checkpoint_op,
                     entries: frames.clone(),
                     damaged: BTreeSet::new(),
+                    faulty: BTreeMap::new(),
                 },
             );
             partitions.insert(group, PartitionDisk { superblock, frames });
@@ -604,9 +614,10 @@ impl Disk {
         self.booted = None;
     }
 
-    /// Flips one bit of a durable entry of `group` that is followed by another (damage before
-    /// a complete entry: recovery must not mistake it for a torn tail). Metadata: a prepare
-    /// other than the newest; partitions: a byte of a WAL window older than the newest.
+    /// Flips one bit of a durable entry of `group`. Metadata: any journaled prepare, the newest
+    /// included (its ring header survives, so boot holds it as faulty, decision 62);
+    /// partitions: a byte of a WAL window older than the newest (damage before a complete
+    /// window: recovery must not mistake it for a torn tail).
     /// Returns the op hit (metadata) or the byte offset in the WAL file (partitions).
     pub fn corrupt_interior(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
         let storage = self.storage.clone();
@@ -614,10 +625,10 @@ impl Disk {
         let hit = if is_metadata(group) {
             let journal = &booted.journal;
             let ops = journaled_ops(journal);
-            if ops.len() < 2 {
+            if ops.is_empty() {
                 return None;
             }
-            let op = ops[prng.below(ops.len() as u64 - 1) as usize];
+            let op = ops[prng.below(ops.len() as u64) as usize];
             let (file, at, len) = journal.record_location(op)?;
             let byte = at + prng.below(len);
             storage.flip_bit(file, byte, prng.below(8) as u8).ok()?;
