@@ -617,12 +617,34 @@ impl Sim {
         self.crash(r, "scenario");
     }
 
+    /// Cuts replica `r`'s power now (scenario DSL): every append its disk had not reported
+    /// lands, and the last one of each file is torn.
+    pub fn power_cut_replica(&mut self, r: u8) {
+        self.hosts[usize::from(r)].disk.tear_last_on_crash = true;
+        self.crash(r, "power cut");
+    }
+
     /// Restarts replica `r` now if it is down (scenario DSL).
     pub fn restart_replica(&mut self, r: u8) {
         if !self.hosts[usize::from(r)].up {
             self.trace(format_args!("restart r{r}"));
             self.start_host(r);
         }
+    }
+
+    /// Damages the newest durable metadata entry on replica `r`'s disk (scenario DSL).
+    pub fn corrupt_newest_entry(&mut self, r: u8) -> Option<u64> {
+        let op = self.hosts[usize::from(r)]
+            .disk
+            .corrupt_newest(GroupId::METADATA.0)?;
+        self.report.entries_corrupted += 1;
+        self.trace(format_args!("corrupt r{r} newest metadata op {op}"));
+        Some(op)
+    }
+
+    /// Writes torn by crashes on replica `r`'s disk so far.
+    pub fn hosts_torn_writes(&self, r: u8) -> u64 {
+        self.hosts[usize::from(r)].disk.stats.torn
     }
 
     /// Whether replica `r` is up.
@@ -862,7 +884,15 @@ impl Sim {
         };
         let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
         match command {
-            Command::RequestPrepares => self.report.repairs += 1,
+            // A lost replica's view probe (decision 61) asks for no prepare: not a repair.
+            Command::RequestPrepares => {
+                let probe =
+                    <wire::header::RequestPreparesHeader as wire::Layout>::view(&header[..])
+                        .is_some_and(|h| h.from_op.get() == u64::MAX);
+                if !probe {
+                    self.report.repairs += 1;
+                }
+            }
             Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
             _ => {}
         }
