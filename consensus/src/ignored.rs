@@ -71,6 +71,10 @@ pub enum Ignored {
     /// A StartView rejected by the acceptance rules of §8.8.
     #[error("start view not acceptable")]
     StartViewRejected,
+    /// A lost-state replica has not learned the current view from a quorum of peers yet, or
+    /// the StartView is of a view below the one it learned (decision 61).
+    #[error("view not learned from a quorum")]
+    ViewUnlearned,
     /// A repair/transfer reply whose nonce matches no live session.
     #[error("no session with this nonce")]
     Nonce,

@@ -303,6 +303,11 @@ pub struct Recovered {
     /// allowed and must not be truncated (the core keeps entries above a hole); the core
     /// stops at a chain break between adjacent entries and asks for a `Truncate` there.
     pub frames: Vec<Frame>,
+    /// Headers of ops above every entry of `frames` that the journal knows were durably
+    /// written (its header ring holds them) but whose stored prepare is damaged: held but
+    /// faulty. The core keeps them as its log head, neither present nor nacked in a
+    /// DoViewChange, and repairs their bodies from peers (decision 62). In op order.
+    pub faulty: Vec<wire::header::PrepareHeader>,
     /// Serialized client table of the snapshot (metadata plane; empty = none).
     pub client_table: Vec<u8>,
     /// Partition plane: the persisted `offset_frontier` (next offset to mint, at least).

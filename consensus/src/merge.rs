@@ -532,6 +532,25 @@ mod tests {
         assert_eq!(m.sources[&1], 0b10);
     }
 
+    /// Decision 62: an op every replica holds faulty (header from its ring, body damaged) was
+    /// durable on each of them, so possibly acked and committed. No copy exists and nobody
+    /// nacks: the merge never discards it, it waits for a copy and, once everyone reported,
+    /// refuses to decide. (A power cut cannot produce this: a torn write is not ring-known,
+    /// see the scenario `a_power_cut_tearing_the_same_last_write_everywhere`.)
+    #[test]
+    fn an_op_every_replica_holds_faulty_is_never_discarded() {
+        let l = log(2, 0, &[]);
+        let dvc = |replica| Dvc {
+            replica,
+            log_view: 1,
+            op: 2,
+            commit: 1,
+            slots: BTreeMap::from([(1, present(l[0])), (2, absent(l[1]))]),
+        };
+        assert_eq!(merge(&[dvc(0), dvc(1)], 3, 2), Outcome::AwaitingRepair);
+        assert_eq!(merge(&[dvc(0), dvc(1), dvc(2)], 3, 2), Outcome::Deadlocked);
+    }
+
     #[test]
     fn held_nack_names_the_header_and_nacks() {
         // Seed 4605's shape (n = 3): the canonical sender describes op 2 without ever having

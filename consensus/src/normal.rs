@@ -60,6 +60,19 @@ impl<S: StateMachine> Replica<S> {
             && self.is_vsr_durable_strict()
     }
 
+    /// Whether this primary may serve a state transfer (§11.2, decision 60): everything
+    /// `is_caught_up_primary` asks except the recovery barrier. An offer carries only applied
+    /// state (`commit_min`), which is committed whatever the barrier says; the barrier holds back
+    /// *new* requests until the recovered suffix re-commits, and that suffix can only re-commit
+    /// once the backups that are transferring have installed and can ack it.
+    pub(crate) fn can_serve_transfer(&self) -> bool {
+        self.is_primary()
+            && !self.transfer.is_active()
+            && !self.transfer.anchor_unknown
+            && self.commit_min == self.commit_max
+            && self.is_vsr_durable_strict()
+    }
+
     fn deny(&self, request: &ClientRequest, code: u32, out: &mut Outbox) {
         let client = ClientId(request.header.client.get());
         let frame = match self.plane() {

@@ -20,6 +20,16 @@ pub const fn nack(n: usize) -> usize {
     n - replication(n) + 1
 }
 
+/// View learning (decision 61): how many distinct peers a lost-state replica hears from before
+/// it trusts the highest view they report. `max(f + 1, n - Q_vc + 1)`, so any such set of
+/// peers meets the `Q_vc - 1` peers that joined, durably, any view it voted for in a previous
+/// life: `(n - Q_vc + 1) + (Q_vc - 1) > n - 1`. At most `n - 1` for `n >= 2`.
+pub const fn view_learning(n: usize) -> usize {
+    let a = f(n) + 1;
+    let b = n + 1 - view_change(n);
+    if a > b { a } else { b }
+}
+
 /// `f = (n - 1) / 2`.
 pub const fn f(n: usize) -> usize {
     (n - 1) / 2
@@ -59,6 +69,14 @@ mod tests {
                 rep + vc > n,
                 "a committed op is visible to every view change, n={n}"
             );
+            if n >= 2 {
+                let learn = view_learning(n);
+                assert!(learn < n, "a lost replica can hear enough peers, n={n}");
+                assert!(
+                    learn + (vc - 1) > n - 1,
+                    "learning meets every view-change quorum, n={n}"
+                );
+            }
             assert!(
                 rep + nk > n,
                 "a possibly committed op cannot be nacked, n={n}"

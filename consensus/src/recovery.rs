@@ -2,7 +2,7 @@
 //! probe-exhausted election fallback, and catch-up instead of election (§9.4).
 
 use wire::Command;
-use wire::header::{FrameHeader, Layout, RequestStartViewHeader};
+use wire::header::{FrameHeader, Layout, RequestPreparesHeader, RequestStartViewHeader};
 
 use crate::frames;
 use crate::ignored::Ignored;
@@ -51,6 +51,9 @@ impl<S: StateMachine> Replica<S> {
                     .request_start_view
                     .start(self.config.request_start_view_ticks);
                 self.broadcast_request_start_view(out);
+                if self.lost_state && self.learned_view().is_none() {
+                    self.probe_peer_views(out);
+                }
             }
             Status::ViewChange if self.primary_index(self.view) != self.id => {
                 self.timers
@@ -59,6 +62,28 @@ impl<S: StateMachine> Replica<S> {
                 self.broadcast_request_start_view(out);
             }
             _ => {}
+        }
+    }
+
+    /// A lost-state replica that has not learned the current view (decision 61) asks every
+    /// peer that has not reported one yet for a repair range beyond any log
+    /// (`RequestPrepares` of op `u64::MAX` alone): a Normal or ViewChange peer answers
+    /// `RepairDone` stamped with its own view, which counts as its report. Only the primary
+    /// answers RequestStartView (§9.2), so in an idle group the backups would otherwise never
+    /// send the lost replica anything. The answer's nonce matches no repair session.
+    fn probe_peer_views(&mut self, out: &mut Outbox) {
+        for r in 0..self.n as u8 {
+            if r == self.id.0 || self.view_reports.contains_key(&r) {
+                continue;
+            }
+            let mut h = RequestPreparesHeader::zeroed();
+            h.frame = FrameHeader::new(Command::RequestPrepares, self.sender());
+            h.nonce.set(self.prng.nonce());
+            h.from_op.set(u64::MAX);
+            h.to_op.set(u64::MAX);
+            h.group.set(self.group.0);
+            let frame = frames::finish(h, &[]);
+            self.send(out, ReplicaId(r), frame);
         }
     }
 

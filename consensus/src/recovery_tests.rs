@@ -223,11 +223,18 @@ fn a_wiped_replica_probes_forever_and_never_elects() {
     assert_eq!(b.status(), Status::Recovering);
     for _ in 0..20 {
         let effects = tick_until_effects(&mut b, 100);
-        assert_eq!(effects, broadcast(3, 1, &request_start_view(1, 0, 5)));
+        // The probe, and the view probes of decision 61 (random nonces) to the silent peers.
+        let (probes, views): (Vec<Effect>, Vec<Effect>) = effects.into_iter().partition(|e| {
+            matches!(e, Effect::Send { frame, .. } if frame.command() == Some(Command::RequestStartView))
+        });
+        assert_eq!(probes, broadcast(3, 1, &request_start_view(1, 0, 5)));
+        assert_eq!(views.len(), 2);
     }
     assert_eq!(b.status(), Status::Recovering);
-    // Adopting a view is not enough: the flag goes once the view's log is durable here.
+    // Adopting a view is not enough: the flag goes once the view's log is durable here. A
+    // heartbeat from r2 makes two peers reporting view 0 (decision 61).
     let c = chain(0, 0, 1);
+    let _ = feed(&mut b, 2, &commit_frame(0, 2, 0, 1));
     let (result, _) = feed(&mut b, 0, &start_view(0, 0, 1, 0, &c));
     assert_eq!(result, Ok(()));
     assert!(b.lost_state);
@@ -242,4 +249,282 @@ fn a_wiped_replica_probes_forever_and_never_elects() {
         view_headers: headers_of(&c),
         ..Default::default()
     })));
+}
+
+/// Decision 61 (seed 9200000408 `--replicas 3 --groups 4`): r1 voted for view 1 with r2, was
+/// wiped, and rejoins in lost state. The isolated r0, still primary of view 0, answers its probe.
+/// Adopting that StartView and acking op 1 in view 0 would let r0 commit in a superseded view.
+/// The lost replica adopts a StartView only of a view at least the highest one reported by
+/// `view_learning(n)` distinct peers.
+#[test]
+fn a_lost_replica_adopts_only_a_view_a_quorum_of_peers_reports() {
+    let c = chain(0, 0, 1);
+    let sv0 = start_view(0, 0, 1, 0, &c);
+    let mut b = wiped(3, 1, 5);
+    assert_eq!(crate::quorum::view_learning(3), 2);
+    // One peer is not a quorum, however often it answers.
+    for _ in 0..3 {
+        assert_eq!(feed(&mut b, 0, &sv0), (Err(Ignored::ViewUnlearned), vec![]));
+    }
+    assert_eq!(b.learned_view(), None);
+    // r2 moved on to view 2 (it suspects r1, the primary of view 1): its StartViewChange is
+    // ignored by the quorum-invisible replica but still reports the view.
+    assert_eq!(feed(&mut b, 2, &svc(2, 2)).0, Err(Ignored::Status));
+    assert_eq!(b.learned_view(), Some(2));
+    // View 0 is superseded: never adopted, and its prepares are never acked.
+    assert_eq!(feed(&mut b, 0, &sv0), (Err(Ignored::ViewUnlearned), vec![]));
+    let (_, effects) = feed(&mut b, 0, &c[0]);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::Send { frame, .. }
+            if frame.command() == Some(Command::PrepareOk))),
+        "{effects:?}"
+    );
+    assert_eq!((b.status(), b.view()), (Status::Recovering, 0));
+    // View 2's StartView from its primary is adopted.
+    let sv2 = start_view(2, 2, 1, 0, &c);
+    assert_eq!(feed(&mut b, 2, &sv2).0, Ok(()));
+    assert_eq!((b.status(), b.view(), b.log_view()), (Status::Normal, 2, 2));
+}
+
+/// A replica that did not lose state is not held back (the rule costs lost replicas only).
+#[test]
+fn a_replica_with_its_state_adopts_a_start_view_without_learning() {
+    let c = chain(0, 0, 1);
+    let mut b = restarted(3, 1, 0, &c, 9);
+    assert_eq!(b.learned_view(), None);
+    assert_eq!(feed(&mut b, 0, &start_view(0, 0, 1, 0, &c)).0, Ok(()));
+    assert_eq!(b.status(), Status::Normal);
+}
+
+/// Decision 61 in an idle group: only the primary answers RequestStartView and the backups send
+/// a Recovering replica nothing, so a lost replica asks each silent peer for a repair range
+/// beyond any log; the RepairDone answer is stamped with the peer's view and counts.
+#[test]
+fn a_lost_replica_probes_silent_peers_for_their_view() {
+    let mut b = wiped(5, 1, 5);
+    let effects = tick_until_effects(&mut b, 1000);
+    let probes: Vec<(u8, u64)> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { to, frame } if frame.command() == Some(Command::RequestPrepares) => {
+                let h = wire::header::RequestPreparesHeader::view(frame.bytes()).unwrap();
+                Some((to.0, h.from_op.get()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        probes,
+        vec![(0, u64::MAX), (2, u64::MAX), (3, u64::MAX), (4, u64::MAX)]
+    );
+    // A Normal backup in view 3 answers with an empty RepairDone stamped with its view.
+    let mut peer = fresh(5, 2);
+    let (_, effects) = feed(&mut peer, 1, &{
+        let (_, f) = sent(
+            effects
+                .iter()
+                .find(|e| {
+                    matches!(e, Effect::Send { to, frame }
+            if to.0 == 2 && frame.command() == Some(Command::RequestPrepares))
+                })
+                .unwrap(),
+        );
+        f.clone()
+    });
+    let [answer] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    let (to, done) = sent(answer);
+    assert_eq!((to, done.command()), (1, Some(Command::RepairDone)));
+    assert_eq!(feed(&mut b, 2, done).0, Err(Ignored::Nonce));
+    assert_eq!(b.view_reports.get(&2), Some(&0));
+    // Three peers make a quorum for n = 5; reported peers are not probed again.
+    feed(&mut b, 3, &repair_reply(Command::RepairDone, 3, 1, 0));
+    assert_eq!(b.learned_view(), None);
+    feed(&mut b, 4, &commit_frame(0, 4, 0, 1));
+    assert_eq!(b.learned_view(), Some(0));
+    let effects = tick_until_effects(&mut b, 1000);
+    assert!(
+        !effects
+            .iter()
+            .any(|e| matches!(e, Effect::Send { frame, .. }
+            if frame.command() == Some(Command::RequestPrepares))),
+        "{effects:?}"
+    );
+}
+
+/// Replica 1 (0 when solo) restarted with ops 1..=2 intact and op 3 held but faulty
+/// (decision 62).
+fn restarted_with_faulty_head(n: u8, c: &[crate::Frame]) -> (R, Vec<Effect>) {
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(n, n.min(2) - 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames: c[..2].to_vec(),
+            faulty: vec![*c[2].prepare_header().unwrap()],
+            incarnation: 9,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    (b, out.drain().collect())
+}
+
+/// Decision 62: a newest entry the header ring vouches for but whose prepare is damaged was
+/// durable here, maybe acked: boot keeps it as the head, held but faulty. Its DoViewChange slot
+/// carries the header, neither present (no copy to serve) nor nacked; adopting a view that
+/// describes it repairs its body.
+#[test]
+fn a_faulty_newest_entry_is_held_neither_present_nor_nacked() {
+    use crate::merge::Slot;
+    let c = chain(0, 0, 3);
+    let h3 = *c[2].prepare_header().unwrap();
+    let (mut b, effects) = restarted_with_faulty_head(3, &c);
+    assert_eq!(effects, vec![], "nothing truncated");
+    assert_eq!((b.op(), b.header(3)), (3, None));
+    let (frame, dvc) = b.build_do_view_change();
+    assert_eq!(
+        dvc.slots.get(&3),
+        Some(&Slot::Held {
+            header: h3,
+            present: false
+        })
+    );
+    let h = wire::header::DoViewChangeHeader::view(frame.bytes()).unwrap();
+    assert_eq!((h.nack_bitset.get(), h.present_bitset.get() & 1), (0, 0));
+    // The view's StartView describes op 3: the body is fetched from the primary.
+    feed(&mut b, 2, &commit_frame(0, 2, 0, 1));
+    let (result, effects) = feed(&mut b, 0, &start_view(0, 0, 3, 0, &c));
+    assert_eq!(result, Ok(()));
+    let repair = effects.iter().find_map(|e| match e {
+        Effect::Send { to, frame } if frame.command() == Some(Command::RequestPrepares) => {
+            let h = wire::header::RequestPreparesHeader::view(frame.bytes()).unwrap();
+            Some((to.0, h.from_op.get(), h.to_op.get()))
+        }
+        _ => None,
+    });
+    assert_eq!(repair, Some((0, 3, 3)), "{effects:?}");
+    let (_, effects) = feed(&mut b, 0, &crate::frames::as_repair(&c[2]));
+    assert!(effects.contains(&append(&c[2])), "{effects:?}");
+}
+
+/// A view whose log ends below the faulty op discards it: the disk, which still names it, is
+/// truncated there.
+#[test]
+fn a_view_below_a_faulty_head_truncates_it_on_disk() {
+    let c = chain(0, 0, 3);
+    let (mut b, _) = restarted_with_faulty_head(3, &c);
+    let (result, effects) = feed(&mut b, 2, &start_view(2, 2, 2, 0, &c[..2]));
+    assert_eq!(result, Ok(()));
+    // Decision 51: the superblock write carrying the ceiling (op 3 may have been acked) comes
+    // before the cut.
+    let cut = effects
+        .iter()
+        .position(|e| *e == Effect::Truncate { from_op: 3 })
+        .expect("op 3 cut");
+    assert!(
+        matches!(&effects[..cut], [.., Effect::PersistVsrState(s)] if s.held_ceiling == 3),
+        "{effects:?}"
+    );
+    assert_eq!(b.op(), 2);
+}
+
+/// A solo replica has no peer to repair from: a faulty newest entry is cut, as before.
+#[test]
+fn a_solo_replica_cuts_a_faulty_newest_entry() {
+    let c = chain(0, 0, 3);
+    let (b, effects) = restarted_with_faulty_head(1, &c);
+    // Like every boot cut, behind a durable ceiling (decision 51).
+    assert_eq!(
+        effects,
+        vec![
+            Effect::PersistVsrState(VsrState {
+                commit_max: 2,
+                held_ceiling: 3,
+                ..Default::default()
+            }),
+            Effect::Truncate { from_op: 3 }
+        ]
+    );
+    assert_eq!(b.op(), 2);
+}
+
+/// A faulty header that does not chain onto the intact entries is only never nacked, and cut:
+/// the raised ceiling is written before the cut (decisions 51 and 62).
+#[test]
+fn a_faulty_entry_off_the_chain_is_cut_behind_a_durable_ceiling() {
+    let c = chain(0, 0, 2);
+    let off = prepare(0, 0, 3, 999, 0, &[3]);
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(3, 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState::default()),
+            frames: c.clone(),
+            faulty: vec![*off.prepare_header().unwrap()],
+            incarnation: 9,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(b.op(), 2);
+    assert_eq!(
+        out.drain().collect::<Vec<_>>(),
+        vec![
+            Effect::PersistVsrState(VsrState {
+                view_headers: headers_of(&c),
+                held_ceiling: 3,
+                ..Default::default()
+            }),
+            Effect::Truncate { from_op: 3 }
+        ]
+    );
+}
+
+/// Decisions 51 and 62 together at boot: the durable ceiling of an earlier life is restored
+/// before the faulty entries raise it (never lowered below them), and a held-but-faulty
+/// entry's ring header wins over a superblock view header of the same op, as a present entry
+/// does (the ring's header was written later: the journal holds it, the superblock only
+/// described the log at its write).
+#[test]
+fn a_faulty_entry_keeps_its_ring_header_over_the_superblocks() {
+    use crate::merge::Slot;
+    let c = chain(0, 0, 3);
+    let h3 = *c[2].prepare_header().unwrap();
+    let other = *prepare(0, 0, 3, checksum(&c[1]), 0, &[9])
+        .prepare_header()
+        .unwrap();
+    assert_ne!(other, h3);
+    let mut out = crate::Outbox::new();
+    let b = crate::Replica::new(
+        raw(3, 1).validate().unwrap(),
+        crate::Recovered {
+            superblock: Some(VsrState {
+                held_ceiling: 1,
+                view_headers: vec![other],
+                ..Default::default()
+            }),
+            frames: c[..2].to_vec(),
+            faulty: vec![h3],
+            incarnation: 9,
+            ..Default::default()
+        },
+        crate::DigestStateMachine::default(),
+        &mut out,
+    );
+    assert_eq!(out.drain().count(), 0, "nothing truncated");
+    assert_eq!((b.op(), b.held_ceiling, b.faulty_top), (3, 3, 3));
+    let (_, dvc) = b.build_do_view_change();
+    assert_eq!(
+        dvc.slots.get(&3),
+        Some(&Slot::Held {
+            header: h3,
+            present: false
+        })
+    );
 }

@@ -83,6 +83,9 @@ pub struct Replica<S: StateMachine> {
     /// DVCs and StartViews still describe the head's identity (decision 32). Only meaningful
     /// while it matches `(op, last_checksum)`; see `described_head`.
     pub(crate) head_header: Option<PrepareHeader>,
+    /// The highest held-but-faulty op recovered at boot (decision 62), 0 if none: the disk
+    /// still names it, so a view whose log ends below it truncates it there too.
+    pub(crate) faulty_top: u64,
     /// Recovery barrier (§9.5): no admission until `commit_max >= barrier`.
     pub(crate) recovery_barrier: u64,
 
@@ -132,6 +135,11 @@ pub struct Replica<S: StateMachine> {
     /// `lost_until`, the head of the latest view it adopted.
     pub(crate) lost_state: bool,
     pub(crate) lost_until: u64,
+    /// While `lost_state`: per peer, the highest view its view-carrying frames (Prepare,
+    /// PrepareOk, Commit, StartViewChange, DoViewChange, StartView) showed in this life. Once
+    /// `quorum::view_learning(n)` peers reported, their highest view is the lowest view a
+    /// lost-state replica may adopt (decision 61).
+    pub(crate) view_reports: BTreeMap<u8, u32>,
     /// Highest op such that every op above the snapshot up to it is durably journaled.
     pub(crate) durable_prefix: u64,
     /// The snapshot op the driver confirmed durable (`Completion::Checkpointed`).
@@ -193,6 +201,7 @@ impl<S: StateMachine> Replica<S> {
             view_headers: BTreeMap::new(),
             held_ceiling: 0,
             head_header: None,
+            faulty_top: 0,
             recovery_barrier: 0,
             pipeline: Pipeline::default(),
             requests: VecDeque::new(),
@@ -224,6 +233,7 @@ impl<S: StateMachine> Replica<S> {
                     .as_ref()
                     .is_some_and(|sb| sb.lost_state),
             lost_until: 0,
+            view_reports: BTreeMap::new(),
             durable_prefix: recovered.snapshot_op,
             checkpoint_durable: recovered.snapshot_op,
             checkpoint_pending: None,
@@ -314,6 +324,51 @@ impl<S: StateMachine> Replica<S> {
             .as_ref()
             .map_or(0, |sb| sb.held_ceiling);
         let mut boot_cut = None;
+        // Held-but-faulty entries above the journal (decision 62): durably written here, maybe
+        // acked, bodies damaged. Kept as the head, described by their ring headers and never
+        // nacked (`held_ceiling`); repair fetches the bodies once a view is adopted. Above a
+        // dropped frame, or off the chain, they are only never nacked, and cut. A solo replica
+        // has no peer to repair from: they are cut (one disk is all it has).
+        let mut faulty_ok = kept == recovered.frames.len() && n > 1;
+        let mut faulty_dropped = false;
+        for header in &recovered.faulty {
+            let op = header.op.get();
+            if op <= replica.op {
+                continue;
+            }
+            if !(replica.journal.fits(op)
+                && op <= replica.journal_op_max()
+                && header.group.get() == group.0
+                && wire::integrity::verify_prepare_identity(header.bytes()))
+            {
+                faulty_dropped = true;
+                continue;
+            }
+            replica.held_ceiling = replica.held_ceiling.max(op);
+            let unknown_anchor = replica.op == recovered.snapshot_op
+                && recovered.snapshot_op > 0
+                && recovered.snapshot_checksum == 0;
+            let chains = op > replica.op + 1
+                || header.parent.get() == replica.last_checksum
+                || unknown_anchor;
+            faulty_ok &= chains;
+            if !faulty_ok {
+                faulty_dropped = true;
+                continue;
+            }
+            replica.op = op;
+            replica.last_checksum = header.frame.checksum.get();
+            replica.last_timestamp = replica.last_timestamp.max(header.timestamp.get());
+            last_view = last_view.max(header.frame.view.get());
+            replica.view_headers.insert(op, *header);
+            replica.head_header = Some(*header);
+            replica.faulty_top = op;
+        }
+        if faulty_dropped {
+            // The disk still names them: cut them there (they stay never nacked), behind the
+            // durable ceiling like every boot cut (decision 51).
+            boot_cut = Some(replica.op + 1);
+        }
         if kept < recovered.frames.len() {
             // Dropped frames may have been acked: never nack their ops (decision 33).
             let dropped = recovered.frames[kept..]
@@ -449,6 +504,9 @@ impl<S: StateMachine> Replica<S> {
         }
         if message.group() != self.group {
             return Err(Ignored::Group);
+        }
+        if self.lost_state {
+            self.note_view_report(from, &message);
         }
         match message {
             Message::Request { .. } => Err(Ignored::Command),
@@ -658,6 +716,45 @@ impl<S: StateMachine> Replica<S> {
         self.incarnation
     }
 
+    /// The view a lost-state replica learned from a quorum of peers (decision 61): the highest
+    /// view reported once `quorum::view_learning(n)` distinct peers reported, else `None`.
+    pub fn learned_view(&self) -> Option<u32> {
+        (self.view_reports.len() >= crate::quorum::view_learning(self.n))
+            .then(|| self.view_reports.values().copied().max().unwrap_or(0))
+    }
+
+    /// Records the view a peer's frame carries, for [`Self::learned_view`]. Counted: frames a
+    /// peer stamps with its own current view and sends only once that view is durable
+    /// (§8.10): Prepare, PrepareOk, Commit, StartViewChange, DoViewChange, StartView, and the
+    /// RepairDone / RangeEvicted answers to `probe_peer_views`. Not counted: the requester
+    /// side (RequestStartView, RequestPrepares, transfer requests), which leaves before the
+    /// sender's view is durable, and a lost peer's probes carry a view it may have forgotten.
+    /// The peer is the connection's (`from`), not a prepare's author: a forwarded prepare
+    /// carries the forwarder's view.
+    fn note_view_report(&mut self, from: ReplicaId, message: &Message<'_>) {
+        use wire::Command::*;
+        if from == self.id || usize::from(from.0) >= self.n {
+            return;
+        }
+        if !matches!(
+            message.command(),
+            Prepare
+                | PrepareOk
+                | Commit
+                | StartViewChange
+                | DoViewChange
+                | StartView
+                | RepairDone
+                | RangeEvicted
+        ) {
+            return;
+        }
+        let bytes = message.header_bytes();
+        let view = u32::from_le_bytes(bytes[52..56].try_into().expect("4 bytes"));
+        let seen = self.view_reports.entry(from.0).or_insert(view);
+        *seen = (*seen).max(view);
+    }
+
     // ---- helpers shared by the handler modules --------------------------------------------
 
     pub(crate) fn plane(&self) -> Plane {
@@ -743,7 +840,12 @@ impl<S: StateMachine> Replica<S> {
                     self.transfer.anchor_unknown = false;
                 }
             }
-            if op <= self.commit_min || self.journal.get(op).is_some() {
+            // The journal's own entries win, held-but-faulty ones included (decision 62: at
+            // boot `view_headers` holds only their ring headers), as for present entries.
+            if op <= self.commit_min
+                || self.journal.get(op).is_some()
+                || self.view_headers.contains_key(&op)
+            {
                 continue;
             }
             self.view_headers.insert(op, *h);

@@ -576,7 +576,7 @@ impl<S: StateMachine> Replica<S> {
             self.send(out, requester, frame);
             return Ok(());
         }
-        if !self.is_caught_up_primary() {
+        if !self.can_serve_transfer() {
             self.send(out, requester, self.refusal(nonce, true));
             return Err(Ignored::NotPrimary);
         }

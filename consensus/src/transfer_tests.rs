@@ -174,3 +174,165 @@ fn a_transferring_backup_keeps_its_primary() {
         "the transfer outlasted the heartbeat timeout ({transferring_until} ticks)"
     );
 }
+
+/// Ticks a Recovering replica through its probes into the election fallback (§9.3) and
+/// completes the superblock write of the new view.
+fn fall_back_to_election(r: &mut crate::test_support::R) {
+    for _ in 0..10_000 {
+        input(r, crate::Input::Tick);
+        if r.status() == crate::Status::ViewChange {
+            persisted(r);
+            return;
+        }
+    }
+    panic!("no election fallback");
+}
+
+/// The stall of seeds 9200000136 and 880288 (`--replicas 3 --groups 4`), rule 1 (decision 60):
+/// a replica restarts with an uncommitted op above its checkpoint, so its recovery barrier sits
+/// above its commit point, and becomes the only possible primary. It must still serve state
+/// transfers (they carry only applied, hence committed, state) while the barrier holds back
+/// new requests; its backups, mid-transfer, cannot ack the op that would lift the barrier.
+/// Rule 1's setup: r1, primary of view 1 after a whole-cluster restart with its barrier above
+/// its commit point; returns it and the StartView it broadcast.
+fn primary_behind_its_barrier() -> (crate::test_support::R, crate::Frame) {
+    let mut c = chain(0, 0, 2);
+    c.push(prepare(0, 0, 3, checksum(&c[1]), 2, &[3]));
+    // Whole-cluster restart: r1 and r2 hold ops 1..=3, op 3 not provably committed.
+    let mut p = restarted(3, 1, 0, &c, 9);
+    let mut b = restarted(3, 2, 0, &c, 10);
+    assert_eq!(p.recovery_barrier, 3);
+    fall_back_to_election(&mut p);
+    fall_back_to_election(&mut b);
+    assert_eq!((p.view(), b.view()), (1, 1));
+    // SVC and DVC exchange for view 1; r1 is its primary-elect.
+    let (_, effects) = feed(&mut b, 1, &svc(1, 1));
+    let dvc = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Send { to, frame }
+                if to.0 == 1 && frame.command() == Some(Command::DoViewChange) =>
+            {
+                Some(frame.clone())
+            }
+            _ => None,
+        })
+        .expect("r2 sends its DVC");
+    feed(&mut p, 2, &svc(1, 2));
+    feed(&mut p, 2, &dvc);
+    let effects = persisted(&mut p);
+    assert!(p.is_primary(), "{:?}", p.status());
+    let start_view = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Send { to, frame }
+                if to.0 == 0 && frame.command() == Some(Command::StartView) =>
+            {
+                Some(frame.clone())
+            }
+            _ => None,
+        })
+        .expect("StartView to r0");
+    (p, start_view)
+}
+
+#[test]
+fn a_primary_behind_its_recovery_barrier_serves_transfers() {
+    let (mut p, _) = primary_behind_its_barrier();
+    assert_eq!((p.op(), p.commit_min(), p.commit_max()), (3, 2, 2));
+    assert!(p.recovery_barrier > p.commit_max(), "barrier still up");
+    assert!(!p.is_caught_up_primary());
+    // A backup mid-transfer asks: it gets an offer of the committed state at op 2.
+    let (result, effects) = feed(&mut p, 0, &request_transfer(0, 77));
+    assert_eq!(result, Ok(()));
+    let [effect] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    let (to, frame) = sent(effect);
+    let h = StateTransferTargetHeader::view(frame.bytes()).unwrap();
+    assert_eq!((to, h.available, h.commit_op.get()), (0, 1, 2));
+    // New client requests still wait for the barrier.
+    let request = Cluster::request(5, wire::Operation::Register, 0, 0, vec![]);
+    let (result, effects) = input(&mut p, crate::Input::Request(request));
+    assert_eq!(result, Err(Ignored::Refused), "{effects:?}");
+    // A primary that is not caught up for another reason (commit_min < commit_max) refuses.
+    p.commit_max = 3;
+    let (result, effects) = feed(&mut p, 0, &request_transfer(0, 78));
+    assert_eq!(result, Err(Ignored::NotPrimary));
+    let h = StateTransferTargetHeader::view(sent(&effects[0]).1.bytes()).unwrap();
+    assert_eq!((h.available, h.unavailable_transient), (0, 1));
+}
+
+/// Rule 2 of the same stall class (decision 60): a transferring backup neither journals nor
+/// acks a prepare (it would chain onto state it does not hold yet); once it installed the
+/// primary's committed state, the primary's retransmission is journaled and acked, and the ack
+/// lifts the primary's barrier. End to end at handler level, with rule 1 serving the transfer.
+#[test]
+fn a_transferring_backup_acks_after_the_install_and_lifts_the_barrier() {
+    let (mut p, sv) = primary_behind_its_barrier();
+    let mut b = fresh(3, 0);
+    assert_eq!(feed(&mut b, 1, &sv).0, Ok(()));
+    persisted(&mut b);
+    assert_eq!((b.view(), b.op(), b.commit_max()), (1, 3, 2));
+    // The primary retransmits op 3 to the backups that have not acked it.
+    let mut prepare = None;
+    for _ in 0..10_000 {
+        let (_, effects) = input(&mut p, crate::Input::Tick);
+        prepare = effects.iter().find_map(|e| match e {
+            Effect::Send { to, frame }
+                if to.0 == 0 && frame.command() == Some(Command::Prepare) =>
+            {
+                Some(frame.clone())
+            }
+            _ => None,
+        });
+        if prepare.is_some() {
+            break;
+        }
+    }
+    let prepare = prepare.expect("the primary retransmits op 3");
+    // Mid-transfer (its repair range was evicted), the backup cannot take it.
+    let mut out = crate::Outbox::new();
+    b.start_state_transfer(ReplicaId(1), &mut out);
+    let mut pending: Vec<Effect> = out.drain().collect();
+    assert_eq!(
+        feed(&mut b, 1, &prepare),
+        (Err(Ignored::Transferring), vec![])
+    );
+    // Served by the primary behind its barrier, the transfer installs op 2.
+    for _ in 0..64 {
+        if !b.transfer.is_active() {
+            break;
+        }
+        let request = pending
+            .iter()
+            .find_map(|e| match e {
+                Effect::Send { to, frame } if to.0 == 1 => Some(frame.clone()),
+                _ => None,
+            })
+            .expect("a request to the primary");
+        let (_, served) = feed(&mut p, 0, &request);
+        let (_, effects) = feed(&mut b, 1, sent(&served[0]).1);
+        pending = effects;
+    }
+    assert!(!b.transfer.is_active());
+    assert_eq!((b.commit_min(), b.op()), (2, 3));
+    // The retransmission now lands: journaled, acked once durable.
+    let (_, effects) = feed(&mut b, 1, &prepare);
+    assert!(effects.contains(&append(&prepare)), "{effects:?}");
+    let (_, effects) = input(&mut b, appended(&prepare));
+    let ack = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Send { to, frame }
+                if to.0 == 1 && frame.command() == Some(Command::PrepareOk) =>
+            {
+                Some(frame.clone())
+            }
+            _ => None,
+        })
+        .expect("PrepareOk for op 3");
+    feed(&mut p, 0, &ack);
+    assert_eq!((p.commit_min(), p.commit_max()), (3, 3));
+    assert!(p.is_caught_up_primary(), "the barrier is lifted");
+}

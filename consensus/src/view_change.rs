@@ -571,6 +571,13 @@ impl<S: StateMachine> Replica<S> {
                 return Err(Ignored::Malformed);
             }
         }
+        // A lost-state replica may have voted for a newer view in a life it forgot: it adopts
+        // only a view at least as new as what a quorum of peers reports (decision 61). Checked
+        // last, so an otherwise rejected answer over a committed log still starts a transfer
+        // (committed state is the same in every view; installing it acknowledges nothing).
+        if self.lost_state && self.learned_view().is_none_or(|learned| view < learned) {
+            return Err(Ignored::ViewUnlearned);
+        }
         Ok(())
     }
 
@@ -734,6 +741,13 @@ impl<S: StateMachine> Replica<S> {
         }
         // Recovered ops the view discarded can never re-commit: the barrier follows the log.
         self.recovery_barrier = self.recovery_barrier.min(op_head.max(self.commit_min));
+        // A held-but-faulty op above the view's log (decision 62) lives on the disk only: the
+        // driver's truncation removes it there.
+        if self.faulty_top > op_head.max(self.commit_min) {
+            let from = op_head.max(self.commit_min) + 1;
+            cut = Some(cut.map_or(from, |c| c.min(from)));
+            self.faulty_top = 0;
+        }
         if let Some(from_op) = cut {
             self.truncate_journal(from_op, false, out);
             if self.op >= from_op {

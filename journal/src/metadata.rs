@@ -663,6 +663,20 @@ impl<S: Storage> MetadataJournal<S> {
         Ok(())
     }
 
+    /// The header ring's copy of `op`'s 256-byte header, when the ring holds one that verifies
+    /// and names `op`. For a `Corrupt` slot whose ring entry survived, this is the header of an
+    /// entry that was durably written (the ring is written after the prepare's sync) and must
+    /// be repaired from peers, never dropped.
+    pub fn ring_header(&self, op: u64) -> Option<[u8; HEADER_SIZE]> {
+        let s = op % self.config.slot_count;
+        let at = (s * HEADER_SIZE as u64) as usize;
+        let bytes = self.ring.as_slice().get(at..at + HEADER_SIZE)?;
+        match ring_read(bytes, s, self.config.slot_count) {
+            RingRead::Valid(h) if h.op() == op => bytes.try_into().ok(),
+            _ => None,
+        }
+    }
+
     /// Where the stored record of `op` lives: `(file, byte offset, length)` when the journal
     /// holds it (for fault injection in tests and the simulator).
     pub fn record_location(&self, op: u64) -> Option<(&'static str, u64, u64)> {

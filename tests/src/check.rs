@@ -35,6 +35,9 @@ pub enum Invariant {
     /// Decision 51: no DoViewChange nacks an op its sender acknowledged in the view whose log
     /// it claims (its `log_view`), in any life of that replica's data directory.
     NackAcked,
+    /// Decision 61: no replica acknowledges a prepare in a view below one it sent a
+    /// DoViewChange for, in any life (a wiped replica forgets its votes; its peers do not).
+    AckInSupersededView,
     /// §2.11: after healing, outstanding requests complete and replicas converge within a bound.
     Liveness,
 }
@@ -53,6 +56,7 @@ impl fmt::Display for Invariant {
             Invariant::HashChain => "hash-chain",
             Invariant::LocalState => "local-state",
             Invariant::NackAcked => "nack-acked",
+            Invariant::AckInSupersededView => "ack-in-superseded-view",
             Invariant::Liveness => "liveness",
         };
         f.write_str(name)
@@ -127,6 +131,8 @@ pub struct Checker {
     acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
     /// The acknowledged ops already reported nacked (each is reported once).
     nacked_acks: std::collections::BTreeSet<(u64, u8, u32, u64)>,
+    /// `(replica, group) -> highest view` of a DoViewChange it sent, across lives and wipes.
+    voted: BTreeMap<(u8, u64), u32>,
     /// Every violation found, in detection order.
     pub violations: Vec<Violation>,
 }
@@ -379,6 +385,25 @@ impl Checker {
         }
     }
 
+    /// A replica sent a DoViewChange for `view`: it promised never to acknowledge in an older
+    /// view. Kept across restarts and wipes (the replica may forget; the promise stands).
+    pub fn on_do_view_change_sent(&mut self, replica: u8, group: u64, view: u32) {
+        let voted = self.voted.entry((replica, group)).or_insert(view);
+        *voted = (*voted).max(view);
+    }
+
+    /// A replica sent a PrepareOk stamped `view` for `op`.
+    pub fn on_prepare_ok_view(&mut self, tick: u64, replica: u8, group: u64, op: u64, view: u32) {
+        if let Some(&voted) = self.voted.get(&(replica, group))
+            && view < voted
+        {
+            let detail = format!(
+                "group {group:#x}: r{replica} acked op {op} in view {view} after voting (DoViewChange) for view {voted}"
+            );
+            self.violate(tick, Invariant::AckInSupersededView, detail);
+        }
+    }
+
     /// A replica sent a view-scoped frame stamped `view` while its superblock durably holds
     /// `durable_view`.
     pub fn on_view_scoped_send(
@@ -585,6 +610,20 @@ mod tests {
         c.on_restart(0);
         c.observe(3, 0, 7, o(2));
         assert_eq!(c.violations.len(), 2);
+    }
+
+    #[test]
+    fn an_ack_below_a_view_voted_for_in_any_life() {
+        let mut c = Checker::default();
+        c.on_prepare_ok_view(1, 1, 7, 1, 0);
+        c.on_do_view_change_sent(1, 7, 1);
+        c.on_prepare_ok_view(2, 1, 7, 1, 1);
+        c.on_prepare_ok_view(2, 2, 7, 1, 0);
+        assert!(c.violations.is_empty());
+        c.on_wipe(1);
+        c.on_restart(1);
+        c.on_prepare_ok_view(3, 1, 7, 1, 0);
+        assert_eq!(c.violations[0].invariant, Invariant::AckInSupersededView);
     }
 
     #[test]

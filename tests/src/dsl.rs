@@ -97,6 +97,21 @@ impl Scenario {
         self
     }
 
+    /// Cuts replica `r`'s power the other way: its unreported appends land, the last one of
+    /// each file torn (where `power_cut` loses them).
+    pub fn power_cut_tearing(&mut self, r: u8) -> &mut Self {
+        self.sim.power_cut_replica(r);
+        self
+    }
+
+    /// Damages the newest durable metadata entry on replica `r`'s disk (a bit flip after it
+    /// was durable: its header ring copy survives). Returns the op hit.
+    pub fn corrupt_newest(&mut self, r: u8) -> u64 {
+        self.sim
+            .corrupt_newest_entry(r)
+            .expect("a durable metadata entry to damage")
+    }
+
     /// Restarts replica `r` from its disk.
     pub fn restart(&mut self, r: u8) -> &mut Self {
         self.sim.restart_replica(r);

@@ -119,6 +119,8 @@ summary_with_counters! {
     entries_corrupted,
     /// Sum of journal entries truncated by recovery (gap, torn entry or chain break).
     recovery_truncations,
+    /// Damaged newest journal entries recovered as held but faulty (decision 62).
+    faulty_entries_held,
     /// Sum of wiped nodes rejoining.
     wiped_rejoins,
     /// Group boots from a snapshot a state transfer installed.
@@ -168,6 +170,28 @@ impl Summary {
     }
 }
 
+/// `count` distinct seeds drawn from OS randomness: a counter hashed with std's `RandomState`,
+/// whose SipHash keys the OS supplies (`getrandom`) once per thread, so every run draws seeds
+/// nobody ran before and replays them by number.
+pub fn random_seeds(count: usize) -> Vec<u64> {
+    use std::collections::BTreeSet;
+    use std::hash::{BuildHasher, Hasher};
+    let state = std::collections::hash_map::RandomState::new();
+    let mut seen = BTreeSet::new();
+    let mut seeds = Vec::with_capacity(count);
+    let mut i = 0u64;
+    while seeds.len() < count {
+        let mut h = state.build_hasher();
+        h.write_u64(i);
+        i += 1;
+        let seed = h.finish();
+        if seen.insert(seed) {
+            seeds.push(seed);
+        }
+    }
+    seeds
+}
+
 /// Parses `A..B` (exclusive) or `A..=B` (inclusive).
 pub fn parse_range(s: &str) -> Option<std::ops::Range<u64>> {
     if let Some((a, b)) = s.split_once("..=") {
@@ -181,6 +205,18 @@ pub fn parse_range(s: &str) -> Option<std::ops::Range<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn random_seeds_are_distinct_and_differ_between_draws() {
+        let a = random_seeds(64);
+        let b = random_seeds(64);
+        assert_eq!(a.len(), 64);
+        assert_eq!(
+            a.iter().collect::<std::collections::BTreeSet<_>>().len(),
+            64
+        );
+        assert_ne!(a, b, "two draws from OS randomness");
+    }
 
     #[test]
     fn replay_command_names_the_groups_the_cli_was_given() {

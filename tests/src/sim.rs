@@ -96,6 +96,9 @@ pub struct Report {
     pub journal_refusals: u64,
     /// Journal entries recovery truncated after a gap, torn entry or chain break.
     pub recovery_truncations: u64,
+    /// Damaged newest journal entries handed to the core as held but faulty at boot (the
+    /// header ring vouched for them, decision 62).
+    pub faulty_entries_held: u64,
     /// Wiped nodes that rejoined (`Recovered::wiped`).
     pub wiped_rejoins: u64,
     /// Group boots restored from a snapshot a state transfer installed (the replica restarted
@@ -509,8 +512,9 @@ impl Sim {
     /// snapshot, and every intact entry above it (holes allowed: entries above a hole may have
     /// been acknowledged; the core replays the unbroken chain and asks for a Truncate at a
     /// chain break). A damaged entry that the journal knows was written is acknowledged data
-    /// when an intact entry follows it: boot is refused (journal.md G3). A damaged newest entry
-    /// is cut.
+    /// when an intact entry follows it: boot is refused (journal.md G3). A damaged tail whose
+    /// headers the ring holds is handed over as held but faulty (decision 62); a torn tail the
+    /// ring never knew is cut.
     fn recover(&mut self, r: u8, group: u64, boot: GroupBoot) -> Result<Recovered, String> {
         let incarnation = self.prng_identity.next_u128_nonzero();
         let host = &mut self.hosts[usize::from(r)];
@@ -568,18 +572,43 @@ impl Sim {
                 "interior journal damage in group {group:#x} at op {lowest}"
             ));
         }
-        // The cut entries may have been acknowledged: their ops are never nacked (decision
-        // 51), so the ceiling is durable before they go.
-        let ceiling = damaged.iter().next_back().copied().unwrap_or(lowest);
-        self.hosts[usize::from(r)]
-            .disk
-            .raise_truncation_ceiling(group, ceiling);
-        if let Some(sb) = recovered.superblock.as_mut() {
-            sb.held_ceiling = sb.held_ceiling.max(ceiling);
+        // The damaged tail (decision 62): an entry whose header the ring still holds was
+        // durable once (the ring is written after the prepare's sync), so possibly acked: it
+        // goes to the core as held but faulty, to be repaired from peers. A damaged entry the
+        // ring does not vouch for below one it does is a hole; above the last one it vouches
+        // for, a torn write: cut.
+        let top_faulty = damaged
+            .range(first..)
+            .rev()
+            .find(|op| boot.faulty.contains_key(op))
+            .copied();
+        for (&op, header) in boot.faulty.range(first..) {
+            if let Some(h) = <wire::header::PrepareHeader as wire::Layout>::view(header) {
+                recovered.faulty.push(*h);
+                self.report.faulty_entries_held += 1;
+                self.trace(format_args!(
+                    "r{r} recovery: group {group:#x} op {op} held but faulty"
+                ));
+            }
         }
-        let cut = self.hosts[usize::from(r)].disk.truncate_now(group, lowest);
-        debug_assert!(cut, "nothing is pending at boot");
-        self.report.recovery_truncations += 1;
+        let cut = damaged
+            .range(top_faulty.map_or(first, |t| t + 1)..)
+            .next()
+            .copied();
+        if let Some(from) = cut {
+            // The cut entries are never nacked (decision 51), so the ceiling is durable before
+            // they go.
+            let ceiling = damaged.iter().next_back().copied().unwrap_or(from);
+            self.hosts[usize::from(r)]
+                .disk
+                .raise_truncation_ceiling(group, ceiling);
+            if let Some(sb) = recovered.superblock.as_mut() {
+                sb.held_ceiling = sb.held_ceiling.max(ceiling);
+            }
+            let cut = self.hosts[usize::from(r)].disk.truncate_now(group, from);
+            debug_assert!(cut, "nothing is pending at boot");
+            self.report.recovery_truncations += 1;
+        }
         Ok(recovered)
     }
 
@@ -643,12 +672,34 @@ impl Sim {
         self.crash(r, "scenario, unreported writes lost");
     }
 
+    /// Cuts replica `r`'s power now (scenario DSL): every append its disk had not reported
+    /// lands, and the last one of each file is torn.
+    pub fn power_cut_replica(&mut self, r: u8) {
+        self.hosts[usize::from(r)].disk.tear_last_on_crash = true;
+        self.crash(r, "power cut");
+    }
+
     /// Restarts replica `r` now if it is down (scenario DSL).
     pub fn restart_replica(&mut self, r: u8) {
         if !self.hosts[usize::from(r)].up {
             self.trace(format_args!("restart r{r}"));
             self.start_host(r);
         }
+    }
+
+    /// Damages the newest durable metadata entry on replica `r`'s disk (scenario DSL).
+    pub fn corrupt_newest_entry(&mut self, r: u8) -> Option<u64> {
+        let op = self.hosts[usize::from(r)]
+            .disk
+            .corrupt_newest(GroupId::METADATA.0)?;
+        self.report.entries_corrupted += 1;
+        self.trace(format_args!("corrupt r{r} newest metadata op {op}"));
+        Some(op)
+    }
+
+    /// Writes torn by crashes on replica `r`'s disk so far.
+    pub fn hosts_torn_writes(&self, r: u8) -> u64 {
+        self.hosts[usize::from(r)].disk.stats.torn
     }
 
     /// Whether replica `r` is up.
@@ -895,7 +946,15 @@ impl Sim {
         };
         let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
         match command {
-            Command::RequestPrepares => self.report.repairs += 1,
+            // A lost replica's view probe (decision 61) asks for no prepare: not a repair.
+            Command::RequestPrepares => {
+                let probe =
+                    <wire::header::RequestPreparesHeader as wire::Layout>::view(&header[..])
+                        .is_some_and(|h| h.from_op.get() == u64::MAX);
+                if !probe {
+                    self.report.repairs += 1;
+                }
+            }
             Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
             _ => {}
         }
@@ -943,6 +1002,8 @@ impl Sim {
                 header.op.get(),
                 &nacked,
             );
+            self.checker
+                .on_do_view_change_sent(r, group, header.frame.view.get());
             // Without a superblock the recovered log_view is 0 (§9.1).
             let durable_log_view = durable.as_ref().map_or(0, |s| s.log_view);
             self.checker.on_log_view_send(
@@ -959,6 +1020,8 @@ impl Sim {
         {
             let op = ok.op.get();
             self.checker.on_ack(r, group, ok.frame.view.get(), op);
+            self.checker
+                .on_prepare_ok_view(self.tick, r, group, op, ok.frame.view.get());
             // An entry the fault schedule corrupted after it was written is excused: the
             // replica cannot know (a latent sector error), and recovery or reads catch it.
             let entry = self.hosts[usize::from(r)].disk.entry(group, op);

@@ -104,6 +104,9 @@ pub struct GroupBoot {
     /// Ops above the checkpoint the journal knows were written and whose stored entry is
     /// damaged (recovery's `Corrupt` slots).
     pub damaged: BTreeSet<u64>,
+    /// Of `damaged`, the ops whose header the journal's header ring still holds (their
+    /// prepare was durable once: possibly acknowledged), with that header.
+    pub faulty: BTreeMap<u64, [u8; wire::HEADER_SIZE]>,
 }
 
 /// What the disk holds for one op right now.
@@ -149,6 +152,9 @@ pub struct Disk {
     next_id: WriteId,
     /// Counters.
     pub stats: DiskStats,
+    /// The next crash is a power cut that lands every unreported append and tears the last
+    /// one of each file (scenario stories; reset by the crash).
+    pub tear_last_on_crash: bool,
 }
 
 fn prefix(group: u64) -> String {
@@ -211,6 +217,7 @@ impl Disk {
             last_completion: BTreeMap::new(),
             next_id: 1,
             stats: DiskStats::default(),
+            tear_last_on_crash: false,
         }
     }
 
@@ -252,8 +259,14 @@ impl Disk {
             }
         }
         for slot in &recovered.recovery.slots {
-            if let SlotState::Corrupt { op, .. } = slot {
+            if let SlotState::Corrupt { op, identity } = slot {
                 metadata.damaged.insert(*op);
+                if let Some(identity) = identity
+                    && let Some(header) = recovered.journal.ring_header(*op)
+                    && u128::from_le_bytes(header[..16].try_into().expect("16 bytes")) == *identity
+                {
+                    metadata.faulty.insert(*op, header);
+                }
             }
         }
         let mut replay = GroupReplay::default();
@@ -288,6 +301,7 @@ impl Disk {
                     checkpoint_op,
                     entries: frames.clone(),
                     damaged: BTreeSet::new(),
+                    faulty: BTreeMap::new(),
                 },
             );
             partitions.insert(group, PartitionDisk { superblock, frames });
@@ -613,6 +627,8 @@ impl Disk {
     pub fn crash(&mut self, prng: &mut Prng, may_tear: bool) {
         let pending: Vec<Pending> = self.pending.drain(..).collect();
         self.last_completion.clear();
+        let forced = std::mem::take(&mut self.tear_last_on_crash);
+        let may_tear = may_tear || forced;
         if self.booted.is_none() {
             return;
         }
@@ -625,7 +641,11 @@ impl Disk {
                 .filter(|&i| pending[i].group == group)
                 .filter(|&i| matches!(pending[i].write, Write::Append { .. }))
                 .collect();
-            let landed = prng.range_inclusive(0, appends.len() as u64) as usize;
+            let landed = if forced {
+                appends.len()
+            } else {
+                prng.range_inclusive(0, appends.len() as u64) as usize
+            };
             for (k, &i) in appends.iter().enumerate() {
                 let p = &pending[i];
                 if k >= landed || p.void || p.failed {
@@ -638,7 +658,7 @@ impl Disk {
                 };
                 if k + 1 == landed
                     && may_tear
-                    && prng.chance_ppm(500_000)
+                    && (forced || prng.chance_ppm(500_000))
                     && !torn.iter().any(shares_file)
                 {
                     torn.push(i);
@@ -706,12 +726,27 @@ impl Disk {
         };
         self.storage
             .crash(mode, &mut journal::Prng::new(prng.next_u64()));
+        if forced {
+            // A story's power cut tears inside the record: a one-sector tear that hit only the
+            // sector's padding would land the whole record, which recovery rightly keeps.
+            for &i in &torn {
+                if let Write::Append { op, .. } = pending[i].write
+                    && is_metadata(pending[i].group)
+                {
+                    let at = (op % self.journal.slot_count) * self.journal.slot_size + 100;
+                    let _ = self
+                        .storage
+                        .flip_bit(journal::metadata::PREPARES_FILE, at, 0);
+                }
+            }
+        }
         self.booted = None;
     }
 
-    /// Flips one bit of a durable entry of `group` that is followed by another (damage before
-    /// a complete entry: recovery must not mistake it for a torn tail). Metadata: a prepare
-    /// other than the newest; partitions: a byte of a WAL window older than the newest.
+    /// Flips one bit of a durable entry of `group`. Metadata: any journaled prepare, the newest
+    /// included (its ring header survives, so boot holds it as faulty, decision 62);
+    /// partitions: a byte of a WAL window older than the newest (damage before a complete
+    /// window: recovery must not mistake it for a torn tail).
     /// Returns the op hit (metadata) or the byte offset in the WAL file (partitions).
     pub fn corrupt_interior(&mut self, prng: &mut Prng, group: u64) -> Option<u64> {
         let storage = self.storage.clone();
@@ -719,10 +754,10 @@ impl Disk {
         let hit = if is_metadata(group) {
             let journal = &booted.journal;
             let ops = journaled_ops(journal);
-            if ops.len() < 2 {
+            if ops.is_empty() {
                 return None;
             }
-            let op = ops[prng.below(ops.len() as u64 - 1) as usize];
+            let op = ops[prng.below(ops.len() as u64) as usize];
             let (file, at, len) = journal.record_location(op)?;
             let byte = at + prng.below(len);
             storage.flip_bit(file, byte, prng.below(8) as u8).ok()?;
@@ -737,6 +772,20 @@ impl Disk {
             byte
         };
         Some(hit)
+    }
+
+    /// Flips a bit in the header of the newest durable metadata prepare (scenario stories; the
+    /// ring keeps its copy, so the next boot finds it held but faulty). Returns the op hit.
+    pub fn corrupt_newest(&mut self, group: u64) -> Option<u64> {
+        if !is_metadata(group) {
+            return None;
+        }
+        let storage = self.storage.clone();
+        let journal = &self.booted.as_ref()?.journal;
+        let op = *journaled_ops(journal).last()?;
+        let (file, at, _) = journal.record_location(op)?;
+        storage.flip_bit(file, at + 100, 0).ok()?;
+        Some(op)
     }
 
     /// Zeroes the stored prepare of a random durable metadata op, as a lying fsync would. This
@@ -964,6 +1013,67 @@ mod tests {
             }
         }
         assert!(tears > 0, "some crash tore a write");
+    }
+
+    /// Decision 62: damage to the newest entry after it was durable (its ring header survives)
+    /// is reported as held but faulty with the ring's header; a torn newest write (power cut
+    /// before its sync returned, the ring never written) is not.
+    #[test]
+    fn a_damaged_newest_entry_is_faulty_with_its_ring_header_a_torn_one_is_not() {
+        let group = GroupId::METADATA.0;
+        let mut d = Disk::new(IDENTITY, journal_config(64), false);
+        d.boot(&[group]).unwrap();
+        let mut parent = 0;
+        let mut frames = Vec::new();
+        for op in 1..=3 {
+            let frame = prepare(group, op, parent);
+            parent = u128::from_le_bytes(frame[0..16].try_into().expect("16"));
+            frames.push(frame.clone());
+            d.issue_with(0, group, Write::Append { op, frame }, 1, false);
+        }
+        assert_eq!(d.complete_due(1).len(), 3);
+        // Every draw of the injector now may hit op 3, the newest.
+        let mut prng = Prng::new(5, Stream::Storage);
+        let mut hit = None;
+        for _ in 0..64 {
+            let mut copy = Prng::new(prng.next_u64(), Stream::Storage);
+            let op = d.corrupt_interior(&mut copy, group).expect("an op to hit");
+            if op == 3 {
+                hit = Some(op);
+                break;
+            }
+            // Undo: rewrite the op hit (same bytes, same slot).
+            d.issue_with(
+                0,
+                group,
+                Write::Append {
+                    op,
+                    frame: frames[op as usize - 1].clone(),
+                },
+                1,
+                false,
+            );
+            d.complete_due(1);
+        }
+        assert_eq!(hit, Some(3), "the injector reaches the newest op");
+        d.crash(&mut prng, false);
+        let boots = d.boot(&[group]).unwrap();
+        let boot = &boots[&group];
+        assert_eq!(boot.entries.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(boot.damaged, BTreeSet::from([3]));
+        assert_eq!(boot.faulty.get(&3).map(|h| &h[..]), Some(&frames[2][..256]));
+        // A torn newest write: the ring never learns it, nothing is faulty.
+        let frame = prepare(
+            group,
+            4,
+            u128::from_le_bytes(frames[2][0..16].try_into().expect("16")),
+        );
+        d.issue_with(0, group, Write::Append { op: 4, frame }, 1, false);
+        d.tear_last_on_crash = true;
+        d.crash(&mut prng, false);
+        let boots = d.boot(&[group]).unwrap();
+        assert!(!boots[&group].faulty.contains_key(&4));
+        assert!(!boots[&group].entries.contains_key(&4));
     }
 
     #[test]

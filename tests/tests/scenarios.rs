@@ -211,3 +211,74 @@ fn bug_knob_a_volatile_truncation_ceiling_is_caught_by_the_story() {
         "violations: {broken:#?}"
     );
 }
+
+/// Decision 62, the cluster-wide case: a power cut tears the same last write on every
+/// replica. A torn write never reached the header ring (it is written after the prepare's
+/// sync, and the append completes, and PrepareOk leaves, only after both), so no replica ever
+/// acked it and no replica holds it at boot: every boot cuts it (none exits), the view change
+/// completes without it, and the client's retry commits.
+#[test]
+fn a_power_cut_tearing_the_same_last_write_everywhere() {
+    let mut swarm = tests::swarm::Swarm::calm(3, 0);
+    // Slow disks, so the last append is still unreported on every replica when power goes.
+    swarm.disk_latency = (200, 200);
+    let mut s = Scenario::with(0, swarm);
+    s.submit(2).expect_commits(2, 10_000);
+    s.submit(1);
+    let group = s.sim.groups()[0];
+    let committed = s.sim.replica(0, group).unwrap().commit_max();
+    let last = committed + 1;
+    let pending_everywhere = s.run_until(2_000, |sim| {
+        (0..3).all(|r| {
+            sim.replica(r, group)
+                .is_some_and(|x| x.header(last).is_some() && !x.is_durable(last))
+        })
+    });
+    assert!(pending_everywhere, "op {last} pending on every replica");
+    s.power_cut_tearing(0)
+        .power_cut_tearing(1)
+        .power_cut_tearing(2);
+    assert_eq!(
+        (0..3)
+            .map(|r| s.sim.hosts_torn_writes(r))
+            .collect::<Vec<_>>(),
+        vec![1, 1, 1],
+        "the same last write torn everywhere"
+    );
+    s.restart(0).restart(1).restart(2);
+    assert!((0..3).all(|r| s.sim.is_up(r)), "no boot refused");
+    assert!(
+        (0..3).all(|r| s.sim.replica(r, group).is_some_and(|x| x.op() < last)),
+        "every boot cut the torn op {last}"
+    );
+    assert_eq!(
+        s.sim.report.faulty_entries_held, 0,
+        "a torn write is never faulty"
+    );
+    s.expect_commits(3, 20_000);
+    s.expect_converged(20_000);
+}
+
+/// Decision 62, one replica: r2 is cut off while r0 and r1 commit; then r1's newest entry (a
+/// committed op only r0 and r1 hold) is damaged and both crash. r1 restarts: the entry is held
+/// but faulty, so its DoViewChange neither offers nor nacks it, and with r2's nack alone
+/// (`Q_nack` = 2) the view change waits for a copy instead of discarding a committed op. When
+/// r0 returns with its copy the op survives. Cutting the damaged newest entry at boot (the old
+/// policy) lets r1 and r2 nack it and a new op takes its place: agreement breaks.
+#[test]
+fn a_damaged_newest_entry_is_repaired_not_discarded() {
+    let mut s = Scenario::new(3);
+    s.submit(1).expect_commits(1, 2_000);
+    s.isolate(2);
+    s.submit(2).expect_commits(3, 5_000);
+    let op = s.corrupt_newest(1);
+    s.crash(0).crash(1).heal().restart(1).run(3_000);
+    assert_eq!(
+        s.sim.report.faulty_entries_held, 1,
+        "op {op} held but faulty"
+    );
+    s.assert_safe();
+    s.restart(0);
+    s.submit(1).expect_commits(4, 20_000);
+    s.expect_converged(20_000);
+}

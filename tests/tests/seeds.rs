@@ -119,7 +119,28 @@ fn fixed_seeds() {
                 ..Overrides::default()
             },
         ),
-    ]) {
+    ])
+    .chain(
+        [
+            // Issue 8, decision 60: a primary whose recovery barrier sat above its commit point
+            // refused every state transfer while both backups were mid-transfer (stall).
+            9_200_000_136,
+            880_288,
+            // Issue 8, decision 61: a wiped replica adopted the isolated old primary's StartView
+            // of a view it had voted to supersede and acked in it (stall, a safety hole).
+            9_200_000_408,
+        ]
+        .map(|seed| {
+            (
+                seed,
+                Overrides {
+                    replicas: Some(3),
+                    groups: Some(3),
+                    ..Overrides::default()
+                },
+            )
+        }),
+    ) {
         if !check_seed(seed, overrides).violations.is_empty() {
             failing.push(seed);
         }

@@ -3,16 +3,19 @@
 //! ```text
 //! strand-sim --seed N [--replicas R] [--groups G] [--ticks T] [--json] [--trace]
 //! strand-sim --seeds A..B [--json] [--keep-going]
+//! strand-sim --random N [--replicas R] [--groups G] [--json]
 //! ```
+//! `--random N` draws N seeds from OS randomness and runs them all (`--keep-going`), printing
+//! each failing seed with its replay command; the JSON summary lists them (`random_seeds`).
 //! Exits 1 when any seed breaks an invariant or stalls, printing the seed, the invariant and the
 //! command that replays it; 2 on a usage error.
 
 use std::process::ExitCode;
 
-use tests::runner::{Overrides, Summary, parse_range, replay_command, run_seed};
+use tests::runner::{Overrides, Summary, parse_range, random_seeds, replay_command, run_seed};
 use tests::sim::Options;
 
-const USAGE: &str = "usage: strand-sim (--seed N | --seeds A..B) [--replicas 1-6] [--groups G] \
+const USAGE: &str = "usage: strand-sim (--seed N | --seeds A..B | --random N) [--replicas 1-6] [--groups G] \
 [--ticks T] [--no-io-errors] [--lost-writes] [--json] [--trace] [--keep-going]";
 
 fn main() -> ExitCode {
@@ -25,6 +28,7 @@ fn main() -> ExitCode {
         ..Options::default()
     };
     let mut keep_going = false;
+    let mut drawn: Option<Vec<u64>> = None;
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         let parsed: Result<(), String> = (|| {
@@ -38,6 +42,12 @@ fn main() -> ExitCode {
                 "--seeds" => {
                     let v = value("--seeds")?;
                     seeds = Some(parse_range(&v).ok_or(format!("--seeds: bad range {v}"))?);
+                }
+                "--random" => {
+                    let n: usize = value("--random")?
+                        .parse()
+                        .map_err(|e| format!("--random: {e}"))?;
+                    drawn = Some(random_seeds(n));
                 }
                 "--replicas" => {
                     let r: u8 = value("--replicas")?
@@ -80,9 +90,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let Some(seeds) = seeds else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
+    let seeds: Box<dyn Iterator<Item = u64>> = match (seeds, &drawn) {
+        (Some(range), None) => Box::new(range),
+        (None, Some(drawn)) => {
+            keep_going = true;
+            Box::new(drawn.clone().into_iter())
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
     };
     let mut summary = Summary::default();
     for seed in seeds {
@@ -120,7 +137,11 @@ fn main() -> ExitCode {
         }
     }
     if json {
-        println!("{}", summary.to_json());
+        let mut object = summary.to_json();
+        if let (Some(drawn), Some(map)) = (drawn, object.as_object_mut()) {
+            map.insert("random_seeds".to_owned(), serde_json::json!(drawn));
+        }
+        println!("{object}");
     } else {
         println!(
             "seeds {} violations {} stalls {} committed_ops {} view_changes {} crashes {} repairs {} state_transfers {} frames_dropped {}",
