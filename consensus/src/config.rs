@@ -67,6 +67,17 @@ pub struct RawConfig {
     /// bounded it must be at least `2 × checkpoint_interval_ops + prepare_queue_depth` (and
     /// checkpoints must be on). Node-local: set it to what this node's journal was formatted with.
     pub journal_slot_count: u64,
+    /// Primary timestamp window (decision 72, consensus.md §17.7): a backup journals and
+    /// acknowledges a live prepare extending its head only if the prepare's timestamp is at
+    /// most this many microseconds ahead of the backup's own clock, so a primary whose clock
+    /// runs ahead cannot commit (and pin every later timestamp to) its future. Must exceed the
+    /// clock skew tolerated between replicas. Default [`TIMESTAMP_AHEAD_MAX_US_DEFAULT`].
+    pub timestamp_ahead_max_us: u64,
+    /// Partition ack level "memory" (spec README decision 4, our decision 73): a backup
+    /// acknowledges a prepare once it holds it in memory, before its append is durable. A
+    /// group with a prior life then restarts in lost state (it may have acknowledged prepares
+    /// its disk lost). Partition groups of at least 3 replicas only; default off ("disk").
+    pub memory_ack: bool,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -85,6 +96,10 @@ pub struct BugKnobs {
     pub loosen_nack_quorum: bool,
     /// Send view-scoped frames without waiting for `VsrStatePersisted` (breaks §8.10).
     pub skip_durable_before_send: bool,
+    /// Enter Recovering without starting the probe timer (a replica that never asks for the
+    /// view). Only the core's own invariant sweep names it at once: a checker self-test that
+    /// the sweep runs in the simulator's release builds.
+    pub recover_without_probe: bool,
 }
 
 impl RawConfig {
@@ -120,6 +135,8 @@ impl RawConfig {
                 wire::GroupKind::Metadata => JOURNAL_SLOT_COUNT_DEFAULT,
                 _ => 0,
             },
+            timestamp_ahead_max_us: TIMESTAMP_AHEAD_MAX_US_DEFAULT,
+            memory_ack: false,
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }
@@ -164,6 +181,7 @@ impl RawConfig {
             ("request_start_view_ticks", self.request_start_view_ticks),
             ("repair_retry_ticks", self.repair_retry_ticks),
             ("forward_timeout_ticks", self.forward_timeout_ticks),
+            ("timestamp_ahead_max_us", self.timestamp_ahead_max_us),
         ];
         for (name, ticks) in intervals {
             if ticks == 0 {
@@ -214,6 +232,9 @@ impl RawConfig {
                     prepare_queue_depth: self.prepare_queue_depth,
                 });
             }
+        }
+        if self.memory_ack && (plane == Plane::Metadata || self.replica_count < 3) {
+            return Err(MemoryAck);
         }
         Ok(Config { raw: self, plane })
     }
@@ -322,6 +343,10 @@ pub enum ConfigError {
     /// `clients_table_max` outside 2..=65536.
     #[error("clients_table_max {0} is outside 2..=65536")]
     ClientsTableMax(usize),
+    /// `memory_ack` on the metadata group (a partition setting only) or with fewer than three
+    /// replicas (a restarted replica never votes, so f + 1 others must be able to elect).
+    #[error("memory_ack needs a partition group of at least 3 replicas")]
+    MemoryAck,
 }
 
 #[cfg(test)]

@@ -22,6 +22,10 @@ impl<S: StateMachine> Replica<S> {
         self.timers.start_view_change.stop();
         self.timers.do_view_change.stop();
         self.timers.view_change_status.stop();
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.recover_without_probe {
+            return;
+        }
         self.timers
             .request_start_view
             .start(self.config.request_start_view_ticks);

@@ -229,3 +229,106 @@ fn a_wiped_replica_probes_forever_and_never_elects() {
         lost_state: false,
     })));
 }
+
+/// Decision 73 (spec README decision 4): a partition group with ack level "memory" acks a
+/// prepare as soon as it holds it, before the append is durable; after a restart it rejoins in
+/// lost state (it may have acknowledged prepares its disk lost): it never takes the election
+/// fallback nor votes, and the flag goes only once it durably holds the adopted view's log.
+/// The same restart of a "disk" group votes as before.
+#[test]
+fn a_memory_ack_group_acks_from_memory_and_rejoins_in_lost_state() {
+    use crate::io::Outbox;
+    use crate::partition::{build_batch, stamp};
+    use crate::replica::Replica;
+    use crate::types::ReplicaId;
+    use wire::header::{FrameHeader, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let config = |memory_ack: bool| {
+        let mut raw = crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group);
+        raw.memory_ack = memory_ack;
+        raw
+    };
+    let mut batch = build_batch(&[b"m"]);
+    stamp(&mut batch, 3, 0, 1_001);
+    let mut h = PrepareHeader::zeroed();
+    h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+    h.client.set(5);
+    h.op.set(1);
+    h.timestamp.set(1_001);
+    h.operation = wire::Operation::SendMessages.byte();
+    h.group.set(group.0);
+    let p1 = crate::frames::finish(h, &batch);
+
+    // Acked from memory: the PrepareOk leaves with the append request, not after it.
+    let mut b = boot(config(true));
+    assert_eq!(
+        feed(&mut b, 1, &p1),
+        (Ok(()), vec![append(&p1), send(0, prepare_ok(0, 2, &p1, 0))])
+    );
+    assert_eq!(input(&mut b, appended(&p1)), (Ok(()), vec![]));
+    // A "disk" group acks only after the append (the control).
+    let mut d = boot(config(false));
+    assert_eq!(feed(&mut d, 1, &p1), (Ok(()), vec![append(&p1)]));
+
+    let restart = |memory_ack: bool| {
+        let mut out = Outbox::new();
+        Replica::new(
+            config(memory_ack).validate().unwrap(),
+            crate::Recovered {
+                superblock: Some(VsrState::default()),
+                frames: vec![p1.clone()],
+                incarnation: 9,
+                ..crate::Recovered::default()
+            },
+            crate::DigestStateMachine::default(),
+            &mut out,
+        )
+    };
+    let probes = |r: &mut R| {
+        let effects = tick_until_effects(r, 100);
+        effects.iter().all(|e| {
+            matches!(e, Effect::Send { frame, .. }
+                if frame.bytes()[60] == wire::Command::RequestStartView.byte())
+        })
+    };
+    // The disk group takes the election fallback after its probes go unanswered.
+    let mut d = restart(false);
+    assert!(!d.is_lost_state());
+    for _ in 0..4 {
+        assert!(probes(&mut d));
+    }
+    let effects = tick_until_effects(&mut d, 100);
+    assert!(effects.contains(&Effect::PersistVsrState(VsrState {
+        view: 1,
+        log_view: 0,
+        commit_max: 0,
+        lost_state: false,
+    })));
+    assert_eq!(d.status(), Status::ViewChange);
+    // The memory group rejoins in lost state: it probes forever and never elects.
+    let mut b = restart(true);
+    assert!(b.is_lost_state());
+    assert_eq!(b.status(), Status::Recovering);
+    for _ in 0..20 {
+        assert!(probes(&mut b));
+    }
+    assert_eq!(b.status(), Status::Recovering);
+    // The primary's StartView describes op 1, which the journal durably holds: adopted, and the
+    // flag goes (the superblock never recorded it: every restart of the group sets it again).
+    let mut body = Vec::new();
+    wire::suffix::encode([*p1.prepare_header().unwrap()].iter(), &mut body);
+    let mut sv = StartViewHeader::zeroed();
+    sv.frame = FrameHeader::new(wire::Command::StartView, sender(0, 0));
+    sv.op.set(1);
+    sv.commit.set(0);
+    sv.group.set(group.0);
+    let sv = crate::frames::finish(sv, &body);
+    assert_eq!(feed(&mut b, 0, &sv).0, Ok(()));
+    assert_eq!(b.status(), Status::Normal);
+    assert!(!b.is_lost_state());
+}

@@ -125,6 +125,8 @@ summary_with_counters! {
     boot_refusals,
     /// Sum of `Effect::Fatal`.
     fatals,
+    /// Live prepares refused for a timestamp beyond the backup's clock window (decision 72).
+    prepares_clock_ahead,
 }
 
 impl Summary {
@@ -160,6 +162,11 @@ impl Summary {
         object.insert("heal_ticks_max".to_owned(), json!(self.heal_ticks_max));
         object.insert("failed_seeds".to_owned(), json!(self.failed_seeds));
         object.insert("failures".to_owned(), json!(self.failures));
+        // The core's own invariant sweep ran after every step of every replica (decision 70).
+        object.insert(
+            "invariant_sweep".to_owned(),
+            json!(consensus::INVARIANT_SWEEP),
+        );
         Value::Object(object)
     }
 }

@@ -104,6 +104,8 @@ pub struct Report {
     pub entries_corrupted: u64,
     /// A digest of every frame sent, in order: two runs of one seed must agree bit for bit.
     pub fingerprint: u64,
+    /// Live prepares a backup refused for a timestamp beyond its clock's window (decision 72).
+    pub prepares_clock_ahead: u64,
 }
 
 /// A durable snapshot of a group (written by `Effect::Checkpoint`).
@@ -668,6 +670,9 @@ impl Sim {
         };
         if let Err(reason) = live.replica.step(now, input, &mut outbox) {
             self.report.inputs_ignored += 1;
+            if reason == consensus::Ignored::ClockAhead {
+                self.report.prepares_clock_ahead += 1;
+            }
             if let Some(what) = what {
                 let what: String = what.chars().take(160).collect();
                 eprintln!(
@@ -1195,7 +1200,13 @@ impl Sim {
         }
         if self.prng_clocks.chance_ppm(self.swarm.clock_step_ppm) {
             let r = self.prng_clocks.below(u64::from(n)) as usize;
-            let delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            let mut delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            // Now and then a runaway clock: far past the primary timestamp window (decision
+            // 72), so backups refuse that replica's prepares while it leads.
+            if self.prng_clocks.chance_ppm(250_000) {
+                delta = self.prng_clocks.range_inclusive(20_000_000, 120_000_000) as i64;
+                self.trace(format_args!("r{r} clock runs ahead by {delta} us"));
+            }
             self.hosts[r].clock.step(delta);
         }
     }
