@@ -310,25 +310,53 @@ fn a_memory_ack_group_acks_from_memory_and_rejoins_in_lost_state() {
         lost_state: false,
     })));
     assert_eq!(d.status(), Status::ViewChange);
-    // The memory group rejoins in lost state: it probes forever and never elects.
+    let svc = |view: u32, from: u8| {
+        let mut h = wire::header::StartViewChangeHeader::zeroed();
+        h.frame = FrameHeader::new(wire::Command::StartViewChange, sender(from, view));
+        h.group.set(group.0);
+        crate::frames::finish(h, &[])
+    };
+    let is_dvc = |e: &Effect| matches!(e, Effect::Send { frame, .. } if frame.bytes()[60] == Command::DoViewChange.byte());
+    persisted(&mut d);
+    let (_, effects) = feed(&mut d, 0, &svc(1, 0));
+    assert!(
+        effects.iter().any(is_dvc),
+        "the disk group votes: {effects:?}"
+    );
+
+    // The memory group rejoins in lost state. Its probes unanswered, it moves the others past
+    // the view its superblock holds (a StartViewChange) but never votes (no DoViewChange).
     let mut b = restart(true);
     assert!(b.is_lost_state());
     assert_eq!(b.status(), Status::Recovering);
-    for _ in 0..20 {
+    for _ in 0..4 {
         assert!(probes(&mut b));
     }
-    assert_eq!(b.status(), Status::Recovering);
-    // The primary's StartView describes op 1, which the journal durably holds: adopted, and the
-    // flag goes (the superblock never recorded it: every restart of the group sets it again).
+    let effects = tick_until_effects(&mut b, 100);
+    assert!(effects.contains(&Effect::PersistVsrState(VsrState {
+        view: 1,
+        log_view: 0,
+        commit_max: 0,
+        lost_state: true,
+    })));
+    assert_eq!(b.status(), Status::ViewChange);
+    persisted(&mut b);
+    let (_, effects) = feed(&mut b, 0, &svc(1, 0));
+    assert!(!effects.iter().any(is_dvc), "lost state votes: {effects:?}");
+    let (_, effects) = feed(&mut b, 1, &svc(1, 1));
+    assert!(!effects.iter().any(is_dvc), "lost state votes: {effects:?}");
+    assert!(b.is_lost_state());
+    // The new primary's StartView describes op 1, which the journal durably holds: adopted, and
+    // the flag goes (the superblock never recorded it: every restart of the group sets it again).
     let mut body = Vec::new();
     wire::suffix::encode([*p1.prepare_header().unwrap()].iter(), &mut body);
     let mut sv = StartViewHeader::zeroed();
-    sv.frame = FrameHeader::new(wire::Command::StartView, sender(0, 0));
+    sv.frame = FrameHeader::new(wire::Command::StartView, sender(1, 1));
     sv.op.set(1);
     sv.commit.set(0);
     sv.group.set(group.0);
     let sv = crate::frames::finish(sv, &body);
-    assert_eq!(feed(&mut b, 0, &sv).0, Ok(()));
-    assert_eq!(b.status(), Status::Normal);
+    assert_eq!(feed(&mut b, 1, &sv).0, Ok(()));
+    assert_eq!((b.status(), b.view()), (Status::Normal, 1));
     assert!(!b.is_lost_state());
 }
