@@ -589,6 +589,10 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Whether a repair session is open (§10).
+    pub fn is_repairing(&self) -> bool {
+        self.repair.session.is_some()
+    }
     /// Whether a state transfer is in progress.
     pub fn is_transferring(&self) -> bool {
         self.transfer.is_active()

@@ -131,6 +131,10 @@ summary_with_counters! {
     memory_ack_rejoins,
     /// Memory-ack groups excused from liveness: more replicas down or lost than tolerated.
     memory_ack_over_budget,
+    /// Partition ops served by repair from below the server's checkpoint (decision 71).
+    repair_floor_served,
+    /// Partition RangeEvicted above the commit point that became a state transfer.
+    repair_floor_transfers,
 }
 
 impl Summary {

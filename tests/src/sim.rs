@@ -111,6 +111,12 @@ pub struct Report {
     /// Memory-ack groups that had more replicas down or lost at once than they tolerate
     /// (excused from liveness only).
     pub memory_ack_over_budget: u64,
+    /// Partition groups: committed ops a server read back from below its checkpoint (its WAL
+    /// still held them) to repair a lagging backup: the repair floor, decision 71.
+    pub repair_floor_served: u64,
+    /// Partition groups: RangeEvicted above the receiver's commit point that started a state
+    /// transfer (the primary evicted ops the receiver lacks).
+    pub repair_floor_transfers: u64,
 }
 
 /// A durable snapshot of a group (written by `Effect::Checkpoint`).
@@ -1093,6 +1099,22 @@ impl Sim {
             return;
         };
         let group = message.group().0;
+        // A RangeEvicted whose floor is above what the receiver applied: before the repair
+        // floor (decision 71) every one of them became a state transfer.
+        let evicted_above = match &message {
+            Message::RangeEvicted(h) if !GroupId(group).is_metadata() => self.hosts
+                [usize::from(to)]
+            .live
+            .get(&group)
+            .filter(|l| {
+                let r = &l.replica;
+                r.status() == Status::Normal
+                    && !r.is_transferring()
+                    && h.op.get() > r.commit_min() + 1
+            })
+            .map(|_| ()),
+            _ => None,
+        };
         self.step(
             to,
             group,
@@ -1101,6 +1123,13 @@ impl Sim {
                 message,
             },
         );
+        if evicted_above.is_some()
+            && let Some(live) = self.hosts[usize::from(to)].live.get(&group)
+        {
+            if live.replica.is_transferring() {
+                self.report.repair_floor_transfers += 1;
+            }
+        }
     }
 
     fn deliver_request(&mut self, _client: u32, to: u8, wrapped: &[u8]) {
@@ -1179,10 +1208,14 @@ impl Sim {
             }
             .filter(|bytes| {
                 bytes.len() >= wire::HEADER_SIZE
-                    && identity_of(bytes) == read.checksum
+                    && (read.checksum == 0 || identity_of(bytes) == read.checksum)
                     && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
             })
             .map(Frame::new);
+            if read.checksum == 0 && frame.is_some() {
+                // Read below the checkpoint for repair (decision 71).
+                self.report.repair_floor_served += 1;
+            }
             self.step(
                 r,
                 read.group,
