@@ -230,9 +230,7 @@ fn a_periodic_checkpoint_raises_the_floor_and_repair_below_it_is_evicted() {
 
 /// A partition group's frames for the repair-floor tests (decision 71).
 mod partition_floor {
-    use wire::header::{
-        FrameHeader, Layout, PrepareHeader, RepairRangeReplyHeader, StartViewHeader,
-    };
+    use wire::header::{FrameHeader, Layout, PrepareHeader, RepairRangeReplyHeader};
     use wire::{Command, Operation};
 
     use super::as_repair;
@@ -287,22 +285,6 @@ mod partition_floor {
         h.op.set(op);
         h.group.set(group().0);
         crate::frames::finish(h, &[])
-    }
-
-    fn start_view(view: u32, from: u8, op: u64, commit: u64, suffix: &[Frame]) -> Frame {
-        let mut headers: Vec<PrepareHeader> = suffix
-            .iter()
-            .map(|f| *f.prepare_header().unwrap())
-            .collect();
-        headers.sort_by_key(|h| std::cmp::Reverse(h.op.get()));
-        let mut body = Vec::new();
-        wire::suffix::encode(headers.iter(), &mut body);
-        let mut h = StartViewHeader::zeroed();
-        h.frame = FrameHeader::new(Command::StartView, sender(from, view));
-        h.op.set(op);
-        h.commit.set(commit);
-        h.group.set(group().0);
-        crate::frames::finish(h, &body)
     }
 
     /// The RequestPrepares among `effects`: `(to, nonce, from_op, to_op)`.

@@ -1106,14 +1106,13 @@ impl Sim {
                 [usize::from(to)]
             .live
             .get(&group)
-            .filter(|l| {
+            .is_some_and(|l| {
                 let r = &l.replica;
                 r.status() == Status::Normal
                     && !r.is_transferring()
                     && h.op.get() > r.commit_min() + 1
-            })
-            .map(|_| ()),
-            _ => None,
+            }),
+            _ => false,
         };
         self.step(
             to,
@@ -1123,12 +1122,13 @@ impl Sim {
                 message,
             },
         );
-        if evicted_above.is_some()
-            && let Some(live) = self.hosts[usize::from(to)].live.get(&group)
+        if evicted_above
+            && self.hosts[usize::from(to)]
+                .live
+                .get(&group)
+                .is_some_and(|l| l.replica.is_transferring())
         {
-            if live.replica.is_transferring() {
-                self.report.repair_floor_transfers += 1;
-            }
+            self.report.repair_floor_transfers += 1;
         }
     }
 
