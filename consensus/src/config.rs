@@ -358,6 +358,30 @@ mod tests {
     }
 
     #[test]
+    fn memory_ack_needs_a_partition_group_of_three_and_the_timestamp_window_is_non_zero() {
+        let mut r = raw();
+        r.memory_ack = true;
+        assert_eq!(r.validate(), Err(ConfigError::MemoryAck));
+        let partition = GroupId::partition(wire::PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition: 1,
+        })
+        .unwrap();
+        let mut r = RawConfig::new(1, ReplicaId(0), 2, partition);
+        r.memory_ack = true;
+        assert_eq!(r.clone().validate(), Err(ConfigError::MemoryAck));
+        r.replica_count = 3;
+        assert!(r.validate().is_ok());
+        let mut r = raw();
+        r.timestamp_ahead_max_us = 0;
+        assert_eq!(
+            r.validate(),
+            Err(ConfigError::ZeroInterval("timestamp_ahead_max_us"))
+        );
+    }
+
+    #[test]
     fn defaults_validate() {
         let config = raw().validate().unwrap();
         assert_eq!(config.plane(), Plane::Metadata);
