@@ -67,6 +67,17 @@ pub struct RawConfig {
     /// bounded it must be at least `2 × checkpoint_interval_ops + prepare_queue_depth` (and
     /// checkpoints must be on). Node-local: set it to what this node's journal was formatted with.
     pub journal_slot_count: u64,
+    /// Primary timestamp window (decision 72, consensus.md §17.7): a backup journals and
+    /// acknowledges a live prepare extending its head only if the prepare's timestamp is at
+    /// most this many microseconds ahead of the backup's own clock, so a primary whose clock
+    /// runs ahead cannot commit (and pin every later timestamp to) its future. Must exceed the
+    /// clock skew tolerated between replicas. Default [`TIMESTAMP_AHEAD_MAX_US_DEFAULT`].
+    pub timestamp_ahead_max_us: u64,
+    /// Partition ack level "memory" (spec README decision 4, our decision 73): a backup
+    /// acknowledges a prepare once it holds it in memory, before its append is durable. A
+    /// group with a prior life then restarts in lost state (it may have acknowledged prepares
+    /// its disk lost). Partition groups of at least 3 replicas only; default off ("disk").
+    pub memory_ack: bool,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -88,6 +99,10 @@ pub struct BugKnobs {
     /// Truncate without first writing the truncation ceiling and the described headers to
     /// the superblock (breaks decision 51: a restart may nack an op it acknowledged).
     pub volatile_truncation_ceiling: bool,
+    /// Enter Recovering without starting the probe timer (a replica that never asks for the
+    /// view). Only the core's own invariant sweep names it at once: a checker self-test that
+    /// the sweep runs in the simulator's release builds.
+    pub recover_without_probe: bool,
 }
 
 impl RawConfig {
@@ -123,6 +138,8 @@ impl RawConfig {
                 wire::GroupKind::Metadata => JOURNAL_SLOT_COUNT_DEFAULT,
                 _ => 0,
             },
+            timestamp_ahead_max_us: TIMESTAMP_AHEAD_MAX_US_DEFAULT,
+            memory_ack: false,
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }
@@ -167,6 +184,7 @@ impl RawConfig {
             ("request_start_view_ticks", self.request_start_view_ticks),
             ("repair_retry_ticks", self.repair_retry_ticks),
             ("forward_timeout_ticks", self.forward_timeout_ticks),
+            ("timestamp_ahead_max_us", self.timestamp_ahead_max_us),
         ];
         for (name, ticks) in intervals {
             if ticks == 0 {
@@ -217,6 +235,9 @@ impl RawConfig {
                     prepare_queue_depth: self.prepare_queue_depth,
                 });
             }
+        }
+        if self.memory_ack && (plane == Plane::Metadata || self.replica_count < 3) {
+            return Err(MemoryAck);
         }
         Ok(Config { raw: self, plane })
     }
@@ -325,6 +346,10 @@ pub enum ConfigError {
     /// `clients_table_max` outside 2..=65536.
     #[error("clients_table_max {0} is outside 2..=65536")]
     ClientsTableMax(usize),
+    /// `memory_ack` on the metadata group (a partition setting only) or with fewer than three
+    /// replicas (a restarted replica never votes, so f + 1 others must be able to elect).
+    #[error("memory_ack needs a partition group of at least 3 replicas")]
+    MemoryAck,
 }
 
 #[cfg(test)]
@@ -333,6 +358,30 @@ mod tests {
 
     fn raw() -> RawConfig {
         RawConfig::new(1, ReplicaId(0), 3, GroupId::METADATA)
+    }
+
+    #[test]
+    fn memory_ack_needs_a_partition_group_of_three_and_the_timestamp_window_is_non_zero() {
+        let mut r = raw();
+        r.memory_ack = true;
+        assert_eq!(r.validate(), Err(ConfigError::MemoryAck));
+        let partition = GroupId::partition(wire::PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition: 1,
+        })
+        .unwrap();
+        let mut r = RawConfig::new(1, ReplicaId(0), 2, partition);
+        r.memory_ack = true;
+        assert_eq!(r.clone().validate(), Err(ConfigError::MemoryAck));
+        r.replica_count = 3;
+        assert!(r.validate().is_ok());
+        let mut r = raw();
+        r.timestamp_ahead_max_us = 0;
+        assert_eq!(
+            r.validate(),
+            Err(ConfigError::ZeroInterval("timestamp_ahead_max_us"))
+        );
     }
 
     #[test]

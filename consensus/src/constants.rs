@@ -116,3 +116,8 @@ pub const JOURNAL_SPAN_MAX: u64 = 1 << 24;
 
 /// Ops scanned per repair-window or coverage computation before giving up on the scan.
 pub const SCAN_MAX: u64 = 1 << 16;
+
+/// Default of `RawConfig::timestamp_ahead_max_us` (decision 72, consensus.md §17.7): a backup
+/// journals and acknowledges a live prepare only if its timestamp is at most this far ahead of
+/// the backup's own clock.
+pub const TIMESTAMP_AHEAD_MAX_US_DEFAULT: u64 = 10_000_000;

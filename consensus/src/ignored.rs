@@ -94,6 +94,10 @@ pub enum Ignored {
     /// (decision 34); the sender retransmits or repair asks again later.
     #[error("journal full above the durable checkpoint")]
     JournalFull,
+    /// A live prepare stamped further ahead of this backup's clock than
+    /// `timestamp_ahead_max_us` (decision 72): forwarded, neither journaled nor acked.
+    #[error("prepare timestamp ahead of the local clock beyond the window")]
+    ClockAhead,
     /// A queue is full; the input was dropped and counted.
     #[error("queue full")]
     QueueFull,

@@ -210,11 +210,14 @@ pub enum Effect {
     /// checkpoint its superblock names and it does not know them yet (decision 52).
     PersistVsrState(VsrState),
     /// Read the journaled prepare at `op` (expected identity `checksum`) and answer with
-    /// [`Completion::Read`]. Used for committed bodies the core no longer caches.
+    /// [`Completion::Read`]. Used for committed bodies the core no longer caches, and on the
+    /// partition plane for repair below the checkpoint, where the WAL may still retain ops the
+    /// core no longer indexes (decision 71).
     Read {
         /// The op.
         op: u64,
-        /// Its expected identity.
+        /// Its expected identity; 0 when the core does not know it (partition ops below its
+        /// index): the driver answers with whatever prepare it holds at `op`, or `None`.
         checksum: u128,
     },
     /// A reply (command Reply) or eviction (command Eviction) frame for a client connection.

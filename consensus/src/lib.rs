@@ -63,6 +63,10 @@ mod scenarios;
 #[cfg(test)]
 mod test_support;
 
+/// Whether this build runs the core's invariant sweep after every step: always in debug
+/// builds, in release builds only with the `invariants` feature (the simulator enables it).
+pub const INVARIANT_SWEEP: bool = cfg!(any(debug_assertions, feature = "invariants"));
+
 #[cfg(feature = "bug-knobs")]
 pub use config::BugKnobs;
 pub use config::{Config, ConfigError, RawConfig};

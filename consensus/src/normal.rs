@@ -338,6 +338,10 @@ impl<S: StateMachine> Replica<S> {
         if !self.timers.prepare.is_running() {
             self.start_prepare_timer();
         }
+        if self.config.memory_ack {
+            // Ack level "memory" (decision 73): the primary holds it; its append still runs.
+            let _ = self.record_ack(op, header.frame.checksum.get(), self.id, now, out);
+        }
         // Forward first, append in parallel; only the PrepareOk claims durability (§5.3).
         if let Some(next) = self.next_hop(self.view) {
             self.send(out, next, frame.clone());
@@ -454,7 +458,10 @@ impl<S: StateMachine> Replica<S> {
                 return Err(Ignored::JournalFull);
             }
             self.check_stamp(header, body, false)?;
-            let _ = self.journal_prepare(now, frames::whole(header, body), out);
+            if self.journal_prepare(now, frames::whole(header, body), out) && self.config.memory_ack
+            {
+                self.send_prepare_ok(op, out);
+            }
             return Ok(());
         }
         if op != self.op + 1 {
@@ -472,12 +479,25 @@ impl<S: StateMachine> Replica<S> {
         {
             self.send(out, next, frame.clone());
         }
+        // Primary timestamp window (decision 72): a prepare stamped further ahead of our own
+        // clock than the window is forwarded (the next hop judges by its own clock) but neither
+        // journaled nor acked, so a primary whose clock runs ahead cannot commit its future
+        // without a quorum whose clocks agree. Holes the view describes are filled above.
+        if header.timestamp.get()
+            > now
+                .realtime_us
+                .saturating_add(self.config.timestamp_ahead_max_us)
+        {
+            return Err(Ignored::ClockAhead);
+        }
         // Forwarded all the same (the next hop may have room), but neither journaled nor
         // acked: the primary retransmits, or repair fetches it once a checkpoint made room.
         if op > self.journal_op_max() {
             return Err(Ignored::JournalFull);
         }
-        let _ = self.journal_prepare(now, frame, out);
+        if self.journal_prepare(now, frame, out) && self.config.memory_ack {
+            self.send_prepare_ok(op, out);
+        }
         Ok(())
     }
 
@@ -639,7 +659,12 @@ impl<S: StateMachine> Replica<S> {
         {
             return;
         }
-        if !self.journal.get(op).is_some_and(|e| e.durable) {
+        // Ack level "memory" (decision 73): holding the prepare is enough.
+        if !self
+            .journal
+            .get(op)
+            .is_some_and(|e| e.durable || self.config.memory_ack)
+        {
             return;
         }
         self.send_prepare_ok_unchecked(op, out);
@@ -689,7 +714,8 @@ impl<S: StateMachine> Replica<S> {
                 let _ = self.record_ack(op, checksum, self.id, now, out);
             }
         } else if self.status == Status::Normal {
-            if op > self.commit_min {
+            // A memory-ack backup acked when it journaled the prepare (decision 73).
+            if op > self.commit_min && !self.config.memory_ack {
                 self.send_prepare_ok(op, out);
             }
             self.commit_journal(now, out);

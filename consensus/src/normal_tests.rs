@@ -420,3 +420,66 @@ fn a_heartbeat_starts_repair_when_the_commit_point_came_from_a_prepare() {
         (0, Some(wire::Command::RequestPrepares))
     );
 }
+
+/// Decision 72 (consensus.md §17.7): a primary whose clock runs ahead stamps its prepares with
+/// its future; a backup whose clock is more than `timestamp_ahead_max_us` behind that stamp
+/// forwards the prepare down the chain but neither journals nor acks it, so the op cannot
+/// commit (nor pin every later timestamp) unless a quorum's clocks agree with it. A stamp
+/// exactly at the window's edge is accepted.
+#[test]
+fn a_primary_clock_ahead_of_the_window_gets_no_acks() {
+    let window = raw(3, 1).timestamp_ahead_max_us;
+    let propose_at = |skew_us: u64| {
+        let mut p = fresh(3, 0);
+        let skewed = crate::types::Now {
+            tick: NOW.tick,
+            realtime_us: NOW.realtime_us + skew_us,
+        };
+        let mut out = crate::io::Outbox::new();
+        let request = Cluster::request(0x77, Operation::Register, 0, 0, vec![]);
+        p.step(skewed, Input::Request(request), &mut out)
+            .expect("proposed");
+        let effects: Vec<Effect> = out.drain().collect();
+        let Effect::Append { frame, .. } = effects[1].clone() else {
+            panic!("{effects:?}")
+        };
+        assert_eq!(
+            frame.prepare_header().unwrap().timestamp.get(),
+            NOW.realtime_us + skew_us
+        );
+        (p, frame)
+    };
+
+    // One microsecond past the window: forwarded, not journaled, never acked.
+    let (mut p, ahead) = propose_at(window + 1);
+    let mut b1 = fresh(3, 1);
+    assert_eq!(
+        feed(&mut b1, 0, &ahead),
+        (Err(Ignored::ClockAhead), vec![send(2, ahead.clone())])
+    );
+    assert_eq!((b1.op(), b1.header(1)), (0, None));
+    let mut b2 = fresh(3, 2);
+    assert_eq!(feed(&mut b2, 1, &ahead), (Err(Ignored::ClockAhead), vec![]));
+    // Retransmissions fare no better, so the runaway primary never reaches a quorum.
+    assert_eq!(feed(&mut b2, 0, &ahead), (Err(Ignored::ClockAhead), vec![]));
+    input(&mut p, appended(&ahead));
+    assert_eq!((p.commit_max(), p.pipeline_len()), (0, 1));
+
+    // At the window's edge: journaled, and acked once durable.
+    let (_, edge) = propose_at(window);
+    let mut b2 = fresh(3, 2);
+    assert_eq!(
+        feed(&mut b2, 1, &edge),
+        (
+            Ok(()),
+            vec![Effect::Append {
+                op: 1,
+                frame: edge.clone()
+            }]
+        )
+    );
+    assert_eq!(
+        input(&mut b2, appended(&edge)),
+        (Ok(()), vec![send(0, prepare_ok(0, 2, &edge, 0))])
+    );
+}

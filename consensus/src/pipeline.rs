@@ -43,7 +43,7 @@ impl Pipeline {
     pub fn head(&self) -> Option<&Prepared> {
         self.entries.front()
     }
-    #[cfg(debug_assertions)]
+    #[cfg(any(debug_assertions, feature = "invariants"))]
     pub fn tail(&self) -> Option<&Prepared> {
         self.entries.back()
     }
@@ -88,12 +88,12 @@ impl Pipeline {
         self.entries.get(index)
     }
 
-    /// Debug sweep: consecutive ops and chained parents.
-    #[cfg(debug_assertions)]
+    /// Invariant sweep: consecutive ops and chained parents.
+    #[cfg(any(debug_assertions, feature = "invariants"))]
     pub fn verify(&self) {
         for pair in self.entries.iter().collect::<Vec<_>>().windows(2) {
-            debug_assert_eq!(pair[1].op(), pair[0].op() + 1);
-            debug_assert_eq!(pair[1].header.parent.get(), pair[0].checksum());
+            assert_eq!(pair[1].op(), pair[0].op() + 1);
+            assert_eq!(pair[1].header.parent.get(), pair[0].checksum());
         }
     }
 }

@@ -22,6 +22,10 @@ impl<S: StateMachine> Replica<S> {
         self.timers.start_view_change.stop();
         self.timers.do_view_change.stop();
         self.timers.view_change_status.stop();
+        #[cfg(feature = "bug-knobs")]
+        if self.config.bug_knobs.recover_without_probe {
+            return;
+        }
         self.timers
             .request_start_view
             .start(self.config.request_start_view_ticks);
@@ -42,7 +46,13 @@ impl<S: StateMachine> Replica<S> {
         match self.status {
             Status::Recovering => {
                 self.probe_attempts += 1;
-                if self.probe_attempts >= self.config.view_probe_attempts_max && !self.lost_state {
+                // A lost-state replica never elects, except a memory-ack group's (decision 73):
+                // its superblock may hold a view the others never reached (no primary of that
+                // view answers), and its StartViewChange moves them past it; it still never
+                // sends a DoViewChange, so it casts no vote on the log.
+                if self.probe_attempts >= self.config.view_probe_attempts_max
+                    && (!self.lost_state || self.config.memory_ack)
+                {
                     self.transfer.abandon();
                     self.start_view_change_to(self.view + 1, out);
                     return;

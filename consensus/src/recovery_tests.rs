@@ -528,3 +528,145 @@ fn a_faulty_entry_keeps_its_ring_header_over_the_superblocks() {
         })
     );
 }
+
+/// Decision 73 (spec README decision 4): a partition group with ack level "memory" acks a
+/// prepare as soon as it holds it, before the append is durable; after a restart it rejoins in
+/// lost state (it may have acknowledged prepares its disk lost): it never takes the election
+/// fallback nor votes, and the flag goes only once it durably holds the adopted view's log.
+/// The same restart of a "disk" group votes as before.
+#[test]
+fn a_memory_ack_group_acks_from_memory_and_rejoins_in_lost_state() {
+    use crate::io::Outbox;
+    use crate::partition::{build_batch, stamp};
+    use crate::replica::Replica;
+    use crate::types::ReplicaId;
+    use wire::header::{FrameHeader, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let config = |memory_ack: bool| {
+        let mut raw = crate::RawConfig::new(CLUSTER, ReplicaId(2), 3, group);
+        raw.memory_ack = memory_ack;
+        raw
+    };
+    let mut batch = build_batch(&[b"m"]);
+    stamp(&mut batch, 3, 0, 1_001);
+    let mut h = PrepareHeader::zeroed();
+    h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+    h.client.set(5);
+    h.op.set(1);
+    h.timestamp.set(1_001);
+    h.operation = wire::Operation::SendMessages.byte();
+    h.group.set(group.0);
+    let p1 = crate::frames::finish(h, &batch);
+
+    // Acked from memory: the PrepareOk leaves with the append request, not after it.
+    let mut b = boot(config(true));
+    assert_eq!(
+        feed(&mut b, 1, &p1),
+        (Ok(()), vec![append(&p1), send(0, prepare_ok(0, 2, &p1, 0))])
+    );
+    assert_eq!(input(&mut b, appended(&p1)), (Ok(()), vec![]));
+    // A "disk" group acks only after the append (the control).
+    let mut d = boot(config(false));
+    assert_eq!(feed(&mut d, 1, &p1), (Ok(()), vec![append(&p1)]));
+
+    let restart = |memory_ack: bool| {
+        let mut out = Outbox::new();
+        Replica::new(
+            config(memory_ack).validate().unwrap(),
+            crate::Recovered {
+                superblock: Some(VsrState::default()),
+                frames: vec![p1.clone()],
+                incarnation: 9,
+                ..crate::Recovered::default()
+            },
+            crate::DigestStateMachine::default(),
+            &mut out,
+        )
+    };
+    // Recovery probes: RequestStartView, and from a lost-state replica also the view probe of
+    // silent peers (decision 61: RequestPrepares from op u64::MAX).
+    let probes = |r: &mut R| {
+        let effects = tick_until_effects(r, 100);
+        effects.iter().all(|e| {
+            matches!(e, Effect::Send { frame, .. }
+                if frame.bytes()[60] == wire::Command::RequestStartView.byte()
+                    || frame.bytes()[60] == wire::Command::RequestPrepares.byte())
+        })
+    };
+    // The disk group takes the election fallback after its probes go unanswered.
+    let mut d = restart(false);
+    assert!(!d.is_lost_state());
+    for _ in 0..4 {
+        assert!(probes(&mut d));
+    }
+    let effects = tick_until_effects(&mut d, 100);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 0,
+            commit_max: 0,
+            lost_state: false,
+            ..
+        })
+    )));
+    assert_eq!(d.status(), Status::ViewChange);
+    let svc = |view: u32, from: u8| {
+        let mut h = wire::header::StartViewChangeHeader::zeroed();
+        h.frame = FrameHeader::new(wire::Command::StartViewChange, sender(from, view));
+        h.group.set(group.0);
+        crate::frames::finish(h, &[])
+    };
+    let is_dvc = |e: &Effect| matches!(e, Effect::Send { frame, .. } if frame.bytes()[60] == Command::DoViewChange.byte());
+    persisted(&mut d);
+    let (_, effects) = feed(&mut d, 0, &svc(1, 0));
+    assert!(
+        effects.iter().any(is_dvc),
+        "the disk group votes: {effects:?}"
+    );
+
+    // The memory group rejoins in lost state. Its probes unanswered, it moves the others past
+    // the view its superblock holds (a StartViewChange) but never votes (no DoViewChange).
+    let mut b = restart(true);
+    assert!(b.is_lost_state());
+    assert_eq!(b.status(), Status::Recovering);
+    for _ in 0..4 {
+        assert!(probes(&mut b));
+    }
+    let effects = tick_until_effects(&mut b, 100);
+    assert!(effects.iter().any(|e| matches!(
+        e,
+        Effect::PersistVsrState(VsrState {
+            view: 1,
+            log_view: 0,
+            commit_max: 0,
+            lost_state: true,
+            ..
+        })
+    )));
+    assert_eq!(b.status(), Status::ViewChange);
+    persisted(&mut b);
+    let (_, effects) = feed(&mut b, 0, &svc(1, 0));
+    assert!(!effects.iter().any(is_dvc), "lost state votes: {effects:?}");
+    let (_, effects) = feed(&mut b, 1, &svc(1, 1));
+    assert!(!effects.iter().any(is_dvc), "lost state votes: {effects:?}");
+    assert!(b.is_lost_state());
+    // The new primary's StartView describes op 1, which the journal durably holds: adopted, and
+    // the flag goes (the superblock never recorded it: every restart of the group sets it again).
+    let mut body = Vec::new();
+    wire::suffix::encode([*p1.prepare_header().unwrap()].iter(), &mut body);
+    let mut sv = StartViewHeader::zeroed();
+    sv.frame = FrameHeader::new(wire::Command::StartView, sender(1, 1));
+    sv.op.set(1);
+    sv.commit.set(0);
+    sv.group.set(group.0);
+    let sv = crate::frames::finish(sv, &body);
+    assert_eq!(feed(&mut b, 1, &sv).0, Ok(()));
+    assert_eq!((b.status(), b.view()), (Status::Normal, 1));
+    assert!(!b.is_lost_state());
+}

@@ -352,8 +352,9 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Nonce);
         }
         let peer = session.peer;
-        // The ops we need are gone from the peer's journal: only state transfer can help,
-        // and only for ops below its retained floor that we have not applied.
+        // The ops we need are gone from the peer's journal (on the partition plane the peer
+        // asked its WAL first, decision 71): only state transfer can help, and only for ops
+        // below its retained floor that we have not applied.
         if header.op.get() > self.commit_min + 1 && self.status == Status::Normal {
             self.repair.session = None;
             self.repair.pending.clear();
@@ -391,7 +392,15 @@ impl<S: StateMachine> Replica<S> {
         let nonce = header.nonce.get();
         let from_op = header.from_op.get();
         let ceiling = header.to_op.get().min(self.commit_max.max(self.op));
-        let floor = self.journal.base().max(self.snapshot_op + 1);
+        // What the in-memory index holds. Below it the metadata journal's slots are reused, but
+        // a partition WAL may still retain committed ops below the checkpoint: the partition
+        // plane asks the journal, which alone knows (the repair floor, decision 71), and answers
+        // RangeEvicted only for what the journal really no longer holds.
+        let indexed = self.journal.base().max(self.snapshot_op + 1);
+        let floor = match self.plane() {
+            Plane::Partition => 1,
+            Plane::Metadata => indexed,
+        };
         let start = from_op.max(floor);
         if start > ceiling {
             // Nothing in range is retained (or the range is empty after clamping, §17.10).
@@ -421,6 +430,16 @@ impl<S: StateMachine> Replica<S> {
         let mut reads = Vec::new();
         for op in start..=end {
             let Some(entry) = self.journal.get(op) else {
+                if op < indexed {
+                    // Partition, below the index: the identity is unknown here (0); the read
+                    // checks the frame is this group's prepare at `op`, the requester verifies
+                    // it against its own log as it does every repaired body.
+                    if !self.repair.reads.contains_key(&op) {
+                        reads.push((op, 0));
+                    }
+                    frames_out.push(None);
+                    continue;
+                }
                 break;
             };
             if entry.frame.is_none() && !self.repair.reads.contains_key(&op) {
@@ -470,8 +489,17 @@ impl<S: StateMachine> Replica<S> {
             .remove(&op)
             .ok_or(Ignored::StaleCompletion)?;
         let frame = frame.filter(|f| {
-            f.prepare_header()
-                .is_some_and(|h| h.frame.checksum.get() == checksum && h.op.get() == op)
+            f.prepare_header().is_some_and(|h| {
+                h.op.get() == op
+                    && if checksum == 0 {
+                        // Read below the index (decision 71): any intact prepare of this
+                        // group at `op`.
+                        h.group.get() == self.group.0
+                            && wire::integrity::verify_prepare_identity(h.bytes())
+                    } else {
+                        h.frame.checksum.get() == checksum
+                    }
+            })
         });
         let serves = std::mem::take(&mut self.repair.serves);
         for mut serve in serves {

@@ -227,3 +227,198 @@ fn a_periodic_checkpoint_raises_the_floor_and_repair_below_it_is_evicted() {
     );
     assert_eq!(b.snapshot_op(), 12);
 }
+
+/// A partition group's frames for the repair-floor tests (decision 71).
+mod partition_floor {
+    use wire::header::{FrameHeader, Layout, PrepareHeader, RepairRangeReplyHeader};
+    use wire::{Command, Operation};
+
+    use super::as_repair;
+    use crate::Frame;
+    use crate::io::Effect;
+    use crate::partition::{build_batch, stamp};
+    use crate::test_support::*;
+    use crate::types::{GroupId, ReplicaId};
+
+    fn group() -> GroupId {
+        GroupId::partition(wire::PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition: 3,
+        })
+        .unwrap()
+    }
+
+    /// A backup `r` of 3 on the partition group.
+    fn backup(r: u8) -> R {
+        boot(crate::RawConfig::new(CLUSTER, ReplicaId(r), 3, group()))
+    }
+
+    /// `len` SendMessages prepares of one message each, by r0 in view 0.
+    fn prepares(len: u64) -> Vec<Frame> {
+        let mut out: Vec<Frame> = Vec::new();
+        for op in 1..=len {
+            let mut batch = build_batch(&[b"m"]);
+            stamp(&mut batch, 3, op - 1, 1_000 + op);
+            let mut h = PrepareHeader::zeroed();
+            h.frame = FrameHeader::new(Command::Prepare, sender(0, 0));
+            h.client.set(5);
+            h.parent.set(out.last().map_or(0, checksum));
+            h.op.set(op);
+            h.timestamp.set(1_000 + op);
+            h.request.set(op);
+            h.operation = Operation::SendMessages.byte();
+            h.group.set(group().0);
+            out.push(crate::frames::finish(h, &batch));
+        }
+        out
+    }
+
+    fn commit(view: u32, from: u8, commit: u64) -> Frame {
+        crate::frames::commit(sender(from, view), group().0, commit, 1)
+    }
+
+    fn reply(command: Command, from: u8, nonce: u128, op: u64) -> Frame {
+        let mut h = RepairRangeReplyHeader::zeroed();
+        h.frame = FrameHeader::new(command, sender(from, 0));
+        h.nonce.set(nonce);
+        h.op.set(op);
+        h.group.set(group().0);
+        crate::frames::finish(h, &[])
+    }
+
+    /// The RequestPrepares among `effects`: `(to, nonce, from_op, to_op)`.
+    fn request(effects: &[Effect]) -> Option<(u8, u128, u64, u64)> {
+        effects.iter().find_map(|e| match e {
+            Effect::Send { to, frame } if frame.command() == Some(Command::RequestPrepares) => {
+                let b = frame.bytes();
+                Some((
+                    to.0,
+                    u128::from_le_bytes(b[128..144].try_into().unwrap()),
+                    u64::from_le_bytes(b[144..152].try_into().unwrap()),
+                    u64::from_le_bytes(b[152..160].try_into().unwrap()),
+                ))
+            }
+            _ => None,
+        })
+    }
+
+    fn request_prepares(from: u8, nonce: u128, from_op: u64, to_op: u64) -> Frame {
+        let mut h = wire::header::RequestPreparesHeader::zeroed();
+        h.frame = FrameHeader::new(Command::RequestPrepares, sender(from, 0));
+        h.nonce.set(nonce);
+        h.from_op.set(from_op);
+        h.to_op.set(to_op);
+        h.group.set(group().0);
+        crate::frames::finish(h, &[])
+    }
+
+    /// Server side of the repair floor: a partition replica whose checkpoint raised its floor
+    /// to 12 no longer indexes ops 1..=11, but its WAL may still hold them. It asks the journal
+    /// (identity unknown: 0) and serves what the journal still holds; only what the journal
+    /// really evicted is answered RangeEvicted (the requester then transfers). Before decision
+    /// 71 the whole range below the checkpoint was answered RangeEvicted at once.
+    #[test]
+    fn below_the_checkpoint_the_wal_is_asked_and_only_a_real_eviction_is_reported() {
+        let p = prepares(12);
+        let mut raw = crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group());
+        raw.checkpoint_interval_ops = 8;
+        let mut b = boot(raw);
+        journal(&mut b, &p);
+        let (_, effects) = feed(&mut b, 0, &commit(0, 0, 12));
+        assert_eq!(b.commit_min(), 12);
+        assert!(
+            effects.contains(&Effect::Checkpoint { op: 12 }),
+            "{effects:?}"
+        );
+        input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Checkpointed { op: 12 }),
+        );
+        assert_eq!(b.snapshot_op(), 12);
+        // r2 lags at op 2: ops 3..=11 are below the index, 12 is the kept entry (header only).
+        let (result, effects) = feed(&mut b, 2, &request_prepares(2, 7, 3, 12));
+        assert_eq!(result, Ok(()));
+        // (Op 12's body is still cached.)
+        let expected: Vec<Effect> = (3..=11)
+            .map(|op| Effect::Read { op, checksum: 0 })
+            .collect();
+        assert_eq!(effects, expected);
+        // The WAL still holds them all: served in order, then RepairDone.
+        let mut served = Vec::new();
+        for op in 3..=11u64 {
+            let (result, effects) = input(
+                &mut b,
+                crate::io::Input::Done(crate::io::Completion::Read {
+                    op,
+                    frame: Some(p[op as usize - 1].clone()),
+                }),
+            );
+            assert_eq!(result, Ok(()));
+            served.extend(effects);
+        }
+        let mut want: Vec<Effect> = p[2..].iter().map(|f| send(2, as_repair(f))).collect();
+        want.push(send(2, reply(Command::RepairDone, 1, 7, 12)));
+        assert_eq!(served, want);
+
+        // A read of the wrong op or group is not served as that op.
+        feed(&mut b, 2, &request_prepares(2, 8, 3, 3));
+        let (_, effects) = input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Read {
+                op: 3,
+                frame: Some(p[4].clone()),
+            }),
+        );
+        assert_eq!(
+            effects,
+            vec![
+                send(2, reply(Command::RangeEvicted, 1, 8, 4)),
+                send(2, reply(Command::RepairDone, 1, 8, 2)),
+            ]
+        );
+        // The WAL no longer holds op 3: RangeEvicted, which the requester turns into a state
+        // transfer (`evicted_by_the_primary_becomes_a_state_transfer`).
+        feed(&mut b, 2, &request_prepares(2, 9, 3, 4));
+        let (_, effects) = input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Read { op: 3, frame: None }),
+        );
+        assert_eq!(
+            effects,
+            vec![
+                send(2, reply(Command::RangeEvicted, 1, 9, 4)),
+                send(2, reply(Command::RepairDone, 1, 9, 2)),
+            ]
+        );
+        // The chunk is answered; op 4's late read serves nothing.
+        let (_, effects) = input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Read {
+                op: 4,
+                frame: Some(p[3].clone()),
+            }),
+        );
+        assert_eq!(effects, vec![]);
+    }
+
+    /// The primary itself no longer holds ops the backup lacks: state transfer from it.
+    #[test]
+    fn evicted_by_the_primary_becomes_a_state_transfer() {
+        let p = prepares(4);
+        let mut b = backup(2);
+        journal(&mut b, &p[..1]);
+        let (_, effects) = feed(&mut b, 0, &commit(0, 0, 4));
+        let (to, nonce, _, _) = request(&effects).expect("repair requested");
+        assert_eq!(to, 0);
+        let (result, effects) = feed(&mut b, 0, &reply(Command::RangeEvicted, 0, nonce, 4));
+        assert_eq!(result, Ok(()));
+        assert!(b.is_transferring());
+        assert!(
+            effects
+                .iter()
+                .any(|e| matches!(e, Effect::Send { to, frame }
+            if to.0 == 0 && frame.command() == Some(Command::RequestStateTransfer)))
+        );
+    }
+}

@@ -227,11 +227,15 @@ impl<S: StateMachine> Replica<S> {
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
+            // A memory-ack group acknowledged prepares its disk may not hold: after any prior
+            // life it rejoins as lost state and never votes until it holds the view's log
+            // durably again (decision 73).
             lost_state: recovered.lost_state
                 || recovered
                     .superblock
                     .as_ref()
-                    .is_some_and(|sb| sb.lost_state),
+                    .is_some_and(|sb| sb.lost_state)
+                || (config.memory_ack && prior_life),
             lost_until: 0,
             view_reports: BTreeMap::new(),
             durable_prefix: recovered.snapshot_op,
@@ -442,7 +446,7 @@ impl<S: StateMachine> Replica<S> {
             replica.ceded = true;
             replica.enter_recovering();
         }
-        #[cfg(debug_assertions)]
+        #[cfg(any(debug_assertions, feature = "invariants"))]
         replica.check_invariants();
         replica
     }
@@ -483,7 +487,7 @@ impl<S: StateMachine> Replica<S> {
         // At the end of the step the state machine is exactly at `commit_min`: the driver
         // snapshots it when it executes the effect, before the next step.
         self.maybe_checkpoint(out);
-        #[cfg(debug_assertions)]
+        #[cfg(any(debug_assertions, feature = "invariants"))]
         self.check_invariants();
         result
     }
@@ -687,6 +691,10 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Whether a repair session is open (§10).
+    pub fn is_repairing(&self) -> bool {
+        self.repair.session.is_some()
+    }
     /// Whether a state transfer is in progress.
     pub fn is_transferring(&self) -> bool {
         self.transfer.is_active()
@@ -710,6 +718,11 @@ impl<S: StateMachine> Replica<S> {
     /// Number of requests parked in the request queue.
     pub fn request_queue_len(&self) -> usize {
         self.requests.len()
+    }
+    /// Whether the replica lost acknowledged state and must not vote yet (decision 28; a
+    /// memory-ack group after every restart, decision 73).
+    pub fn is_lost_state(&self) -> bool {
+        self.lost_state
     }
     /// This boot's incarnation (0 on partition groups).
     pub fn incarnation(&self) -> u128 {
@@ -1018,8 +1031,9 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// Debug sweep of the invariants of §1 (the simulator runs debug builds).
-    #[cfg(debug_assertions)]
+    /// Sweep of the invariants of §1 after every step: debug builds, and release builds with
+    /// the `invariants` feature (the simulator's). A breach panics: it is a core bug.
+    #[cfg(any(debug_assertions, feature = "invariants"))]
     pub(crate) fn check_invariants(&self) {
         assert!(
             self.commit_min <= self.commit_max,
@@ -1032,16 +1046,19 @@ impl<S: StateMachine> Replica<S> {
         );
         self.pipeline.verify();
         if let Some(tail) = self.pipeline.tail() {
-            debug_assert_eq!(tail.op(), self.op, "pipeline tail is the head");
-            debug_assert!(self.pipeline.head().expect("non-empty").op() > self.commit_min);
+            assert_eq!(tail.op(), self.op, "pipeline tail is the head");
+            assert!(self.pipeline.head().expect("non-empty").op() > self.commit_min);
         }
-        debug_assert!(self.commit_min <= self.op, "applied ops are in the log");
-        debug_assert!(
+        assert!(self.commit_min <= self.op, "applied ops are in the log");
+        assert!(
             self.view_headers.keys().all(|op| *op > self.commit_min),
             "view headers describe only unapplied ops"
         );
         if self.status == Status::Recovering {
-            debug_assert!(self.timers.request_start_view.is_running());
+            assert!(
+                self.timers.request_start_view.is_running(),
+                "a Recovering replica keeps probing"
+            );
         }
         // Journaled ops above the commit point form one hash chain (bounded sweep).
         let mut below: Option<&crate::journal::Entry> = None;
@@ -1049,7 +1066,7 @@ impl<S: StateMachine> Replica<S> {
             if let Some(b) = below
                 && b.header.op.get() + 1 == entry.header.op.get()
             {
-                debug_assert_eq!(
+                assert_eq!(
                     entry.header.parent.get(),
                     b.checksum(),
                     "journal chain at op {}",

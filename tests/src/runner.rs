@@ -131,6 +131,16 @@ summary_with_counters! {
     boot_refusals,
     /// Sum of `Effect::Fatal`.
     fatals,
+    /// Live prepares refused for a timestamp beyond the backup's clock window (decision 72).
+    prepares_clock_ahead,
+    /// Memory-ack group restarts rejoining in lost state (decision 73).
+    memory_ack_rejoins,
+    /// Memory-ack groups excused from liveness: more replicas down or lost than tolerated.
+    memory_ack_over_budget,
+    /// Partition ops served by repair from below the server's checkpoint (decision 71).
+    repair_floor_served,
+    /// Partition RangeEvicted above the commit point that became a state transfer.
+    repair_floor_transfers,
 }
 
 impl Summary {
@@ -166,6 +176,11 @@ impl Summary {
         object.insert("heal_ticks_max".to_owned(), json!(self.heal_ticks_max));
         object.insert("failed_seeds".to_owned(), json!(self.failed_seeds));
         object.insert("failures".to_owned(), json!(self.failures));
+        // The core's own invariant sweep ran after every step of every replica (decision 70).
+        object.insert(
+            "invariant_sweep".to_owned(),
+            json!(consensus::INVARIANT_SWEEP),
+        );
         Value::Object(object)
     }
 }

@@ -112,6 +112,19 @@ pub struct Report {
     pub entries_corrupted: u64,
     /// A digest of every frame sent, in order: two runs of one seed must agree bit for bit.
     pub fingerprint: u64,
+    /// Live prepares a backup refused for a timestamp beyond its clock's window (decision 72).
+    pub prepares_clock_ahead: u64,
+    /// Restarts of a memory-ack group with a prior life, rejoining in lost state (decision 73).
+    pub memory_ack_rejoins: u64,
+    /// Memory-ack groups that had more replicas down or lost at once than they tolerate
+    /// (excused from liveness only).
+    pub memory_ack_over_budget: u64,
+    /// Partition groups: committed ops a server read back from below its checkpoint (its WAL
+    /// still held them) to repair a lagging backup: the repair floor, decision 71.
+    pub repair_floor_served: u64,
+    /// Partition groups: RangeEvicted above the receiver's commit point that started a state
+    /// transfer (the primary evicted ops the receiver lacks).
+    pub repair_floor_transfers: u64,
 }
 
 /// A durable snapshot of a group (written by `Effect::Checkpoint`).
@@ -250,6 +263,9 @@ pub struct Sim {
     /// Whether clients also send SendMessages to partition groups.
     pub partition_traffic: bool,
     max_normal_view: BTreeMap<u64, u32>,
+    /// Memory-ack groups that had more replicas down or lost than they tolerate at once
+    /// (`track_memory_ack_budget`): excused from liveness, still checked for safety.
+    memory_over_budget: BTreeSet<u64>,
     /// Counters.
     pub report: Report,
 }
@@ -340,6 +356,7 @@ impl Sim {
             auto_submit: true,
             partition_traffic: true,
             max_normal_view: BTreeMap::new(),
+            memory_over_budget: BTreeSet::new(),
             report: Report {
                 seed,
                 profile: swarm.profile.name(),
@@ -387,11 +404,21 @@ impl Sim {
         if raw.journal_slot_count != 0 {
             raw.journal_slot_count = self.swarm.journal_slot_count;
         }
+        raw.memory_ack = self.is_memory_ack(group);
         #[cfg(feature = "bug-knobs")]
         {
             raw.bug_knobs = self.options.bug_knobs;
         }
         raw.validate().expect("simulator configuration is valid")
+    }
+
+    /// Whether `group` runs with ack level "memory" (decision 73): drawn per seed.
+    pub fn is_memory_ack(&self, group: u64) -> bool {
+        self.groups
+            .iter()
+            .skip(1)
+            .position(|&g| g == group)
+            .is_some_and(|p| p < 8 && self.swarm.memory_ack_groups & (1 << p) != 0)
     }
 
     // ---- hosts: start, crash, restart ------------------------------------------------------
@@ -482,6 +509,13 @@ impl Sim {
             let mut outbox = std::mem::take(&mut self.outbox);
             let replica = Replica::new(config, recovered, state, &mut outbox);
             self.outbox = outbox;
+            if self.is_memory_ack(group) && replica.is_lost_state() && !wiped {
+                // Acked from memory in its previous life: rejoins as lost state (decision 73).
+                self.report.memory_ack_rejoins += 1;
+                self.trace(format_args!(
+                    "r{r} group {group:#x} (ack memory) rejoins in lost state"
+                ));
+            }
             self.hosts[usize::from(r)].live.insert(
                 group,
                 Live {
@@ -774,6 +808,9 @@ impl Sim {
         };
         if let Err(reason) = live.replica.step(now, input, &mut outbox) {
             self.report.inputs_ignored += 1;
+            if reason == consensus::Ignored::ClockAhead {
+                self.report.prepares_clock_ahead += 1;
+            }
             if let Some(what) = what {
                 let what: String = what.chars().take(160).collect();
                 eprintln!(
@@ -1029,7 +1066,9 @@ impl Sim {
                 Entry::Intact(bytes) => Some(identity_of(bytes)),
                 Entry::Absent | Entry::Damaged => None,
             };
-            if entry != Entry::Damaged {
+            // Ack level "memory" acknowledges what the replica holds, not what its disk does
+            // (decision 73): its durability is the lost-state rejoin, checked by agreement.
+            if entry != Entry::Damaged && !self.is_memory_ack(group) {
                 self.checker.on_prepare_ok(
                     self.tick,
                     r,
@@ -1171,6 +1210,37 @@ impl Sim {
             }
         }
         self.clients_act();
+        self.track_memory_ack_budget();
+    }
+
+    /// Ack level "memory" (decision 73) keeps its promise while at most `n - Q_vc` replicas of
+    /// a group are down or in lost state at once: the others can still elect and hand the lost
+    /// ones the log. Beyond that a memory group must stall (a lost-state replica never votes)
+    /// until an operator intervenes, so the liveness check holds it to nothing; safety checks
+    /// still apply to it. A checker's view only: nothing flows back into a replica.
+    fn track_memory_ack_budget(&mut self) {
+        if self.swarm.memory_ack_groups == 0 {
+            return;
+        }
+        let budget = usize::from(self.swarm.replicas)
+            - consensus::quorum::view_change(usize::from(self.swarm.replicas));
+        for &group in &self.groups[1..] {
+            if !self.is_memory_ack(group) || self.memory_over_budget.contains(&group) {
+                continue;
+            }
+            let out = self
+                .hosts
+                .iter()
+                .filter(|h| h.live.get(&group).is_none_or(|l| l.replica.is_lost_state()))
+                .count();
+            if out > budget {
+                self.memory_over_budget.insert(group);
+                self.report.memory_ack_over_budget += 1;
+                self.trace(format_args!(
+                    "group {group:#x} (ack memory): {out} replicas down or lost, over budget"
+                ));
+            }
+        }
     }
 
     fn deliver_frame(&mut self, from: u8, to: u8, frame: &[u8]) {
@@ -1179,6 +1249,21 @@ impl Sim {
             return;
         };
         let group = message.group().0;
+        // A RangeEvicted whose floor is above what the receiver applied: before the repair
+        // floor (decision 71) every one of them became a state transfer.
+        let evicted_above = match &message {
+            Message::RangeEvicted(h) if !GroupId(group).is_metadata() => self.hosts
+                [usize::from(to)]
+            .live
+            .get(&group)
+            .is_some_and(|l| {
+                let r = &l.replica;
+                r.status() == Status::Normal
+                    && !r.is_transferring()
+                    && h.op.get() > r.commit_min() + 1
+            }),
+            _ => false,
+        };
         self.step(
             to,
             group,
@@ -1187,6 +1272,14 @@ impl Sim {
                 message,
             },
         );
+        if evicted_above
+            && self.hosts[usize::from(to)]
+                .live
+                .get(&group)
+                .is_some_and(|l| l.replica.is_transferring())
+        {
+            self.report.repair_floor_transfers += 1;
+        }
     }
 
     fn deliver_request(&mut self, _client: u32, to: u8, wrapped: &[u8]) {
@@ -1271,10 +1364,14 @@ impl Sim {
             }
             .filter(|bytes| {
                 bytes.len() >= wire::HEADER_SIZE
-                    && identity_of(bytes) == read.checksum
+                    && (read.checksum == 0 || identity_of(bytes) == read.checksum)
                     && wire::decode_replica(bytes, wire::MAX_MESSAGE_SIZE_DEFAULT).is_ok()
             })
             .map(Frame::new);
+            if read.checksum == 0 && frame.is_some() {
+                // Read below the checkpoint for repair (decision 71).
+                self.report.repair_floor_served += 1;
+            }
             self.step(
                 r,
                 read.group,
@@ -1351,7 +1448,13 @@ impl Sim {
         }
         if self.prng_clocks.chance_ppm(self.swarm.clock_step_ppm) {
             let r = self.prng_clocks.below(u64::from(n)) as usize;
-            let delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            let mut delta = self.prng_clocks.range_inclusive(0, 10_000_000) as i64 - 5_000_000;
+            // Now and then a runaway clock: far past the primary timestamp window (decision
+            // 72), so backups refuse that replica's prepares while it leads.
+            if self.prng_clocks.chance_ppm(250_000) {
+                delta = self.prng_clocks.range_inclusive(20_000_000, 120_000_000) as i64;
+                self.trace(format_args!("r{r} clock runs ahead by {delta} us"));
+            }
             self.hosts[r].clock.step(delta);
         }
     }
@@ -1420,7 +1523,10 @@ impl Sim {
     /// Whether every group has converged: every replica up, Normal, in the same view, with
     /// `commit_min == commit_max == op` equal everywhere and an empty pipeline.
     pub fn converged(&self) -> bool {
-        self.groups.iter().all(|&g| self.group_converged(g))
+        self.groups
+            .iter()
+            .filter(|g| !self.memory_over_budget.contains(g))
+            .all(|&g| self.group_converged(g))
     }
 
     fn group_converged(&self, group: u64) -> bool {
@@ -1457,9 +1563,11 @@ impl Sim {
     }
 
     fn clients_done(&self) -> bool {
-        self.clients
-            .iter()
-            .all(|c| c.outstanding.is_none() && c.done_after_heal)
+        // A request stuck on a memory-ack group over its budget is excused with the group.
+        self.clients.iter().all(|c| match &c.outstanding {
+            None => c.done_after_heal,
+            Some(o) => self.memory_over_budget.contains(&o.group),
+        })
     }
 
     /// Runs the whole seed: the fault phase, healing, then the liveness phase until the cluster
@@ -1490,6 +1598,10 @@ impl Sim {
     /// Replicas that converged must hold the same state machine.
     fn check_converged_state(&mut self) {
         for &group in &self.groups {
+            if self.memory_over_budget.contains(&group) {
+                // Excused from converging (`track_memory_ack_budget`).
+                continue;
+            }
             let digests: BTreeSet<u64> = self
                 .hosts
                 .iter()

@@ -42,6 +42,10 @@ pub fn journal_config(slot_count: u64) -> JournalConfig {
 }
 
 /// Partition WAL geometry: small files, so rotation happens within a seed.
+/// Committed partition ops the simulated WAL keeps below a group's checkpoint: what a shard
+/// WAL shared by many groups would still hold when one group checkpoints (decision 71).
+pub const PARTITION_WAL_RETAINED_OPS: u64 = 64;
+
 const WAL: WalConfig = WalConfig {
     file_size_max: 256 * 1024,
     window_bytes_max: 64 * 1024,
@@ -608,7 +612,11 @@ impl Disk {
                 .set_checkpoint(op)
                 .expect("checkpoints only move forward");
         } else if let Some(part) = booted.partitions.get_mut(&group) {
-            part.frames = part.frames.split_off(&op);
+            // The WAL is reclaimed a window below the checkpoint, as a shard WAL shared by
+            // many groups would be: repair serves a lagging backup from it (decision 71).
+            part.frames = part
+                .frames
+                .split_off(&op.saturating_sub(PARTITION_WAL_RETAINED_OPS));
         }
     }
 

@@ -97,6 +97,9 @@ pub struct Swarm {
     /// (decision 34) runs at its edge. At least `2 × checkpoint_interval_ops +
     /// prepare_queue_depth`, as the core's config validation requires.
     pub journal_slot_count: u64,
+    /// Partition groups with ack level "memory" (decision 73): bit `p` for partition group `p`
+    /// (the metadata group never). Drawn only for clusters of at least 3 replicas.
+    pub memory_ack_groups: u8,
 }
 
 /// Largest drawn metadata journal slot count.
@@ -216,6 +219,7 @@ impl Swarm {
             // Drawn last so every earlier parameter of a seed is unchanged.
             checkpoint_interval_ops: p.range_inclusive(8, 32),
             journal_slot_count: 0,
+            memory_ack_groups: 0,
         };
         // After every other draw, for the same reason; it depends on the interval. Half the
         // seeds run the tightest room the core accepts, so backpressure actually binds.
@@ -225,8 +229,21 @@ impl Swarm {
         } else {
             p.range_inclusive(slots_min, JOURNAL_SLOT_COUNT_MAX)
         };
+        // Drawn last, so every other parameter of a seed is unchanged.
+        let memory_ack_groups = if replicas >= 3 {
+            (0..partition_groups.min(8)).fold(0u8, |mask, g| {
+                if p.chance_ppm(333_333) {
+                    mask | (1 << g)
+                } else {
+                    mask
+                }
+            })
+        } else {
+            0
+        };
         Swarm {
             journal_slot_count,
+            memory_ack_groups,
             ..swarm
         }
     }
@@ -260,6 +277,7 @@ impl Swarm {
             client_retry_ticks: 200,
             checkpoint_interval_ops: 64,
             journal_slot_count: JOURNAL_SLOT_COUNT_MAX,
+            memory_ack_groups: 0,
         }
     }
 }

@@ -93,3 +93,56 @@ fn loosened_nack_quorum_is_caught_within_1000_seeds() {
         "{found:?}"
     );
 }
+
+/// The core's own invariant sweep runs in the simulator's builds, release included (the
+/// `consensus/invariants` feature the `tests` crate enables): a replica that enters Recovering
+/// without its probe timer breaks no checker invariant at once, but the sweep names it at the
+/// first restart. `cargo test --release -p tests --features bug-knobs --test bug_knobs sweep`
+/// runs this in a release build.
+#[test]
+fn recovering_without_probe_trips_the_core_sweep_in_every_build() {
+    // Constant per build: what it checks is this build's features.
+    #[allow(clippy::assertions_on_constants)]
+    {
+        assert!(
+            consensus::INVARIANT_SWEEP,
+            "built without consensus/invariants"
+        );
+    }
+    let knobs = BugKnobs {
+        recover_without_probe: true,
+        ..BugKnobs::default()
+    };
+    let overrides = Overrides {
+        replicas: Some(3),
+        ticks: Some(1_500),
+        ..Overrides::default()
+    };
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let mut tripped = None;
+    for seed in 0..200 {
+        let options = Options {
+            stop_at_violation: true,
+            bug_knobs: knobs,
+            ..Options::default()
+        };
+        let outcome = std::panic::catch_unwind(move || run_seed(seed, overrides, options));
+        if let Err(payload) = outcome {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            tripped = Some((seed, message));
+            break;
+        }
+    }
+    std::panic::set_hook(hook);
+    let (seed, message) = tripped.expect("no seed tripped the sweep");
+    eprintln!("seed {seed}: {message}");
+    assert!(
+        message.contains("a Recovering replica keeps probing"),
+        "{message}"
+    );
+}

@@ -77,6 +77,15 @@ fn main() -> ExitCode {
                 "--json" => json = true,
                 "--trace" => options.trace = true,
                 "--keep-going" => keep_going = true,
+                // Checker self-tests by hand (build with `--features bug-knobs`).
+                #[cfg(feature = "bug-knobs")]
+                "--bug-knob" => match value("--bug-knob")?.as_str() {
+                    "ack-before-append" => options.bug_knobs.ack_before_append = true,
+                    "loosen-nack-quorum" => options.bug_knobs.loosen_nack_quorum = true,
+                    "skip-durable-before-send" => options.bug_knobs.skip_durable_before_send = true,
+                    "recover-without-probe" => options.bug_knobs.recover_without_probe = true,
+                    other => return Err(format!("--bug-knob: unknown knob {other}")),
+                },
                 "--help" | "-h" => return Err(String::new()),
                 other => return Err(format!("unknown argument {other}")),
             }
