@@ -359,7 +359,16 @@ pub struct Pump<S: Storage, M: StateMachine> {
     pub stop: StopSignal,
     /// Where the metrics endpoint reads the group's state.
     pub gauges: Arc<Gauges>,
+    /// Test-only ([`TEST_REGISTER_ENV`]): while this node is the normal primary, submit a
+    /// Register request of its own every this many ticks, so ops commit without a client
+    /// plane. `None` in production.
+    pub test_register_ticks: Option<u64>,
 }
+
+/// The environment variable that turns on [`Pump::test_register_ticks`] (milliseconds). Only
+/// the end-to-end tests set it: there is no client plane yet, and the core proposes no op of
+/// its own after a view change, so without it nothing would ever commit.
+pub const TEST_REGISTER_ENV: &str = "STRAND_TEST_REGISTER_INTERVAL_MS";
 
 /// Frame bytes shared with the plane's queues without a copy.
 struct Shared(Frame);
@@ -393,6 +402,7 @@ where
         inbox,
         stop,
         gauges,
+        test_register_ticks,
     } = pump;
     let self_id = config.raw().replica;
     let replica_count = config.raw().replica_count;
@@ -447,6 +457,22 @@ where
             ticks += 1;
             let _ = replica.step(now(start, ticks), Input::Tick, &mut out);
             exec.run(&replica, &mut out);
+            if let Some(every) = test_register_ticks
+                && ticks % every == 0
+                && replica.is_primary()
+                && replica.status() == Status::Normal
+            {
+                let client = 0x7e57_0000_u128 + u128::from(self_id.0);
+                let request = consensus::ClientRequest::new(
+                    client,
+                    wire::Operation::Register,
+                    0,
+                    0,
+                    Vec::new(),
+                );
+                let _ = replica.step(now(start, ticks), Input::Request(request), &mut out);
+                exec.run(&replica, &mut out);
+            }
             gauges.observe(&replica);
             next_tick = Instant::now() + TICK;
             continue;

@@ -107,6 +107,20 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let listen = SocketAddr::new(node.ip, node.ports.tcp_replica);
     let close_bound = config.message_bus.close_peer_timeout;
     let slots = config.metadata.journal_slots;
+    let test_register_ticks = match std::env::var(metadata::TEST_REGISTER_ENV) {
+        Ok(ms) => {
+            let ms: u64 = ms.parse().with_context(|| {
+                format!("environment variable `{}`", metadata::TEST_REGISTER_ENV)
+            })?;
+            warn!(
+                interval_ms = ms,
+                "test hook {} is set: the metadata primary submits its own Register requests",
+                metadata::TEST_REGISTER_ENV
+            );
+            Some((ms / consensus::constants::TICK_MS).max(1))
+        }
+        Err(_) => None,
+    };
     let body = {
         let gauges = gauges.clone();
         let fatal = fatal.clone();
@@ -124,6 +138,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 listen,
                 close_bound,
                 slots,
+                test_register_ticks,
             };
             shard.run(ctx)
         }
@@ -225,6 +240,7 @@ struct Shard {
     listen: SocketAddr,
     close_bound: Duration,
     slots: u32,
+    test_register_ticks: Option<u64>,
 }
 
 impl Shard {
@@ -291,6 +307,7 @@ impl Shard {
                 inbox: inbox.clone(),
                 stop: ctx.stop.clone(),
                 gauges: self.gauges.clone(),
+                test_register_ticks: self.test_register_ticks,
             }))
         });
         // The shard's mesh pump: connections handed over by the accepting shard.
@@ -426,8 +443,8 @@ pub fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "{} nodes started (replication is not wired yet: they boot their shards and wait); \
-         Ctrl-C stops them",
+        "{} nodes started (the metadata group replicates; no client plane yet); Ctrl-C stops \
+         them",
         args.replicas
     );
     // Wait for a signal, or for a node to end on its own (then stop the rest and fail).
