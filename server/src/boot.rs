@@ -60,42 +60,37 @@ pub struct Stamp {
     pub replica_count: u8,
 }
 
+/// The stamp file's TOML form.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StampFile {
+    cluster_name: String,
+    cluster_id: String,
+    replica_id: u8,
+    replica_count: u8,
+}
+
 impl Stamp {
     fn encode(&self) -> String {
+        let file = StampFile {
+            cluster_name: self.cluster_name.clone(),
+            cluster_id: format!("{:#034x}", self.cluster_id),
+            replica_id: self.replica_id,
+            replica_count: self.replica_count,
+        };
         format!(
-            "# Written once when this directory was formatted; never edit it.\n\
-             cluster_name = {:?}\ncluster_id = {:#034x}\nreplica_id = {}\nreplica_count = {}\n",
-            self.cluster_name, self.cluster_id, self.replica_id, self.replica_count
+            "# Written once when this directory was formatted; never edit it.\n{}",
+            toml::to_string(&file).expect("a stamp serializes")
         )
     }
 
     fn decode(text: &str) -> Option<Stamp> {
-        let mut name = None;
-        let mut id = None;
-        let mut replica = None;
-        let mut count = None;
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        {
-            let (key, value) = line.split_once(" = ")?;
-            match key {
-                "cluster_name" => {
-                    name = Some(value.strip_prefix('"')?.strip_suffix('"')?.to_owned());
-                }
-                "cluster_id" => {
-                    id = Some(u128::from_str_radix(value.strip_prefix("0x")?, 16).ok()?);
-                }
-                "replica_id" => replica = Some(value.parse().ok()?),
-                "replica_count" => count = Some(value.parse().ok()?),
-                _ => return None,
-            }
-        }
+        let file: StampFile = toml::from_str(text).ok()?;
         Some(Stamp {
-            cluster_name: name?,
-            cluster_id: id?,
-            replica_id: replica?,
-            replica_count: count?,
+            cluster_name: file.cluster_name,
+            cluster_id: u128::from_str_radix(file.cluster_id.strip_prefix("0x")?, 16).ok()?,
+            replica_id: file.replica_id,
+            replica_count: file.replica_count,
         })
     }
 

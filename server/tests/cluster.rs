@@ -231,10 +231,22 @@ fn three_nodes_elect_fail_over_and_rejoin() {
             },
         );
         eprintln!("rejoined: {all:?}");
+        // The restart found its durable state: a superblock and journaled prepares (the
+        // first boot of every node finds neither).
         let log = std::fs::read_to_string(&logs).unwrap();
+        let restarted = log
+            .lines()
+            .find(|l| l.contains("metadata group recovered from") && l.contains("superblock=Some"))
+            .unwrap_or_else(|| panic!("no recovery of a superblock:\n{log}"));
+        let journaled: u64 = restarted
+            .split("journaled=")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
         assert!(
-            log.contains("metadata group recovered from") && log.contains("superblock=Some"),
-            "the restart recovered its superblock:\n{log}"
+            journaled >= 3,
+            "it recovered {journaled} prepares: {restarted}"
         );
     }));
     // 4. Every live node stops cleanly on SIGTERM.

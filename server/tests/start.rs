@@ -227,3 +227,75 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
     assert!(config.contains("name = \"strand-dev-1\""));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs a one-node cluster on `data` until it is ready, then stops it with SIGTERM.
+fn run_once(config: &std::path::Path, data: &std::path::Path) {
+    let mut child = strand()
+        .args(["start", "--config"])
+        .arg(config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(data)
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    log.wait_for("metadata replica running on shard 0");
+    signal(&child, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", log.rest().join("\n"));
+}
+
+fn refused(config: &std::path::Path, data: &std::path::Path) -> String {
+    let output = strand()
+        .args(["start", "--config"])
+        .arg(config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_data_directory_of_another_cluster_or_with_a_broken_superblock_refuses_to_start() {
+    let dir = scratch("refusals");
+    let config = dir.join("strand.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let data = dir.join("data");
+    run_once(&config, &data);
+    let stamp = std::fs::read(data.join("strand.cluster")).unwrap();
+
+    // Another cluster name: refused, naming the stamp and the rule; nothing rewritten.
+    let other = dir.join("other.toml");
+    std::fs::write(&other, CONFIG.replace("start-test", "another-cluster")).unwrap();
+    let stderr = refused(&other, &data);
+    assert!(stderr.contains("strand.cluster"), "{stderr}");
+    assert!(
+        stderr.contains("one cluster name, one roster size"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\"another-cluster\""), "{stderr}");
+    assert_eq!(std::fs::read(data.join("strand.cluster")).unwrap(), stamp);
+
+    // The same config boots again (the refusal changed nothing).
+    run_once(&config, &data);
+
+    // Every superblock copy damaged: refused, naming the metadata directory; never formatted.
+    let superblock = data.join("shard-0").join("metadata").join("superblock");
+    let mut bytes = std::fs::read(&superblock).unwrap();
+    for b in bytes.iter_mut().step_by(7) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&superblock, &bytes).unwrap();
+    let stderr = refused(&config, &data);
+    assert!(stderr.contains("shard-0/metadata"), "{stderr}");
+    assert!(stderr.contains("superblock"), "{stderr}");
+    assert!(stderr.contains("refusing to start"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&superblock).unwrap(),
+        bytes,
+        "never reformatted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
