@@ -458,7 +458,7 @@ where
             let _ = replica.step(now(start, ticks), Input::Tick, &mut out);
             exec.run(&replica, &mut out);
             if let Some(every) = test_register_ticks
-                && ticks % every == 0
+                && ticks.is_multiple_of(every)
                 && replica.is_primary()
                 && replica.status() == Status::Normal
             {

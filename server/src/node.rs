@@ -227,12 +227,15 @@ fn wait_for_stop(mut signals: Signals, fatal: &Mutex<Option<String>>) -> Stop {
     }
 }
 
+/// Each shard's report: its plane's counters once it serves, or why it refused to boot.
+type ReadySender = mpsc::Sender<Result<Arc<Counters>, String>>;
+
 /// What every shard's body gets (Send + Sync, cloned per shard).
 struct Shard {
     net: Arc<NetConfig>,
     shared: NodeShared,
     gauges: Arc<Gauges>,
-    ready: Arc<Mutex<mpsc::Sender<Result<Arc<Counters>, String>>>>,
+    ready: Arc<Mutex<ReadySender>>,
     fatal: Arc<Mutex<Option<String>>>,
     data: PathBuf,
     identity: journal::Identity,

@@ -116,10 +116,10 @@ fn metrics(http: u16) -> Option<BTreeMap<String, u64>> {
     stream.read_to_string(&mut text).ok()?;
     let mut out = BTreeMap::new();
     for line in text.lines() {
-        if let Some((name, value)) = line.split_once("{plane=\"metadata\"} ") {
-            if let Ok(v) = value.parse() {
-                out.insert(name.trim_start_matches("strand_").to_owned(), v);
-            }
+        if let Some((name, value)) = line.split_once("{plane=\"metadata\"} ")
+            && let Ok(v) = value.parse()
+        {
+            out.insert(name.trim_start_matches("strand_").to_owned(), v);
         }
     }
     out.contains_key("view").then_some(out)
