@@ -470,7 +470,8 @@ where
                     0,
                     Vec::new(),
                 );
-                let _ = replica.step(now(start, ticks), Input::Request(request), &mut out);
+                let result = replica.step(now(start, ticks), Input::Request(request), &mut out);
+                debug!(?result, op = replica.op(), "test hook: Register submitted");
                 exec.run(&replica, &mut out);
             }
             gauges.observe(&replica);
