@@ -602,3 +602,186 @@ pub fn status_code(status: Status, transferring: bool) -> u8 {
         Status::Recovering => 2,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot::{MetadataBoot, recover};
+    use consensus::{DigestStateMachine, StateMachine};
+    use journal::MemStorage;
+    use journal::metadata::JournalConfig;
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    use wire::{Command, Operation, Sender};
+
+    const IDENTITY: journal::Identity = journal::Identity {
+        cluster: 42,
+        replica_id: 0,
+        replica_count: 3,
+    };
+    const JOURNAL: JournalConfig = JournalConfig {
+        slot_count: 64,
+        slot_size: 4096,
+    };
+
+    /// A sealed metadata prepare of `op` over `parent`; `salt` varies the body.
+    fn prepare(op: u64, parent: u128, salt: u8) -> Vec<u8> {
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(
+            Command::Prepare,
+            Sender {
+                cluster: 42,
+                replica: 0,
+                view: 1,
+            },
+        );
+        header.op.set(op);
+        header.parent.set(parent);
+        header.commit.set(op - 1);
+        header.timestamp.set(1_000 + op);
+        header.operation = Operation::CreateStream.byte();
+        header.group.set(GroupId::METADATA.0);
+        let body = vec![salt; 100];
+        wire::encode::finish_header(&mut header, &body).unwrap();
+        let mut frame = header.bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    async fn boot(disk: &MemStorage) -> MetadataBoot<MemStorage, DigestStateMachine> {
+        recover(
+            disk.clone(),
+            std::path::Path::new("mem"),
+            IDENTITY,
+            JOURNAL,
+            DigestStateMachine::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn on_executor<F, Fut>(f: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// Storage effects complete in emission order; a Truncate lands after the appends queued
+    /// before it and before the ones queued after it; a checkpoint is durable (snapshot,
+    /// superblock, floor) before `Checkpointed`, and the next boot restores it.
+    #[test]
+    fn storage_effects_run_in_emission_order() {
+        on_executor(|| async {
+            let disk = MemStorage::new();
+            let booted = boot(&disk).await;
+            let gauges = Arc::new(Gauges::default());
+            let queue = Rc::new(StorageQueue::default());
+            let inbox = Rc::new(Inbox::new(gauges.clone()));
+            let fatal = Rc::new(RefCell::new(None));
+            let p1 = prepare(1, 0, 1);
+            let p2 = prepare(2, identity_of(&p1), 2);
+            let p3 = prepare(3, identity_of(&p2), 3);
+            let p2b = prepare(2, identity_of(&p1), 9);
+            let ops = vec![
+                StorageOp::Append {
+                    op: 1,
+                    frame: Frame::new(p1.clone()),
+                },
+                StorageOp::Append {
+                    op: 2,
+                    frame: Frame::new(p2.clone()),
+                },
+                StorageOp::Append {
+                    op: 3,
+                    frame: Frame::new(p3.clone()),
+                },
+                StorageOp::Truncate { from_op: 2 },
+                StorageOp::Append {
+                    op: 2,
+                    frame: Frame::new(p2b.clone()),
+                },
+                StorageOp::Persist(consensus::VsrState {
+                    view: 1,
+                    log_view: 1,
+                    commit_max: 1,
+                    lost_state: false,
+                }),
+                StorageOp::Checkpoint(Snapshot {
+                    op: 1,
+                    payload: encode_snapshot(
+                        identity_of(&p1),
+                        1_001,
+                        &[],
+                        &DigestStateMachine {
+                            op: 1,
+                            digest: 77,
+                            partition: false,
+                        }
+                        .artifacts(1),
+                    ),
+                }),
+            ];
+            for op in ops {
+                queue.push(op);
+            }
+            queue.close();
+            storage_task(booted.disk, queue, inbox.clone(), fatal.clone(), gauges).await;
+            assert_eq!(*fatal.borrow(), None);
+            let mut done = Vec::new();
+            while let Some(Event::Done(c)) = inbox.pop() {
+                done.push(c);
+            }
+            assert_eq!(
+                done,
+                vec![
+                    Completion::Appended {
+                        op: 1,
+                        checksum: identity_of(&p1)
+                    },
+                    Completion::Appended {
+                        op: 2,
+                        checksum: identity_of(&p2)
+                    },
+                    Completion::Appended {
+                        op: 3,
+                        checksum: identity_of(&p3)
+                    },
+                    Completion::Appended {
+                        op: 2,
+                        checksum: identity_of(&p2b)
+                    },
+                    Completion::VsrStatePersisted {
+                        view: 1,
+                        log_view: 1
+                    },
+                    Completion::Checkpointed { op: 1 },
+                ]
+            );
+            let again = boot(&disk).await;
+            let r = &again.recovered;
+            assert_eq!(
+                r.superblock.map(|s| (s.view, s.log_view)),
+                Some((1, 1)),
+                "the superblock kept the view across the checkpoint"
+            );
+            assert_eq!((r.snapshot_op, r.snapshot_checksum), (1, identity_of(&p1)));
+            assert_eq!(again.state_machine.digest, 77, "restored from the snapshot");
+            let frames: Vec<(u64, u128)> = r
+                .frames
+                .iter()
+                .map(|f| (f.prepare_header().unwrap().op.get(), identity_of(f.bytes())))
+                .collect();
+            assert_eq!(
+                frames,
+                vec![(1, identity_of(&p1)), (2, identity_of(&p2b))],
+                "op 3 truncated, op 2 replaced"
+            );
+        });
+    }
+}
