@@ -303,7 +303,7 @@ impl Shard {
         plane.start_connector();
         self.report(Ok(plane.counters().clone()));
         let pump = metadata.map(|boot| {
-            glommio::spawn_local(metadata::run(Pump {
+            let run = metadata::run(Pump {
                 config: self.consensus.clone(),
                 boot,
                 plane: plane.clone(),
@@ -311,7 +311,18 @@ impl Shard {
                 stop: ctx.stop.clone(),
                 gauges: self.gauges.clone(),
                 test_register_ticks: self.test_register_ticks,
-            }))
+            });
+            let fatal = self.fatal.clone();
+            glommio::spawn_local(async move {
+                let outcome = run.await;
+                // Reported at once: the main thread stops the node on it.
+                if let Outcome::Fatal(cause) = &outcome
+                    && let Ok(mut f) = fatal.lock()
+                {
+                    f.get_or_insert(cause.clone());
+                }
+                outcome
+            })
         });
         // The shard's mesh pump: connections handed over by the accepting shard.
         let mut adopt = Adopt {
@@ -319,13 +330,8 @@ impl Shard {
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
         if let Some(pump) = pump {
-            match pump.await {
-                Outcome::Stopped => info!("metadata replica stopped"),
-                Outcome::Fatal(cause) => {
-                    if let Ok(mut f) = self.fatal.lock() {
-                        f.get_or_insert(cause);
-                    }
-                }
+            if pump.await == Outcome::Stopped {
+                info!("metadata replica stopped");
             }
         }
         let left = plane.drain(self.close_bound).await;

@@ -299,3 +299,95 @@ fn a_data_directory_of_another_cluster_or_with_a_broken_superblock_refuses_to_st
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `chattr` on every file of `dir` (`+i` makes writes through already open descriptors fail
+/// with EPERM on ext4).
+fn chattr(flag: &str, dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().all(|entry| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(entry.path())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// A storage failure the node cannot survive stops it with exit status 3 and a log line naming
+/// the cause. The metadata files are made immutable under a running single-node cluster that
+/// commits (test hook) and checkpoints every 8 ops: its next checkpoint (or append) fails.
+#[test]
+fn a_fatal_storage_failure_exits_3_naming_the_cause() {
+    let dir = scratch("fatal");
+    let config = dir.join("strand.toml");
+    let text = CONFIG.replace(
+        "[system.sharding]",
+        "[metadata]\njournal_slots = 256\ncheckpoint_interval_ops = 8\n\n[system.sharding]",
+    );
+    std::fs::write(&config, text).unwrap();
+    let data = dir.join("data");
+    let mut child = strand()
+        .env("STRAND_TEST_REGISTER_INTERVAL_MS", "20")
+        .args(["start", "--config"])
+        .arg(&config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(&data)
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    log.wait_for("metadata replica running on shard 0");
+    // Wait until ops commit (so the superblock and journal were written once).
+    let start = std::time::Instant::now();
+    while commit_min(13000) < 2 {
+        assert!(start.elapsed() < PATIENCE, "no commits");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metadata = data.join("shard-0").join("metadata");
+    if !chattr("+i", &metadata) {
+        chattr("-i", &metadata);
+        signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+        panic!(
+            "chattr +i failed on {} (needs ext4 or similar and CAP_LINUX_IMMUTABLE); this test \
+             cannot inject a storage failure without it",
+            metadata.display()
+        );
+    }
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > PATIENCE {
+            signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(chattr("-i", &metadata), "undo chattr +i");
+    let rest = log.rest();
+    let status = status.unwrap_or_else(|| panic!("no fatal stop:\n{}", rest.join("\n")));
+    assert_eq!(status.code(), Some(3), "{}", rest.join("\n"));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("stopped by a fatal failure") && l.contains("cause=")),
+        "{}",
+        rest.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `strand_commit_min` of the node whose /metrics is on `port` (0 when it does not answer).
+fn commit_min(port: u16) -> u64 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix("strand_commit_min{plane=\"metadata\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
