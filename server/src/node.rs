@@ -329,10 +329,10 @@ impl Shard {
             plane: plane.clone(),
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
-        if let Some(pump) = pump {
-            if pump.await == Outcome::Stopped {
-                info!("metadata replica stopped");
-            }
+        if let Some(pump) = pump
+            && pump.await == Outcome::Stopped
+        {
+            info!("metadata replica stopped");
         }
         let left = plane.drain(self.close_bound).await;
         info!(
