@@ -100,7 +100,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         stop_poll_interval: config.system.shutdown_poll_interval,
     };
     let gauges = Arc::new(Gauges::default());
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<Arc<Counters>, String>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, Arc<Counters>), String>>();
     let ready_tx = Arc::new(Mutex::new(ready_tx));
     let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let shared = NodeShared::default();
@@ -153,7 +153,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let mut planes = Vec::new();
     for _ in 0..shards {
         match ready_rx.recv_timeout(BOOT_TIMEOUT) {
-            Ok(Ok(counters)) => planes.push(counters),
+            Ok(Ok(plane)) => planes.push(plane),
             Ok(Err(refusal)) => {
                 let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
                 return Err(anyhow::anyhow!(refusal));
@@ -164,10 +164,12 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // Reports arrive in any order; the endpoint labels each plane with its shard id.
+    planes.sort_by_key(|(shard, _)| *shard);
     let metrics_addr = SocketAddr::new(node.ip, node.ports.http);
     let sources = Sources {
         gauges: gauges.clone(),
-        planes,
+        planes: planes.into_iter().map(|(_, counters)| counters).collect(),
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
@@ -228,7 +230,7 @@ fn wait_for_stop(mut signals: Signals, fatal: &Mutex<Option<String>>) -> Stop {
 }
 
 /// Each shard's report: its plane's counters once it serves, or why it refused to boot.
-type ReadySender = mpsc::Sender<Result<Arc<Counters>, String>>;
+type ReadySender = mpsc::Sender<Result<(usize, Arc<Counters>), String>>;
 
 /// What every shard's body gets (Send + Sync, cloned per shard).
 struct Shard {
@@ -247,7 +249,7 @@ struct Shard {
 }
 
 impl Shard {
-    fn report(&self, result: Result<Arc<Counters>, String>) {
+    fn report(&self, result: Result<(usize, Arc<Counters>), String>) {
         if let Ok(tx) = self.ready.lock() {
             let _ = tx.send(result);
         }
@@ -301,7 +303,7 @@ impl Shard {
             }
         }
         plane.start_connector();
-        self.report(Ok(plane.counters().clone()));
+        self.report(Ok((id, plane.counters().clone())));
         let pump = metadata.map(|boot| {
             let run = metadata::run(Pump {
                 config: self.consensus.clone(),
