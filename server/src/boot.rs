@@ -8,7 +8,8 @@
 //! DIR/strand.cluster             the stamp: cluster name and id, replica id, roster size
 //! DIR/shard-0/metadata/          the metadata group (shard 0 only)
 //!     superblock                 4 copies of the durable VSR state (journal::superblock)
-//!     prepares, headers          the fixed-slot prepare journal and its header ring
+//!     journal.prepares           the fixed-slot prepare journal
+//!     journal.headers            its header ring
 //!     snapshot.0, snapshot.1     the checkpoint snapshot, ping-pong (journal::artifact)
 //! DIR/shard-N/wal/               reserved: shard N's partition WAL (not written yet)
 //! ```
