@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use journal::FileStorage;
 use server::boot::{self, MetadataBoot, Stamp};
-use server::metadata::{self, Inbox, MetadataSink, Outcome, Pump};
+use server::metadata::{self, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
 use shard::net::plane::{Handed, NodeShared};
 use shard::net::{Counters, NetConfig, Plane, Sink};
@@ -264,8 +264,8 @@ impl Shard {
             })
         } else {
             // Partition groups are not hosted yet: their frames are counted and dropped.
-            Rc::new(MetadataSink {
-                inbox: Rc::new(Inbox::new(self.gauges.clone())),
+            Rc::new(ForeignSink {
+                gauges: self.gauges.clone(),
             })
         };
         let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);

@@ -261,14 +261,18 @@ fn refused(config: &std::path::Path, data: &std::path::Path) -> String {
 fn a_data_directory_of_another_cluster_or_with_a_broken_superblock_refuses_to_start() {
     let dir = scratch("refusals");
     let config = dir.join("strand.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, with_ports(1)).unwrap();
     let data = dir.join("data");
     run_once(&config, &data);
     let stamp = std::fs::read(data.join("strand.cluster")).unwrap();
 
     // Another cluster name: refused, naming the stamp and the rule; nothing rewritten.
     let other = dir.join("other.toml");
-    std::fs::write(&other, CONFIG.replace("start-test", "another-cluster")).unwrap();
+    std::fs::write(
+        &other,
+        with_ports(1).replace("start-test", "another-cluster"),
+    )
+    .unwrap();
     let stderr = refused(&other, &data);
     assert!(stderr.contains("strand.cluster"), "{stderr}");
     assert!(
@@ -319,7 +323,7 @@ fn chattr(flag: &str, dir: &std::path::Path) -> bool {
 fn a_fatal_storage_failure_exits_3_naming_the_cause() {
     let dir = scratch("fatal");
     let config = dir.join("strand.toml");
-    let text = CONFIG.replace(
+    let text = with_ports(2).replace(
         "[system.sharding]",
         "[metadata]\njournal_slots = 256\ncheckpoint_interval_ops = 8\n\n[system.sharding]",
     );
@@ -337,7 +341,7 @@ fn a_fatal_storage_failure_exits_3_naming_the_cause() {
     log.wait_for("metadata replica running on shard 0");
     // Wait until ops commit (so the superblock and journal were written once).
     let start = std::time::Instant::now();
-    while commit_min(13000) < 2 {
+    while commit_min(13002) < 2 {
         assert!(start.elapsed() < PATIENCE, "no commits");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -390,4 +394,17 @@ fn commit_min(port: u16) -> u64 {
         .find_map(|l| l.strip_prefix("strand_commit_min{plane=\"metadata\"} "))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// [`CONFIG`] on ports of its own (`+ offset`), so tests of this binary run in parallel.
+fn with_ports(offset: u16) -> String {
+    CONFIG.replace(
+        "ports = { tcp = 18090, http = 13000, tcp_replica = 19090 }",
+        &format!(
+            "ports = {{ tcp = {}, http = {}, tcp_replica = {} }}",
+            18090 + offset,
+            13000 + offset,
+            19090 + offset
+        ),
+    )
 }
