@@ -206,6 +206,21 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
             .iter()
             .any(|l| l.contains("replica=1") && l.contains("config valid"))
     );
+    // The two nodes form a cluster: both normal in one view, node 0 its primary.
+    let start = std::time::Instant::now();
+    loop {
+        let m: Vec<_> = [3000, 3100].into_iter().map(metadata_gauges).collect();
+        let formed = m
+            .iter()
+            .all(|g| g.get("status") == Some(&0) && g.get("view") == Some(&0))
+            && m[0].get("is_primary") == Some(&1)
+            && m[1].get("is_primary") == Some(&0);
+        if formed {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "no cluster: {m:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
     let mut stdout = String::new();
@@ -381,18 +396,32 @@ fn a_fatal_storage_failure_exits_3_naming_the_cause() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `strand_commit_min` of the node whose /metrics is on `port` (0 when it does not answer).
-fn commit_min(port: u16) -> u64 {
+/// The metadata group's integer gauges of the node whose /metrics is on `port` (empty when it
+/// does not answer).
+fn metadata_gauges(port: u16) -> std::collections::BTreeMap<String, u64> {
     use std::io::{Read, Write};
+    let mut out = std::collections::BTreeMap::new();
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return 0;
+        return out;
     };
     let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text);
-    text.lines()
-        .find_map(|l| l.strip_prefix("strand_commit_min{plane=\"metadata\"} "))
-        .and_then(|v| v.parse().ok())
+    for line in text.lines() {
+        if let Some((name, value)) = line.split_once("{plane=\"metadata\"} ")
+            && let Ok(v) = value.parse()
+        {
+            out.insert(name.trim_start_matches("strand_").to_owned(), v);
+        }
+    }
+    out
+}
+
+/// `strand_commit_min` of the node whose /metrics is on `port` (0 when it does not answer).
+fn commit_min(port: u16) -> u64 {
+    metadata_gauges(port)
+        .get("commit_min")
+        .copied()
         .unwrap_or(0)
 }
 
