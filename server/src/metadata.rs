@@ -24,7 +24,7 @@ use std::future::{Future, poll_fn};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use consensus::{
@@ -267,7 +267,12 @@ async fn storage_task<S: Storage>(
     inbox: Rc<Inbox>,
     fatal: Rc<RefCell<Option<String>>>,
     gauges: Arc<Gauges>,
+    wedged_after: Option<Duration>,
 ) {
+    // Since when every superblock write has failed (the core retries with backoff; after
+    // `cluster.superblock_wedged_fatal_timeout` of failures the node stops, consensus.md
+    // section 16 timers table).
+    let mut failing_since: Option<Instant> = None;
     let fail = |cause: String| {
         error!(cause = %cause, "metadata storage failed; stopping the node");
         fatal.borrow_mut().get_or_insert(cause);
@@ -308,12 +313,25 @@ async fn storage_task<S: Storage>(
                     disk.journal.op_head(),
                 );
                 let done = match disk.superblock.write(&written).await {
-                    Ok(()) => Completion::VsrStatePersisted {
-                        view: state.view,
-                        log_view: state.log_view,
-                    },
+                    Ok(()) => {
+                        failing_since = None;
+                        Completion::VsrStatePersisted {
+                            view: state.view,
+                            log_view: state.log_view,
+                        }
+                    }
                     Err(e) => {
                         warn!(view = state.view, error = %e, "superblock write failed");
+                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        if let Some(bound) = wedged_after
+                            && since.elapsed() >= bound
+                        {
+                            fail(format!(
+                                "superblock writes failing for {:?} \
+                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}",
+                                since.elapsed()
+                            ));
+                        }
                         Completion::VsrStatePersistFailed {
                             view: state.view,
                             log_view: state.log_view,
@@ -378,6 +396,8 @@ pub struct Pump<S: Storage, M: StateMachine> {
     /// Register request of its own every this many ticks, so ops commit without a client
     /// plane. `None` in production.
     pub test_register_ticks: Option<u64>,
+    /// `cluster.superblock_wedged_fatal_timeout` (`None`: disabled).
+    pub superblock_wedged: Option<Duration>,
 }
 
 /// The environment variable that turns on [`Pump::test_register_ticks`] (milliseconds). Only
@@ -418,6 +438,7 @@ where
         stop,
         gauges,
         test_register_ticks,
+        superblock_wedged,
     } = pump;
     let self_id = config.raw().replica;
     let replica_count = config.raw().replica_count;
@@ -429,6 +450,7 @@ where
         inbox.clone(),
         fatal.clone(),
         gauges.clone(),
+        superblock_wedged,
     ));
     let mut exec = Executor {
         plane,
@@ -746,7 +768,15 @@ mod tests {
                 queue.push(op);
             }
             queue.close();
-            storage_task(booted.disk, queue, inbox.clone(), fatal.clone(), gauges).await;
+            storage_task(
+                booted.disk,
+                queue,
+                inbox.clone(),
+                fatal.clone(),
+                gauges,
+                None,
+            )
+            .await;
             assert_eq!(*fatal.borrow(), None);
             let mut done = Vec::new();
             while let Some(Event::Done(c)) = inbox.pop() {
@@ -798,5 +828,110 @@ mod tests {
                 "op 3 truncated, op 2 replaced"
             );
         });
+    }
+}
+
+#[cfg(test)]
+mod wedged_tests {
+    use super::*;
+    use consensus::DigestStateMachine;
+    use journal::mem::FailOp;
+    use journal::{JournalConfig, MemStorage};
+
+    fn persist() -> StorageOp {
+        StorageOp::Persist(consensus::VsrState {
+            view: 1,
+            log_view: 1,
+            commit_max: 0,
+            lost_state: false,
+        })
+    }
+
+    /// Runs the storage task over `ops` (each after a failure injected into the next write when
+    /// flagged) and returns what it sent back and the fatal cause, if any.
+    fn run(
+        wedged_after: Option<Duration>,
+        ops: Vec<(bool, StorageOp)>,
+    ) -> (Vec<Event>, Option<String>) {
+        let result = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let out = result.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let disk = MemStorage::new();
+                let booted = crate::boot::recover(
+                    disk.clone(),
+                    std::path::Path::new("mem"),
+                    journal::Identity {
+                        cluster: 42,
+                        replica_id: 0,
+                        replica_count: 3,
+                    },
+                    JournalConfig {
+                        slot_count: 64,
+                        slot_size: 4096,
+                    },
+                    DigestStateMachine::default(),
+                )
+                .await
+                .unwrap();
+                let gauges = Arc::new(Gauges::default());
+                let queue = Rc::new(StorageQueue::default());
+                let inbox = Rc::new(Inbox::new(gauges.clone()));
+                let fatal = Rc::new(RefCell::new(None));
+                let task = glommio::spawn_local(storage_task(
+                    booted.disk,
+                    queue.clone(),
+                    inbox.clone(),
+                    fatal.clone(),
+                    gauges,
+                    wedged_after,
+                ));
+                for (fails, op) in ops {
+                    if fails {
+                        disk.fail_next(FailOp::Write);
+                    }
+                    queue.push(op);
+                    glommio::timer::Timer::new(Duration::from_millis(5)).await;
+                }
+                queue.close();
+                task.await;
+                let mut events = Vec::new();
+                while let Some(e) = inbox.pop() {
+                    events.push(e);
+                }
+                *out.lock().unwrap() = Some((events, fatal.borrow().clone()));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        result.lock().unwrap().take().unwrap()
+    }
+
+    /// A failed superblock write goes back to the core (which retries); once writes have failed
+    /// for `superblock_wedged_fatal_timeout` the node stops. A success resets the clock.
+    #[test]
+    fn failing_superblock_writes_stop_the_node_after_the_timeout() {
+        let (events, fatal) = run(None, vec![(true, persist()), (true, persist())]);
+        assert_eq!(fatal, None, "disabled: never fatal");
+        assert!(events.iter().all(|e| matches!(
+            e,
+            Event::Done(Completion::VsrStatePersistFailed {
+                view: 1,
+                log_view: 1
+            })
+        )));
+        let (_, fatal) = run(
+            Some(Duration::from_millis(1)),
+            vec![(true, persist()), (true, persist())],
+        );
+        let cause = fatal.expect("fatal after the timeout");
+        assert!(cause.contains("superblock_wedged_fatal_timeout"), "{cause}");
+        // A success between failures resets the clock.
+        let (events, fatal) = run(
+            Some(Duration::from_millis(8)),
+            vec![(true, persist()), (false, persist()), (true, persist())],
+        );
+        assert_eq!(fatal, None, "{events:?}");
     }
 }

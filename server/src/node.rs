@@ -107,6 +107,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let listen = SocketAddr::new(node.ip, node.ports.tcp_replica);
     let close_bound = config.message_bus.close_peer_timeout;
     let slots = config.metadata.journal_slots;
+    let superblock_wedged = config.cluster.superblock_wedged_fatal_timeout;
     let test_register_ticks = match std::env::var(metadata::TEST_REGISTER_ENV) {
         Ok(ms) => {
             let ms: u64 = ms.parse().with_context(|| {
@@ -139,6 +140,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 close_bound,
                 slots,
                 test_register_ticks,
+                superblock_wedged,
             };
             shard.run(ctx)
         }
@@ -246,6 +248,7 @@ struct Shard {
     close_bound: Duration,
     slots: u32,
     test_register_ticks: Option<u64>,
+    superblock_wedged: Option<Duration>,
 }
 
 impl Shard {
@@ -313,6 +316,7 @@ impl Shard {
                 stop: ctx.stop.clone(),
                 gauges: self.gauges.clone(),
                 test_register_ticks: self.test_register_ticks,
+                superblock_wedged: self.superblock_wedged,
             });
             let fatal = self.fatal.clone();
             glommio::spawn_local(async move {
