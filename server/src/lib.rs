@@ -4,7 +4,7 @@
 
 pub mod boot;
 pub mod config;
-pub mod metadata;
+pub mod metadata_group;
 pub mod metrics;
 pub mod wiring;
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use consensus::{Replica, StateMachine};
 use shard::net::Counters;
 
-use crate::metadata::status_code;
+use crate::metadata_group::status_code;
 
 /// The metadata group's published state.
 #[derive(Debug, Default)]

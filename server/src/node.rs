@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use journal::FileStorage;
 use server::boot::{self, MetadataBoot, Stamp};
-use server::metadata::{self, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
+use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
 use shard::net::plane::{Handed, NodeShared};
 use shard::net::{Counters, NetConfig, Plane, Sink};

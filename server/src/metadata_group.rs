@@ -42,6 +42,20 @@ use wire::GroupId;
 use crate::boot::{MetadataDisk, encode_snapshot, merged_state};
 use crate::metrics::Gauges;
 
+/// A state machine the node can checkpoint through the shared reference the core hands out
+/// (`Replica::state_machine`), at the op the core names in `Effect::Checkpoint`.
+pub trait Checkpointable: StateMachine {
+    /// The artifacts [`StateMachine::install`] restores this exact state from.
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact>;
+}
+
+impl Checkpointable for consensus::DigestStateMachine {
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact> {
+        // 16 bytes of state: a clone costs nothing.
+        self.clone().artifacts(commit_op)
+    }
+}
+
 /// Events one pump turn handles before it yields to the shard's other tasks (connection
 /// readers and writers, the storage task). One `Replica::step` costs microseconds to tens of
 /// microseconds (the consensus bench), so 64 steps stay well inside one 10 ms tick, keep the
@@ -273,6 +287,9 @@ async fn storage_task<S: Storage>(
     // `cluster.superblock_wedged_fatal_timeout` of failures the node stops, consensus.md
     // section 16 timers table).
     let mut failing_since: Option<Instant> = None;
+    // Whether the latest superblock write failed: a truncate must not run then (the core emits
+    // a superblock write right before each truncation and relies on it being durable first).
+    let mut last_persist_failed = false;
     let fail = |cause: String| {
         error!(cause = %cause, "metadata storage failed; stopping the node");
         fatal.borrow_mut().get_or_insert(cause);
@@ -301,6 +318,13 @@ async fn storage_task<S: Storage>(
                 inbox.push(Event::Done(done));
             }
             StorageOp::Truncate { from_op } => {
+                if last_persist_failed {
+                    fail(format!(
+                        "metadata journal truncate from op {from_op} refused: the superblock \
+                         write before it failed"
+                    ));
+                    continue;
+                }
                 if let Err(e) = disk.journal.truncate_from(from_op).await {
                     fail(format!("metadata journal truncate from op {from_op}: {e}"));
                 }
@@ -315,6 +339,7 @@ async fn storage_task<S: Storage>(
                 let done = match disk.superblock.write(&written).await {
                     Ok(()) => {
                         failing_since = None;
+                        last_persist_failed = false;
                         Completion::VsrStatePersisted {
                             view: state.view,
                             log_view: state.log_view,
@@ -322,6 +347,7 @@ async fn storage_task<S: Storage>(
                     }
                     Err(e) => {
                         warn!(view = state.view, error = %e, "superblock write failed");
+                        last_persist_failed = true;
                         let since = *failing_since.get_or_insert_with(Instant::now);
                         if let Some(bound) = wedged_after
                             && since.elapsed() >= bound
@@ -428,7 +454,7 @@ fn now(start: Instant, ticks: u64) -> Now {
 pub async fn run<S, M>(pump: Pump<S, M>) -> Outcome
 where
     S: Storage + 'static,
-    M: StateMachine + Clone,
+    M: Checkpointable,
 {
     let Pump {
         config,
@@ -579,7 +605,7 @@ struct Executor {
 }
 
 impl Executor {
-    fn run<M: StateMachine + Clone>(&mut self, replica: &Replica<M>, out: &mut Outbox) {
+    fn run<M: Checkpointable>(&mut self, replica: &Replica<M>, out: &mut Outbox) {
         for effect in out.drain() {
             if self.fatal.borrow().is_some() {
                 // Nothing after a fatal effect runs.
@@ -608,7 +634,7 @@ impl Executor {
                         header.map_or(0, |h| h.frame.checksum.get()),
                         header.map_or(0, |h| h.timestamp.get()),
                         &replica.client_table_encoded(),
-                        &replica.state_machine().clone().artifacts(op),
+                        &replica.state_machine().checkpoint_artifacts(op),
                     );
                     self.queue
                         .push(StorageOp::Checkpoint(Snapshot { op, payload }));
@@ -933,5 +959,28 @@ mod wedged_tests {
             vec![(true, persist()), (false, persist()), (true, persist())],
         );
         assert_eq!(fatal, None, "{events:?}");
+    }
+
+    /// A truncate never runs after a failed superblock write (the core's write right before a
+    /// truncation carries what makes the truncation safe): the node stops instead.
+    #[test]
+    fn a_truncate_after_a_failed_superblock_write_stops_the_node() {
+        let truncate = || StorageOp::Truncate { from_op: 1 };
+        let (_, fatal) = run(None, vec![(false, persist()), (false, truncate())]);
+        assert_eq!(fatal, None);
+        let (_, fatal) = run(None, vec![(true, persist()), (false, truncate())]);
+        let cause = fatal.expect("fatal");
+        assert!(
+            cause.contains("superblock write before it failed"),
+            "{cause}"
+        );
+        let (_, fatal) = run(
+            None,
+            vec![(true, persist()), (false, persist()), (false, truncate())],
+        );
+        assert_eq!(
+            fatal, None,
+            "a later durable write supersedes the failed one"
+        );
     }
 }
