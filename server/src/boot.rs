@@ -610,6 +610,67 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A journal of ops 1..=3 on the in-memory disk, then `damage` applied, then a boot.
+    fn boot_after(damage: impl FnOnce(&journal::MemStorage)) -> Result<Vec<u64>, BootError> {
+        use crate::test_frames::prepare;
+        use journal::storage::block_on;
+        let disk = journal::MemStorage::new();
+        let identity = Identity {
+            cluster: 42,
+            replica_id: 0,
+            replica_count: 3,
+        };
+        let config = JournalConfig {
+            slot_count: 64,
+            slot_size: 4096,
+        };
+        let boot = |disk: &journal::MemStorage| {
+            block_on(recover(
+                disk.clone(),
+                Path::new("dir"),
+                identity,
+                config,
+                consensus::DigestStateMachine::default(),
+            ))
+        };
+        let mut first = boot(&disk).unwrap();
+        let mut parent = 0;
+        for op in 1..=3 {
+            let frame = prepare(op, parent, op as u8);
+            block_on(first.disk.journal.append(&frame)).unwrap();
+            parent = u128::from_le_bytes(frame[..16].try_into().unwrap());
+        }
+        drop(first);
+        damage(&disk);
+        let booted = boot(&disk)?;
+        Ok(booted
+            .recovered
+            .frames
+            .iter()
+            .map(|f| f.prepare_header().unwrap().op.get())
+            .collect())
+    }
+
+    /// Flips a body byte of the prepare in `slot` (slots of 4096 bytes).
+    fn rot(disk: &journal::MemStorage, slot: u64) {
+        disk.flip_bit("journal.prepares", slot * 4096 + 300, 1)
+            .unwrap();
+    }
+
+    /// journal.md G3 at boot: a damaged prepare below an intact one may have been
+    /// acknowledged, so boot refuses; a damaged newest prepare is cut (repaired from peers).
+    #[test]
+    fn damaged_entries_refuse_boot_below_intact_ones_and_are_cut_at_the_head() {
+        assert_eq!(boot_after(|_| {}).unwrap(), vec![1, 2, 3]);
+        match boot_after(|d| rot(d, 2)) {
+            Err(BootError::InteriorDamage { op: 2, .. }) => {}
+            other => panic!("{:?}", other.map_err(|e| e.to_string())),
+        }
+        let error = boot_after(|d| rot(d, 2)).unwrap_err().to_string();
+        assert!(error.contains("op 2") && error.contains("G3"), "{error}");
+        assert_eq!(boot_after(|d| rot(d, 3)).unwrap(), vec![1, 2]);
+    }
+
     #[test]
     fn snapshot_payload_round_trips() {
         let artifacts = vec![Artifact {

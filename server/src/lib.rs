@@ -11,3 +11,35 @@ pub mod wiring;
 /// Exit status of a node stopped by a fatal failure (the core's `Effect::Fatal`, or a storage
 /// failure it cannot survive); the log line before it names the cause.
 pub const EXIT_FATAL: u8 = 3;
+
+/// Sealed prepare frames for unit tests.
+#[cfg(test)]
+pub(crate) mod test_frames {
+    use wire::GroupId;
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    use wire::{Command, Operation, Sender};
+
+    /// A sealed metadata prepare of `op` over `parent`; `salt` varies the body.
+    pub(crate) fn prepare(op: u64, parent: u128, salt: u8) -> Vec<u8> {
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(
+            Command::Prepare,
+            Sender {
+                cluster: 42,
+                replica: 0,
+                view: 1,
+            },
+        );
+        header.op.set(op);
+        header.parent.set(parent);
+        header.commit.set(op - 1);
+        header.timestamp.set(1_000 + op);
+        header.operation = Operation::CreateStream.byte();
+        header.group.set(GroupId::METADATA.0);
+        let body = vec![salt; 100];
+        wire::encode::finish_header(&mut header, &body).unwrap();
+        let mut frame = header.bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+}

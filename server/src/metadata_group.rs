@@ -670,11 +670,10 @@ pub fn status_code(status: Status, transferring: bool) -> u8 {
 mod tests {
     use super::*;
     use crate::boot::{MetadataBoot, recover};
+    use crate::test_frames::prepare;
     use consensus::{DigestStateMachine, StateMachine};
     use journal::MemStorage;
     use journal::metadata::JournalConfig;
-    use wire::header::{FrameHeader, Layout, PrepareHeader};
-    use wire::{Command, Operation, Sender};
 
     const IDENTITY: journal::Identity = journal::Identity {
         cluster: 42,
@@ -685,30 +684,6 @@ mod tests {
         slot_count: 64,
         slot_size: 4096,
     };
-
-    /// A sealed metadata prepare of `op` over `parent`; `salt` varies the body.
-    fn prepare(op: u64, parent: u128, salt: u8) -> Vec<u8> {
-        let mut header = PrepareHeader::zeroed();
-        header.frame = FrameHeader::new(
-            Command::Prepare,
-            Sender {
-                cluster: 42,
-                replica: 0,
-                view: 1,
-            },
-        );
-        header.op.set(op);
-        header.parent.set(parent);
-        header.commit.set(op - 1);
-        header.timestamp.set(1_000 + op);
-        header.operation = Operation::CreateStream.byte();
-        header.group.set(GroupId::METADATA.0);
-        let body = vec![salt; 100];
-        wire::encode::finish_header(&mut header, &body).unwrap();
-        let mut frame = header.bytes().to_vec();
-        frame.extend_from_slice(&body);
-        frame
-    }
 
     async fn boot(disk: &MemStorage) -> MetadataBoot<MemStorage, DigestStateMachine> {
         recover(
