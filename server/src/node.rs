@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use journal::FileStorage;
+use journal::dma::DmaStorage;
 use server::boot::{self, MetadataBoot, Stamp};
 use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
@@ -307,28 +308,9 @@ impl Shard {
         }
         plane.start_connector();
         self.report(Ok((id, plane.counters().clone())));
-        let pump = metadata.map(|boot| {
-            let run = metadata::run(Pump {
-                config: self.consensus.clone(),
-                boot,
-                plane: plane.clone(),
-                inbox: inbox.clone(),
-                stop: ctx.stop.clone(),
-                gauges: self.gauges.clone(),
-                test_register_ticks: self.test_register_ticks,
-                superblock_wedged: self.superblock_wedged,
-            });
-            let fatal = self.fatal.clone();
-            glommio::spawn_local(async move {
-                let outcome = run.await;
-                // Reported at once: the main thread stops the node on it.
-                if let Outcome::Fatal(cause) = &outcome
-                    && let Ok(mut f) = fatal.lock()
-                {
-                    f.get_or_insert(cause.clone());
-                }
-                outcome
-            })
+        let pump = metadata.map(|booted| match booted {
+            Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
+            Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
         });
         // The shard's mesh pump: connections handed over by the accepting shard.
         let mut adopt = Adopt {
@@ -336,7 +318,7 @@ impl Shard {
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
         if let Some(pump) = pump
-            && pump.await == Outcome::Stopped
+            && pump.await == Some(Outcome::Stopped)
         {
             info!("metadata replica stopped");
         }
@@ -349,17 +331,69 @@ impl Shard {
         );
     }
 
-    async fn boot_metadata(&self) -> Result<MetadataBoot<FileStorage, PlaceholderMachine>, String> {
+    /// Spawns the metadata pump on this executor; a fatal outcome is reported at once (the
+    /// main thread stops the node on it).
+    fn spawn_pump<S: journal::Storage + 'static>(
+        &self,
+        boot: MetadataBoot<S, PlaceholderMachine>,
+        plane: &Rc<Plane>,
+        inbox: &Rc<Inbox>,
+        stop: &shard::StopSignal,
+    ) -> glommio::task::JoinHandle<Outcome> {
+        let run = metadata::run(Pump {
+            config: self.consensus.clone(),
+            boot,
+            plane: plane.clone(),
+            inbox: inbox.clone(),
+            stop: stop.clone(),
+            gauges: self.gauges.clone(),
+            test_register_ticks: self.test_register_ticks,
+            superblock_wedged: self.superblock_wedged,
+        });
+        let fatal = self.fatal.clone();
+        glommio::spawn_local(async move {
+            let outcome = run.await;
+            if let Outcome::Fatal(cause) = &outcome
+                && let Ok(mut f) = fatal.lock()
+            {
+                f.get_or_insert(cause.clone());
+            }
+            outcome
+        })
+        .detach()
+    }
+
+    /// Recovers the metadata group: on the glommio DMA backend (io_uring, `O_DIRECT`) where
+    /// `O_DIRECT` opens, else on the std backend through the page cache (still fdatasync'ed).
+    async fn boot_metadata(&self) -> Result<Booted, String> {
         let dir = boot::metadata_dir(&self.data);
-        let storage = FileStorage::new(&dir, direct_io_works(&dir))
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let at = |e: journal::StorageError| format!("{}: {e}", dir.display());
+        if direct_io_works(&dir) {
+            let storage = DmaStorage::new(&dir).map_err(at)?;
+            Ok(Booted::Dma(
+                self.recover(storage, &dir, "glommio DMA").await?,
+            ))
+        } else {
+            let storage = FileStorage::new(&dir, false).map_err(at)?;
+            Ok(Booted::File(
+                self.recover(storage, &dir, "std, page cache").await?,
+            ))
+        }
+    }
+
+    async fn recover<S: journal::Storage + Clone>(
+        &self,
+        storage: S,
+        dir: &Path,
+        backend: &'static str,
+    ) -> Result<MetadataBoot<S, PlaceholderMachine>, String> {
         let journal = journal::JournalConfig {
             slot_count: u64::from(self.slots),
             slot_size: boot::METADATA_SLOT_SIZE,
         };
         let boot = boot::recover(
             storage,
-            &dir,
+            dir,
             self.identity,
             journal,
             PlaceholderMachine::default(),
@@ -372,11 +406,20 @@ impl Shard {
             snapshot_op = r.snapshot_op,
             journaled = r.frames.len(),
             cut_from = ?boot.cut_from,
+            backend,
             "metadata group recovered from {}",
             dir.display()
         );
         Ok(boot)
     }
+}
+
+/// The metadata group's boot on the storage backend it runs on (built once per node, so the
+/// variants' size difference costs nothing).
+#[allow(clippy::large_enum_variant)]
+enum Booted {
+    Dma(MetadataBoot<DmaStorage, PlaceholderMachine>),
+    File(MetadataBoot<FileStorage, PlaceholderMachine>),
 }
 
 /// The metadata state machine until the real one (streams, topics, users) is wired: the core's
