@@ -860,6 +860,132 @@ mod tests {
             );
         });
     }
+
+    /// Runs `ops` through the storage task (the executor's write path) on `disk`, booted,
+    /// and returns what it completed.
+    async fn execute(disk: &MemStorage, ops: Vec<StorageOp>) -> Vec<Completion> {
+        let booted = boot(disk).await;
+        let gauges = Arc::new(Gauges::default());
+        let queue = Rc::new(StorageQueue::default());
+        let inbox = Rc::new(Inbox::new(gauges.clone()));
+        let fatal = Rc::new(RefCell::new(None));
+        for op in ops {
+            queue.push(op);
+        }
+        queue.close();
+        storage_task(
+            booted.disk,
+            queue,
+            inbox.clone(),
+            fatal.clone(),
+            gauges,
+            None,
+        )
+        .await;
+        assert_eq!(*fatal.borrow(), None);
+        let mut done = Vec::new();
+        while let Some(Event::Done(c)) = inbox.pop() {
+            done.push(c);
+        }
+        done
+    }
+
+    fn header(frame: &[u8]) -> wire::header::PrepareHeader {
+        use wire::header::Layout;
+        *wire::header::PrepareHeader::view(&frame[..wire::HEADER_SIZE]).unwrap()
+    }
+
+    /// Decisions 50-52 across a restart: what the core's `PersistVsrState` carried (view
+    /// headers, truncation ceiling, the checkpoint's prepare identity) comes back at boot from
+    /// the node's own superblock, exactly: the newest write's headers replace the older ones,
+    /// the ceiling is never lowered, and a checkpoint identity is recorded once the core names
+    /// it for the checkpoint the superblock records (a checkpoint taken without it) and is
+    /// never overwritten by a later different one.
+    #[test]
+    fn a_restarted_node_restores_view_headers_ceiling_and_checkpoint_identity() {
+        on_executor(|| async {
+            let disk = MemStorage::new();
+            let p1 = prepare(1, 0, 1);
+            let p2 = prepare(2, identity_of(&p1), 2);
+            let p3 = prepare(3, identity_of(&p2), 3);
+            let fresh = boot(&disk).await;
+            assert_eq!(fresh.recovered.superblock, None, "only formatted: no state");
+            drop(fresh);
+            let state = |view: u32, headers: &[&[u8]], ceiling: u64, identity: (u128, u64)| {
+                consensus::VsrState {
+                    view,
+                    log_view: view,
+                    commit_max: 1,
+                    lost_state: false,
+                    view_headers: headers.iter().map(|f| header(f)).collect(),
+                    held_ceiling: ceiling,
+                    snapshot_op: 1,
+                    snapshot_checksum: identity.0,
+                    snapshot_timestamp: identity.1,
+                }
+            };
+            let done = execute(
+                &disk,
+                vec![
+                    StorageOp::Append {
+                        op: 1,
+                        frame: Frame::new(p1.clone()),
+                    },
+                    StorageOp::Append {
+                        op: 2,
+                        frame: Frame::new(p2.clone()),
+                    },
+                    // A checkpoint whose prepare identity the replica did not know yet (a
+                    // transferred snapshot before the op above it arrived).
+                    StorageOp::Checkpoint {
+                        snapshot: Snapshot {
+                            op: 1,
+                            payload: encode_snapshot(
+                                0,
+                                0,
+                                &[],
+                                &DigestStateMachine::default().artifacts(1),
+                            ),
+                        },
+                        prepare: (0, 0),
+                    },
+                    StorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
+                    StorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
+                ],
+            )
+            .await;
+            assert_eq!(done.len(), 5, "{done:?}");
+            let again = boot(&disk).await;
+            let r = &again.recovered;
+            assert_eq!(
+                r.superblock,
+                Some(state(3, &[&p3], 5, (identity_of(&p1), 1_001))),
+                "restored from the superblock: newest headers, highest ceiling, the identity \
+                 learned for checkpoint 1 kept"
+            );
+            assert_eq!(
+                (r.snapshot_op, r.snapshot_checksum, r.snapshot_timestamp),
+                (1, identity_of(&p1), 1_001),
+                "the checkpoint identity from the superblock, not the snapshot payload (0)"
+            );
+            drop(again);
+
+            // A state the core wrote is a state even when it equals the formatted bytes (a
+            // restarted replica is not a fresh one).
+            let other = MemStorage::new();
+            drop(boot(&other).await);
+            let done = execute(
+                &other,
+                vec![StorageOp::Persist(consensus::VsrState::default())],
+            )
+            .await;
+            assert_eq!(done.len(), 1, "{done:?}");
+            assert_eq!(
+                boot(&other).await.recovered.superblock,
+                Some(consensus::VsrState::default())
+            );
+        });
+    }
 }
 
 #[cfg(test)]
