@@ -669,30 +669,38 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A journal of ops 1..=3 on the in-memory disk, then `damage` applied, then a boot.
-    fn boot_after(damage: impl FnOnce(&journal::MemStorage)) -> Result<Vec<u64>, BootError> {
+    const TEST_IDENTITY: Identity = Identity {
+        cluster: 42,
+        replica_id: 0,
+        replica_count: 3,
+    };
+
+    fn slots(slot_count: u64) -> JournalConfig {
+        JournalConfig {
+            slot_count,
+            slot_size: 4096,
+        }
+    }
+
+    fn boot_with(
+        disk: &journal::MemStorage,
+        config: JournalConfig,
+    ) -> Result<MetadataBoot<journal::MemStorage, consensus::DigestStateMachine>, BootError> {
+        journal::storage::block_on(recover(
+            disk.clone(),
+            Path::new("dir"),
+            TEST_IDENTITY,
+            config,
+            consensus::DigestStateMachine::default(),
+        ))
+    }
+
+    /// A journal of ops 1..=3 on the in-memory disk (64 slots), then `damage` applied.
+    fn three_ops(damage: impl FnOnce(&journal::MemStorage)) -> journal::MemStorage {
         use crate::test_frames::prepare;
         use journal::storage::block_on;
         let disk = journal::MemStorage::new();
-        let identity = Identity {
-            cluster: 42,
-            replica_id: 0,
-            replica_count: 3,
-        };
-        let config = JournalConfig {
-            slot_count: 64,
-            slot_size: 4096,
-        };
-        let boot = |disk: &journal::MemStorage| {
-            block_on(recover(
-                disk.clone(),
-                Path::new("dir"),
-                identity,
-                config,
-                consensus::DigestStateMachine::default(),
-            ))
-        };
-        let mut first = boot(&disk).unwrap();
+        let mut first = boot_with(&disk, slots(64)).unwrap();
         let mut parent = 0;
         for op in 1..=3 {
             let frame = prepare(op, parent, op as u8);
@@ -701,13 +709,74 @@ mod tests {
         }
         drop(first);
         damage(&disk);
-        let booted = boot(&disk)?;
+        disk
+    }
+
+    /// A journal of ops 1..=3, then `damage` applied, then a boot: the ops handed to the core.
+    fn boot_after(damage: impl FnOnce(&journal::MemStorage)) -> Result<Vec<u64>, BootError> {
+        let booted = boot_with(&three_ops(damage), slots(64))?;
         Ok(booted
             .recovered
             .frames
             .iter()
             .map(|f| f.prepare_header().unwrap().op.get())
             .collect())
+    }
+
+    /// Decision 51 at boot: the cut of a damaged newest entry (it may have been acknowledged)
+    /// raises the truncation ceiling over it durably before the journal drops it, so the next
+    /// life never nacks it either; the core gets the raised ceiling at once.
+    #[test]
+    fn a_boot_cut_makes_the_truncation_ceiling_durable_first() {
+        let disk = three_ops(|d| rot(d, 3));
+        let cut = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(cut.cut_from, Some(3));
+        // The core never wrote a state here (only formatted): nothing to hand it this life.
+        assert_eq!(
+            cut.recovered.superblock.as_ref().map(|s| s.held_ceiling),
+            None
+        );
+        assert_eq!(cut.disk.superblock.state().unwrap().truncation_ceiling, 3);
+        drop(cut);
+        let again = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(again.cut_from, None, "op 3 is gone");
+        assert_eq!(
+            again.recovered.superblock.map(|s| s.held_ceiling),
+            Some(3),
+            "the ceiling came back from the superblock"
+        );
+    }
+
+    /// Decision 91 through the server's boot: a `journal_slot_count` other than the one the
+    /// journal was formatted with refuses to start, naming both.
+    #[test]
+    fn another_journal_slot_count_refuses_to_start() {
+        let disk = three_ops(|_| {});
+        let error = match boot_with(&disk, slots(32)) {
+            Err(e) => e,
+            Ok(_) => panic!("booted with another journal geometry"),
+        };
+        assert!(
+            matches!(
+                error,
+                BootError::Recover {
+                    error: journal::boot::BootError::Geometry {
+                        configured_slots: 32,
+                        formatted_slots: 64,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("journal_slot_count 32"), "{text}");
+        assert!(text.contains("refusing to start"), "{text}");
+        assert!(
+            boot_with(&disk, slots(64)).is_ok(),
+            "the refusal changed nothing"
+        );
     }
 
     /// Flips a body byte of the prepare in `slot` (slots of 4096 bytes).
