@@ -226,6 +226,15 @@ pub enum StorageOp {
         /// `(checksum, timestamp)` of the prepare at `snapshot.op`.
         prepare: (u128, u64),
     },
+    /// The prepare identity of checkpoint `op` as the replica knows it when the checkpoint
+    /// completed (decision 52: asked again then): recorded if the superblock's checkpoint is
+    /// still `op` and was written without one (the replica learned it meanwhile).
+    CheckpointIdentity {
+        /// The checkpoint op.
+        op: u64,
+        /// `(checksum, timestamp)` of the prepare at `op`.
+        prepare: (u128, u64),
+    },
 }
 
 #[derive(Default)]
@@ -389,6 +398,24 @@ async fn storage_task<S: Storage>(
                     }
                 };
                 inbox.push(Event::Done(Completion::Read { op, frame }));
+            }
+            StorageOp::CheckpointIdentity { op, prepare } => {
+                let Some(base) = disk.superblock.state().copied() else {
+                    continue;
+                };
+                if base.checkpoint_op != op || base.checkpoint_prepare_checksum != 0 {
+                    continue;
+                }
+                let state = journal::VsrState {
+                    checkpoint_prepare_checksum: prepare.0,
+                    checkpoint_timestamp: prepare.1,
+                    ..base
+                };
+                // Not fatal: without it a restart boots this checkpoint without its identity,
+                // as before it was learned; the core's next PersistVsrState records it too.
+                if let Err(e) = disk.superblock.write(&state).await {
+                    warn!(op, error = %e, "recording the checkpoint's prepare identity failed");
+                }
             }
             StorageOp::Checkpoint { snapshot, prepare } => {
                 let op = snapshot.op;
@@ -577,7 +604,16 @@ where
                     },
                     &mut out,
                 ),
-                Event::Done(done) => replica.step(at, Input::Done(done), &mut out),
+                Event::Done(done) => {
+                    if let Completion::Checkpointed { op } = done {
+                        let prepare = replica.snapshot_identity(op);
+                        if prepare.0 != 0 {
+                            exec.queue
+                                .push(StorageOp::CheckpointIdentity { op, prepare });
+                        }
+                    }
+                    replica.step(at, Input::Done(done), &mut out)
+                }
                 Event::Peer { peer, connected } => replica.step(
                     at,
                     Input::PeerConnection {
@@ -969,6 +1005,59 @@ mod tests {
                 "the checkpoint identity from the superblock, not the snapshot payload (0)"
             );
             drop(again);
+
+            // Decision 52, asked again at completion: an identity learned after the
+            // checkpoint was taken is recorded for that checkpoint only, once.
+            let learned = MemStorage::new();
+            let done = execute(
+                &learned,
+                vec![
+                    StorageOp::Append {
+                        op: 1,
+                        frame: Frame::new(p1.clone()),
+                    },
+                    StorageOp::Checkpoint {
+                        snapshot: Snapshot {
+                            op: 1,
+                            payload: encode_snapshot(
+                                0,
+                                0,
+                                &[],
+                                &DigestStateMachine::default().artifacts(1),
+                            ),
+                        },
+                        prepare: (0, 0),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 2,
+                        prepare: (0xbad, 7),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 1,
+                        prepare: (identity_of(&p1), 1_001),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 1,
+                        prepare: (0xbad, 7),
+                    },
+                ],
+            )
+            .await;
+            assert_eq!(
+                done,
+                vec![
+                    Completion::Appended {
+                        op: 1,
+                        checksum: identity_of(&p1)
+                    },
+                    Completion::Checkpointed { op: 1 },
+                ]
+            );
+            let r = boot(&learned).await.recovered;
+            assert_eq!(
+                (r.snapshot_op, r.snapshot_checksum, r.snapshot_timestamp),
+                (1, identity_of(&p1), 1_001)
+            );
 
             // A state the core wrote is a state even when it equals the formatted bytes (a
             // restarted replica is not a fresh one).
