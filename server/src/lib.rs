@@ -1,9 +1,50 @@
-//! The `strand` binary's library side: the node configuration (architecture.md §10), so the
-//! binary, tests and later tools read it the same way; the client plane's codecs
-//! ([`client`]); the metadata state machine and its lock-free read handle ([`metadata`]); the
-//! partition plane's poll and consumer-offset logic ([`partition`]).
+//! The `strand` binary's library side, so the binary and tests read them the same way: the
+//! node configuration (architecture.md §10), boot from disk ([`boot`]), the metadata group's
+//! pump and effect executor ([`metadata_group`]), the metrics endpoint ([`metrics`]); the
+//! client plane's codecs ([`client`]); the metadata state machine and its lock-free read handle
+//! ([`metadata`]); the partition plane's poll and consumer-offset logic ([`partition`]).
 
+pub mod boot;
 pub mod client;
 pub mod config;
 pub mod metadata;
+pub mod metadata_group;
+pub mod metrics;
 pub mod partition;
+pub mod wiring;
+
+/// Exit status of a node stopped by a fatal failure (the core's `Effect::Fatal`, or a storage
+/// failure it cannot survive); the log line before it names the cause.
+pub const EXIT_FATAL: u8 = 3;
+
+/// Sealed prepare frames for unit tests.
+#[cfg(test)]
+pub(crate) mod test_frames {
+    use wire::GroupId;
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    use wire::{Command, Operation, Sender};
+
+    /// A sealed metadata prepare of `op` over `parent`; `salt` varies the body.
+    pub(crate) fn prepare(op: u64, parent: u128, salt: u8) -> Vec<u8> {
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(
+            Command::Prepare,
+            Sender {
+                cluster: 42,
+                replica: 0,
+                view: 1,
+            },
+        );
+        header.op.set(op);
+        header.parent.set(parent);
+        header.commit.set(op - 1);
+        header.timestamp.set(1_000 + op);
+        header.operation = Operation::CreateStream.byte();
+        header.group.set(GroupId::METADATA.0);
+        let body = vec![salt; 100];
+        wire::encode::finish_header(&mut header, &body).unwrap();
+        let mut frame = header.bytes().to_vec();
+        frame.extend_from_slice(&body);
+        frame
+    }
+}

@@ -1,9 +1,9 @@
 //! `strand`: the Strand server binary.
 //!
-//! `strand start` validates the config and boots the shard executors; `strand dev` runs a local
-//! cluster of such nodes; `strand inspect` decodes wire bytes. The replica plane (connections,
-//! consensus, storage) is not wired into `start` yet: a started node runs its shards and waits
-//! for SIGTERM/SIGINT, and says so in its log.
+//! `strand start` validates the config, boots the shard executors, the replica plane and the
+//! metadata replica on shard 0 from its data directory, and serves `/metrics`; `strand dev` runs
+//! a local cluster of such nodes; `strand inspect` decodes wire bytes. Partition groups and the
+//! client plane are not wired yet.
 
 mod inspect;
 mod node;
@@ -27,16 +27,17 @@ struct Cli {
 enum Command {
     /// Start one node from a config file.
     ///
-    /// Not wired yet: the node validates its config, boots one glommio executor per shard
-    /// (reporting whether io_uring buffer registration succeeded), then waits for SIGTERM or
-    /// SIGINT and exits 0. It does not replicate, listen on any port, or touch the data
-    /// directory yet.
+    /// The node checks (or formats) its data directory, boots one glommio executor per shard,
+    /// listens on tcp_replica, runs the metadata group's replica on shard 0 and serves /metrics
+    /// on the http port; SIGTERM or SIGINT drains and exits 0, a fatal failure exits 3.
+    /// Partially wired: no client plane and no partition groups yet (the metadata state
+    /// machine is a placeholder digest).
     Start(StartArgs),
     /// Run an N-node cluster on 127.0.0.1 with no config file (node i on every default port
     /// plus 100 x i, one unpinned shard each, each a child `strand start`).
     ///
-    /// Not wired yet: the nodes boot their shards and wait, as `strand start` does; Ctrl-C stops
-    /// them.
+    /// The nodes form a cluster and replicate the metadata group (partially wired, as `strand
+    /// start`); Ctrl-C stops them.
     Dev(DevArgs),
     /// Decode wire bytes for operators.
     #[command(subcommand)]
@@ -185,19 +186,19 @@ mod tests {
     }
 
     #[test]
-    fn help_says_replication_is_not_wired() {
+    fn help_says_what_is_not_wired() {
         let mut command = <Cli as clap::CommandFactory>::command();
         let start = command
             .find_subcommand_mut("start")
             .unwrap()
             .render_long_help()
             .to_string();
-        assert!(start.contains("Not wired yet"), "{start}");
+        assert!(start.contains("Partially wired"), "{start}");
         let dev = command
             .find_subcommand_mut("dev")
             .unwrap()
             .render_long_help()
             .to_string();
-        assert!(dev.contains("Not wired yet"), "{dev}");
+        assert!(dev.contains("partially wired"), "{dev}");
     }
 }

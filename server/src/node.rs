@@ -1,17 +1,28 @@
 //! `strand start` and `strand dev`.
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitCode};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use anyhow::Context;
-use shard::{MeshCapacity, Runtime, RuntimeConfig, ShardContext, Sharding};
+use journal::FileStorage;
+use journal::dma::DmaStorage;
+use server::boot::{self, MetadataBoot, Stamp};
+use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
+use server::metrics::{self, Gauges, Sources};
+use shard::net::plane::{Handed, NodeShared};
+use shard::net::{Counters, NetConfig, Plane, Sink};
+use shard::{Lane, MeshCapacity, Runtime, RuntimeConfig, ShardContext, Sharding};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 use tracing::{error, info, warn};
 
 use crate::{DevArgs, StartArgs};
 use server::config::{self, Config, Overrides};
+use server::wiring;
 
 /// Logs go to stderr, filtered by `RUST_LOG` (default `info`); glommio's own `log` records are
 /// forwarded too (its buffer-registration warning among them).
@@ -36,15 +47,18 @@ fn load(args: &StartArgs) -> anyhow::Result<Config> {
     config::load(&text, &overrides).with_context(|| format!("in {}", args.config.display()))
 }
 
-/// `strand start`: validate, boot the shards, wait for SIGTERM/SIGINT, stop them, exit 0.
+/// `strand start`: validate, check or format the data directory, boot the shards with the
+/// replica plane on `tcp_replica` and the metadata replica on shard 0, serve `/metrics` on the
+/// `http` port, then run until SIGTERM/SIGINT (drain, exit 0) or a fatal failure (exit
+/// [`server::EXIT_FATAL`]).
 pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     init_logging();
     let config = load(&args)?;
     // Registered before any shard exists, so an early signal stops the node cleanly instead of
     // killing it.
-    let mut signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
+    let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let (soft, hard) = shard::runtime::raise_memlock_limit().context("reading RLIMIT_MEMLOCK")?;
-    let node = config.node();
+    let node = config.node().clone();
     let sharding = match &config.system.sharding {
         Sharding::Pinned(cores) => format!("{} pinned on cores {cores}", cores.len()),
         Sharding::Unpinned(n) => format!("{n} unpinned"),
@@ -61,6 +75,21 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         memlock_hard = hard,
         "config valid"
     );
+    let data = config.system.path.clone();
+    let stamp = Stamp {
+        cluster_name: config.cluster.name.clone(),
+        cluster_id: wire::cluster_id(&config.cluster.name),
+        replica_id: config.replica_id,
+        replica_count: u8::try_from(config.cluster.nodes.len()).context("roster size")?,
+    };
+    if boot::check_or_format(&data, &stamp)? {
+        info!(data_dir = %data.display(), "formatted a fresh data directory");
+    }
+    let shards = config.system.sharding.shards();
+    let net = Arc::new(wiring::net_config(&config)?);
+    net.validate(shards)
+        .map_err(|e| anyhow::anyhow!("the replica plane's config: {e}"))?;
+    let consensus_config = wiring::metadata_config(&config)?;
     let runtime_config = RuntimeConfig {
         sharding: config.system.sharding.clone(),
         io_memory: config.system.io_memory,
@@ -71,50 +100,364 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         },
         stop_poll_interval: config.system.shutdown_poll_interval,
     };
-    // Each shard runs its pump; nothing travels between shards and no consensus runs on the
-    // ticks yet.
-    let runtime = Runtime::<()>::start(&runtime_config, |ctx: ShardContext<()>| async move {
-        let stats = shard::pump::run(&ctx.mesh, &ctx.stop, &mut Idle).await;
-        info!(shard = ctx.id, ticks = stats.ticks, "shard stopped");
-    })
-    .context("starting the shards")?;
+    let gauges = Arc::new(Gauges::default());
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, Arc<Counters>), String>>();
+    let ready_tx = Arc::new(Mutex::new(ready_tx));
+    let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let shared = NodeShared::default();
+    let listen = SocketAddr::new(node.ip, node.ports.tcp_replica);
+    let close_bound = config.message_bus.close_peer_timeout;
+    let slots = config.metadata.journal_slots;
+    let superblock_wedged = config.cluster.superblock_wedged_fatal_timeout;
+    let test_register_ticks = match std::env::var(metadata::TEST_REGISTER_ENV) {
+        Ok(ms) => {
+            let ms: u64 = ms.parse().with_context(|| {
+                format!("environment variable `{}`", metadata::TEST_REGISTER_ENV)
+            })?;
+            warn!(
+                interval_ms = ms,
+                "test hook {} is set: the metadata primary submits its own Register requests",
+                metadata::TEST_REGISTER_ENV
+            );
+            Some((ms / consensus::constants::TICK_MS).max(1))
+        }
+        Err(_) => None,
+    };
+    let body = {
+        let gauges = gauges.clone();
+        let fatal = fatal.clone();
+        let data = data.clone();
+        move |ctx: ShardContext<Handed>| {
+            let shard = Shard {
+                net: net.clone(),
+                shared: shared.clone(),
+                gauges: gauges.clone(),
+                ready: ready_tx.clone(),
+                fatal: fatal.clone(),
+                data: data.clone(),
+                identity: stamp.identity(),
+                consensus: consensus_config.clone(),
+                listen,
+                close_bound,
+                slots,
+                test_register_ticks,
+                superblock_wedged,
+            };
+            shard.run(ctx)
+        }
+    };
+    let runtime = Runtime::<()>::start(&runtime_config, body).context("starting the shards")?;
     let registered = (0..runtime.stats().shards())
         .filter(|&s| {
             runtime.stats().registration(s as u16) == shard::BufferRegistration::Registered
         })
         .count();
-    warn!(
-        "replication is not wired yet: this node runs its shards and waits; it listens on no \
-         port and does not open {}",
-        config.system.path.display()
-    );
+    // Every shard reports its plane (and shard 0 its boot) before the node is ready.
+    let mut planes = Vec::new();
+    for _ in 0..shards {
+        match ready_rx.recv_timeout(BOOT_TIMEOUT) {
+            Ok(Ok(plane)) => planes.push(plane),
+            Ok(Err(refusal)) => {
+                let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
+                return Err(anyhow::anyhow!(refusal));
+            }
+            Err(_) => {
+                let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
+                anyhow::bail!("the shards did not report ready within {BOOT_TIMEOUT:?}");
+            }
+        }
+    }
+    // Reports arrive in any order; the endpoint labels each plane with its shard id.
+    planes.sort_by_key(|(shard, _)| *shard);
+    let metrics_addr = SocketAddr::new(node.ip, node.ports.http);
+    let sources = Sources {
+        gauges: gauges.clone(),
+        planes: planes.into_iter().map(|(_, counters)| counters).collect(),
+    };
+    if let Err(e) = metrics::serve(metrics_addr, sources) {
+        let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
+        return Err(anyhow::anyhow!("binding /metrics on {metrics_addr}: {e}"));
+    }
     info!(
         shards = runtime.stats().shards(),
         registered_io_buffers = registered,
+        replicas = %listen,
+        metrics = %format!("http://{metrics_addr}/metrics"),
         "strand node ready; SIGTERM or SIGINT stops it"
     );
-    let signal = signals.forever().next().unwrap_or(SIGTERM);
-    info!(signal, "stopping");
-    match runtime.stop_and_join(config.system.shutdown_join_timeout) {
-        Ok(_) => {
+    let cause = wait_for_stop(signals, &fatal);
+    match &cause {
+        Stop::Signal(signal) => info!(signal, "stopping"),
+        Stop::Fatal(cause) => error!(cause = %cause, "fatal; stopping the node"),
+    }
+    let joined = runtime.stop_and_join(config.system.shutdown_join_timeout);
+    // A fatal report may also arrive while the shards stop.
+    let late = fatal.lock().map(|f| f.clone()).unwrap_or(None);
+    match (cause, late, joined) {
+        (Stop::Fatal(cause), _, _) | (_, Some(cause), _) => {
+            error!(cause = %cause, exit = server::EXIT_FATAL, "stopped by a fatal failure");
+            Ok(ExitCode::from(server::EXIT_FATAL))
+        }
+        (_, None, Ok(_)) => {
             info!("stopped");
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
+        (_, None, Err(e)) => {
             error!(error = %e, "shards did not stop cleanly");
             Ok(ExitCode::FAILURE)
         }
     }
 }
 
-/// The pump handler until consensus is wired: ticks do nothing, and no message is sent to a
-/// shard yet.
-struct Idle;
+/// How long `strand start` waits for every shard to bind, boot and report.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
-impl shard::pump::Handler<()> for Idle {
+/// How often the main thread looks for a signal or a fatal report.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+enum Stop {
+    Signal(i32),
+    Fatal(String),
+}
+
+fn wait_for_stop(mut signals: Signals, fatal: &Mutex<Option<String>>) -> Stop {
+    loop {
+        if let Some(signal) = signals.pending().next() {
+            return Stop::Signal(signal);
+        }
+        if let Some(cause) = fatal.lock().ok().and_then(|f| f.clone()) {
+            return Stop::Fatal(cause);
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+}
+
+/// Each shard's report: its plane's counters once it serves, or why it refused to boot.
+type ReadySender = mpsc::Sender<Result<(usize, Arc<Counters>), String>>;
+
+/// What every shard's body gets (Send + Sync, cloned per shard).
+struct Shard {
+    net: Arc<NetConfig>,
+    shared: NodeShared,
+    gauges: Arc<Gauges>,
+    ready: Arc<Mutex<ReadySender>>,
+    fatal: Arc<Mutex<Option<String>>>,
+    data: PathBuf,
+    identity: journal::Identity,
+    consensus: consensus::Config,
+    listen: SocketAddr,
+    close_bound: Duration,
+    slots: u32,
+    test_register_ticks: Option<u64>,
+    superblock_wedged: Option<Duration>,
+}
+
+impl Shard {
+    fn report(&self, result: Result<(usize, Arc<Counters>), String>) {
+        if let Ok(tx) = self.ready.lock() {
+            let _ = tx.send(result);
+        }
+    }
+
+    async fn run(self, ctx: ShardContext<Handed>) {
+        let id = usize::from(ctx.id);
+        let inbox = Rc::new(Inbox::new(self.gauges.clone()));
+        let sink: Rc<dyn Sink> = if id == 0 {
+            Rc::new(MetadataSink {
+                inbox: inbox.clone(),
+            })
+        } else {
+            // Partition groups are not hosted yet: their frames are counted and dropped.
+            Rc::new(ForeignSink {
+                gauges: self.gauges.clone(),
+            })
+        };
+        let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);
+        let mesh = Rc::new(ctx.mesh);
+        {
+            let mesh = mesh.clone();
+            plane.set_handoff(Box::new(move |target, handed| {
+                let target = u16::try_from(target).expect("shard ids fit u16");
+                mesh.try_send(target, Lane::Main, handed)
+                    .map_err(|e| e.body)
+            }));
+        }
+        // Shard 0 boots the metadata group first: a refusal stops the node before it listens.
+        let metadata = if id == 0 {
+            match self.boot_metadata().await {
+                Ok(boot) => Some(boot),
+                Err(refusal) => {
+                    self.report(Err(refusal));
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        if id == 0 {
+            match glommio::net::TcpListener::bind(self.listen) {
+                Ok(listener) => plane.serve(listener),
+                Err(e) => {
+                    self.report(Err(format!(
+                        "binding the replica plane on {}: {e}",
+                        self.listen
+                    )));
+                    return;
+                }
+            }
+        }
+        plane.start_connector();
+        self.report(Ok((id, plane.counters().clone())));
+        let pump = metadata.map(|booted| match booted {
+            Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
+            Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
+        });
+        // The shard's mesh pump: connections handed over by the accepting shard.
+        let mut adopt = Adopt {
+            plane: plane.clone(),
+        };
+        let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
+        if let Some(pump) = pump
+            && pump.await == Some(Outcome::Stopped)
+        {
+            info!("metadata replica stopped");
+        }
+        let left = plane.drain(self.close_bound).await;
+        info!(
+            shard = id,
+            ticks = stats.ticks,
+            dropped_at_close = left,
+            "shard stopped"
+        );
+    }
+
+    /// Spawns the metadata pump on this executor; a fatal outcome is reported at once (the
+    /// main thread stops the node on it).
+    fn spawn_pump<S: journal::Storage + 'static>(
+        &self,
+        boot: MetadataBoot<S, PlaceholderMachine>,
+        plane: &Rc<Plane>,
+        inbox: &Rc<Inbox>,
+        stop: &shard::StopSignal,
+    ) -> glommio::task::JoinHandle<Outcome> {
+        let run = metadata::run(Pump {
+            config: self.consensus.clone(),
+            boot,
+            plane: plane.clone(),
+            inbox: inbox.clone(),
+            stop: stop.clone(),
+            gauges: self.gauges.clone(),
+            test_register_ticks: self.test_register_ticks,
+            superblock_wedged: self.superblock_wedged,
+        });
+        let fatal = self.fatal.clone();
+        glommio::spawn_local(async move {
+            let outcome = run.await;
+            if let Outcome::Fatal(cause) = &outcome
+                && let Ok(mut f) = fatal.lock()
+            {
+                f.get_or_insert(cause.clone());
+            }
+            outcome
+        })
+        .detach()
+    }
+
+    /// Recovers the metadata group: on the glommio DMA backend (io_uring, `O_DIRECT`) where
+    /// `O_DIRECT` opens, else on the std backend through the page cache (still fdatasync'ed).
+    async fn boot_metadata(&self) -> Result<Booted, String> {
+        let dir = boot::metadata_dir(&self.data);
+        let at = |e: journal::StorageError| format!("{}: {e}", dir.display());
+        if direct_io_works(&dir) {
+            let storage = DmaStorage::new(&dir).map_err(at)?;
+            Ok(Booted::Dma(
+                self.recover(storage, &dir, "glommio DMA").await?,
+            ))
+        } else {
+            let storage = FileStorage::new(&dir, false).map_err(at)?;
+            Ok(Booted::File(
+                self.recover(storage, &dir, "std, page cache").await?,
+            ))
+        }
+    }
+
+    async fn recover<S: journal::Storage + Clone>(
+        &self,
+        storage: S,
+        dir: &Path,
+        backend: &'static str,
+    ) -> Result<MetadataBoot<S, PlaceholderMachine>, String> {
+        let journal = journal::JournalConfig {
+            slot_count: u64::from(self.slots),
+            slot_size: boot::METADATA_SLOT_SIZE,
+        };
+        let boot = boot::recover(
+            storage,
+            dir,
+            self.identity,
+            journal,
+            PlaceholderMachine::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let r = &boot.recovered;
+        info!(
+            superblock = ?r.superblock,
+            snapshot_op = r.snapshot_op,
+            journaled = r.frames.len(),
+            cut_from = ?boot.cut_from,
+            backend,
+            "metadata group recovered from {}",
+            dir.display()
+        );
+        Ok(boot)
+    }
+}
+
+/// The metadata group's boot on the storage backend it runs on (built once per node, so the
+/// variants' size difference costs nothing).
+#[allow(clippy::large_enum_variant)]
+enum Booted {
+    Dma(MetadataBoot<DmaStorage, PlaceholderMachine>),
+    File(MetadataBoot<FileStorage, PlaceholderMachine>),
+}
+
+/// The metadata state machine until the real one (streams, topics, users) is wired: the core's
+/// digest machine, which folds every committed body into a running digest. Named so that no
+/// one mistakes it for the product.
+type PlaceholderMachine = consensus::DigestStateMachine;
+
+/// Whether `O_DIRECT` opens in `dir` (tmpfs refuses it); without it the journal still
+/// `fdatasync`s every write.
+fn direct_io_works(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".direct-probe");
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    if !ok {
+        warn!(dir = %dir.display(), "O_DIRECT refused here; journal writes go through the page cache (still fdatasync'ed)");
+    }
+    ok
+}
+
+/// The mesh pump's handler: adopt connections handed over by the accepting shard.
+struct Adopt {
+    plane: Rc<Plane>,
+}
+
+impl shard::pump::Handler<Handed> for Adopt {
     fn on_tick(&mut self) {}
-    fn on_main(&mut self, _: shard::Envelope<()>) {}
-    fn on_reply(&mut self, _: shard::Envelope<()>) {}
+    fn on_main(&mut self, envelope: shard::Envelope<Handed>) {
+        self.plane.adopt(envelope.body);
+    }
+    fn on_reply(&mut self, _: shard::Envelope<Handed>) {}
 }
 
 /// `strand dev`: N child nodes on loopback from the embedded config.
@@ -158,8 +501,8 @@ pub fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "{} nodes started (replication is not wired yet: they boot their shards and wait); \
-         Ctrl-C stops them",
+        "{} nodes started (the metadata group replicates; no client plane yet); Ctrl-C stops \
+         them",
         args.replicas
     );
     // Wait for a signal, or for a node to end on its own (then stop the rest and fail).

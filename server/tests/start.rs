@@ -117,7 +117,7 @@ fn start_pins_its_shards_and_stops_on_sigterm() {
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("replication is not wired yet"))
+            .any(|l| l.contains("formatted a fresh data directory"))
     );
     signal(&child, libc::SIGTERM);
     let status = child.wait().unwrap();
@@ -130,8 +130,8 @@ fn start_pins_its_shards_and_stops_on_sigterm() {
         rest.join("\n")
     );
     assert!(
-        !dir.join("data").exists(),
-        "nothing is written to the data directory yet"
+        dir.join("data").join("strand.cluster").is_file(),
+        "the data directory is stamped"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -206,6 +206,21 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
             .iter()
             .any(|l| l.contains("replica=1") && l.contains("config valid"))
     );
+    // The two nodes form a cluster: both normal in one view, node 0 its primary.
+    let start = std::time::Instant::now();
+    loop {
+        let m: Vec<_> = [3000, 3100].into_iter().map(metadata_gauges).collect();
+        let formed = m
+            .iter()
+            .all(|g| g.get("status") == Some(&0) && g.get("view") == Some(&0))
+            && m[0].get("is_primary") == Some(&1)
+            && m[1].get("is_primary") == Some(&0);
+        if formed {
+            break;
+        }
+        assert!(start.elapsed() < PATIENCE, "no cluster: {m:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     signal(&child, libc::SIGINT);
     let status = child.wait().unwrap();
     let mut stdout = String::new();
@@ -226,4 +241,199 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
     let config = std::fs::read_to_string(dir.join("strand-dev.toml")).unwrap();
     assert!(config.contains("name = \"strand-dev-1\""));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs a one-node cluster on `data` until it is ready, then stops it with SIGTERM.
+fn run_once(config: &std::path::Path, data: &std::path::Path) {
+    let mut child = strand()
+        .args(["start", "--config"])
+        .arg(config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(data)
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    log.wait_for("metadata replica running on shard 0");
+    signal(&child, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", log.rest().join("\n"));
+}
+
+fn refused(config: &std::path::Path, data: &std::path::Path) -> String {
+    let output = strand()
+        .args(["start", "--config"])
+        .arg(config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_data_directory_of_another_cluster_or_with_a_broken_superblock_refuses_to_start() {
+    let dir = scratch("refusals");
+    let config = dir.join("strand.toml");
+    std::fs::write(&config, with_ports(1)).unwrap();
+    let data = dir.join("data");
+    run_once(&config, &data);
+    let stamp = std::fs::read(data.join("strand.cluster")).unwrap();
+
+    // Another cluster name: refused, naming the stamp and the rule; nothing rewritten.
+    let other = dir.join("other.toml");
+    std::fs::write(
+        &other,
+        with_ports(1).replace("start-test", "another-cluster"),
+    )
+    .unwrap();
+    let stderr = refused(&other, &data);
+    assert!(stderr.contains("strand.cluster"), "{stderr}");
+    assert!(
+        stderr.contains("one cluster name, one roster size"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\"another-cluster\""), "{stderr}");
+    assert_eq!(std::fs::read(data.join("strand.cluster")).unwrap(), stamp);
+
+    // The same config boots again (the refusal changed nothing).
+    run_once(&config, &data);
+
+    // Every superblock copy damaged: refused, naming the metadata directory; never formatted.
+    let superblock = data.join("shard-0").join("metadata").join("superblock");
+    let mut bytes = std::fs::read(&superblock).unwrap();
+    for b in bytes.iter_mut().step_by(7) {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&superblock, &bytes).unwrap();
+    let stderr = refused(&config, &data);
+    assert!(stderr.contains("shard-0/metadata"), "{stderr}");
+    assert!(stderr.contains("superblock"), "{stderr}");
+    assert!(stderr.contains("refusing to start"), "{stderr}");
+    assert_eq!(
+        std::fs::read(&superblock).unwrap(),
+        bytes,
+        "never reformatted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `chattr` on every file of `dir` (`+i` makes writes through already open descriptors fail
+/// with EPERM on ext4).
+fn chattr(flag: &str, dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().all(|entry| {
+        Command::new("chattr")
+            .arg(flag)
+            .arg(entry.path())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// A storage failure the node cannot survive stops it with exit status 3 and a log line naming
+/// the cause. The metadata files are made immutable under a running single-node cluster that
+/// commits (test hook) and checkpoints every 8 ops: its next checkpoint (or append) fails.
+#[test]
+fn a_fatal_storage_failure_exits_3_naming_the_cause() {
+    let dir = scratch("fatal");
+    let config = dir.join("strand.toml");
+    let text = with_ports(2).replace(
+        "[system.sharding]",
+        "[metadata]\njournal_slots = 256\ncheckpoint_interval_ops = 8\n\n[system.sharding]",
+    );
+    std::fs::write(&config, text).unwrap();
+    let data = dir.join("data");
+    let mut child = strand()
+        .env("STRAND_TEST_REGISTER_INTERVAL_MS", "20")
+        .args(["start", "--config"])
+        .arg(&config)
+        .args(["--replica-id", "0", "--shards", "1", "--data-dir"])
+        .arg(&data)
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    log.wait_for("metadata replica running on shard 0");
+    // Wait until ops commit (so the superblock and journal were written once).
+    let start = std::time::Instant::now();
+    while commit_min(13002) < 2 {
+        assert!(start.elapsed() < PATIENCE, "no commits");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metadata = data.join("shard-0").join("metadata");
+    if !chattr("+i", &metadata) {
+        chattr("-i", &metadata);
+        signal(&child, libc::SIGKILL);
+        let _ = child.wait();
+        panic!(
+            "chattr +i failed on {} (needs ext4 or similar and CAP_LINUX_IMMUTABLE); this test \
+             cannot inject a storage failure without it",
+            metadata.display()
+        );
+    }
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > PATIENCE {
+            signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(chattr("-i", &metadata), "undo chattr +i");
+    let rest = log.rest();
+    let status = status.unwrap_or_else(|| panic!("no fatal stop:\n{}", rest.join("\n")));
+    assert_eq!(status.code(), Some(3), "{}", rest.join("\n"));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("stopped by a fatal failure") && l.contains("cause=")),
+        "{}",
+        rest.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The metadata group's integer gauges of the node whose /metrics is on `port` (empty when it
+/// does not answer).
+fn metadata_gauges(port: u16) -> std::collections::BTreeMap<String, u64> {
+    use std::io::{Read, Write};
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return out;
+    };
+    let _ = stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    for line in text.lines() {
+        if let Some((name, value)) = line.split_once("{plane=\"metadata\"} ")
+            && let Ok(v) = value.parse()
+        {
+            out.insert(name.trim_start_matches("strand_").to_owned(), v);
+        }
+    }
+    out
+}
+
+/// `strand_commit_min` of the node whose /metrics is on `port` (0 when it does not answer).
+fn commit_min(port: u16) -> u64 {
+    metadata_gauges(port)
+        .get("commit_min")
+        .copied()
+        .unwrap_or(0)
+}
+
+/// [`CONFIG`] on ports of its own (`+ offset`), so tests of this binary run in parallel.
+fn with_ports(offset: u16) -> String {
+    CONFIG.replace(
+        "ports = { tcp = 18090, http = 13000, tcp_replica = 19090 }",
+        &format!(
+            "ports = {{ tcp = {}, http = {}, tcp_replica = {} }}",
+            18090 + offset,
+            13000 + offset,
+            19090 + offset
+        ),
+    )
 }

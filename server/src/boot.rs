@@ -1,0 +1,817 @@
+//! Boot from disk: the data directory's layout, its cluster stamp, and the one place that turns
+//! the journal's recovery into the consensus core's [`consensus::Recovered`] (issue 10 item 3,
+//! journal.md section 3.5, consensus.md section 9.1).
+//!
+//! # Layout (`--data-dir`, default `system.path`)
+//!
+//! ```text
+//! DIR/strand.cluster             the stamp: cluster name and id, replica id, roster size
+//! DIR/shard-0/metadata/          the metadata group (shard 0 only)
+//!     superblock                 4 copies of the durable VSR state (journal::superblock)
+//!     format.0, format.1         the journal geometry it was formatted with (journal::boot)
+//!     journal.prepares           the fixed-slot prepare journal
+//!     journal.headers            its header ring
+//!     snapshot.0, snapshot.1     the checkpoint snapshot, ping-pong (journal::artifact)
+//! DIR/shard-N/wal/               reserved: shard N's partition WAL (not written yet)
+//! ```
+//!
+//! First boot (no stamp, no `shard-0`) formats: it creates the directories and writes the
+//! stamp durably (temporary file, fsync, rename, fsync of the directory). Every later boot
+//! checks the stamp against the config; a different cluster name, roster size or replica id,
+//! a `shard-0` without a stamp, an unreadable superblock, journal data without a superblock,
+//! or a `journal_slot_count` other than formatted refuses to start with a
+//! [`BootError`] naming the file and the rule. Nothing is ever formatted over existing data.
+//!
+//! Only this module knows how the journal's boot (`journal::boot::boot_metadata`: format,
+//! journal geometry, superblock, scan, snapshot pairing) maps onto `Recovered`, and how the
+//! core's durable state maps onto the superblock ([`core_state`], [`persisted_state`]); both
+//! follow the simulator's adapter (`tests/src/storage.rs`) field for field.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use consensus::{Artifact, Frame, Recovered, StateMachine};
+use journal::artifact::{Snapshot, SnapshotStore};
+use journal::boot::boot_metadata;
+use journal::metadata::{JournalConfig, JournalError, MetadataJournal, SlotState};
+use journal::storage::Storage;
+use journal::superblock::{Identity, Superblock, ViewHeader, VsrState as DiskState};
+use wire::header::{Layout, PrepareHeader};
+use wire::manifest::ArtifactKind;
+
+/// The stamp file's name in the data directory.
+pub const STAMP_FILE: &str = "strand.cluster";
+
+/// Bytes per metadata journal slot: the largest metadata prepare a node journals (the journal's
+/// own default). The metadata group's `max_message_size` is capped at it so the core never
+/// prepares a frame the journal would refuse.
+pub const METADATA_SLOT_SIZE: u64 = 1024 * 1024;
+
+/// The metadata group's directory under the data directory.
+pub fn metadata_dir(data: &Path) -> PathBuf {
+    data.join("shard-0").join("metadata")
+}
+
+/// What the data directory must belong to (from the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    /// `cluster.name`.
+    pub cluster_name: String,
+    /// `wire::cluster_id(cluster_name)`.
+    pub cluster_id: u128,
+    /// `--replica-id`.
+    pub replica_id: u8,
+    /// Entries in `[[cluster.nodes]]`.
+    pub replica_count: u8,
+}
+
+/// The stamp file's TOML form.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StampFile {
+    cluster_name: String,
+    cluster_id: String,
+    replica_id: u8,
+    replica_count: u8,
+}
+
+impl Stamp {
+    fn encode(&self) -> String {
+        let file = StampFile {
+            cluster_name: self.cluster_name.clone(),
+            cluster_id: format!("{:#034x}", self.cluster_id),
+            replica_id: self.replica_id,
+            replica_count: self.replica_count,
+        };
+        format!(
+            "# Written once when this directory was formatted; never edit it.\n{}",
+            toml::to_string(&file).expect("a stamp serializes")
+        )
+    }
+
+    fn decode(text: &str) -> Option<Stamp> {
+        let file: StampFile = toml::from_str(text).ok()?;
+        Some(Stamp {
+            cluster_name: file.cluster_name,
+            cluster_id: u128::from_str_radix(file.cluster_id.strip_prefix("0x")?, 16).ok()?,
+            replica_id: file.replica_id,
+            replica_count: file.replica_count,
+        })
+    }
+
+    /// The superblock identity this stamp demands.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            cluster: self.cluster_id,
+            replica_id: self.replica_id,
+            replica_count: self.replica_count,
+        }
+    }
+}
+
+/// Why a node refuses to start from its data directory. Every message names the file and the
+/// rule.
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    /// Creating or writing the directory failed.
+    #[error("{path}: {what}: {error}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// The stamp does not parse.
+    #[error("{path}: the cluster stamp does not parse; refusing to start (never reformatted)")]
+    StampUnreadable {
+        /// The stamp.
+        path: PathBuf,
+    },
+    /// The stamp names another cluster, roster size or replica.
+    #[error(
+        "{path}: the data directory belongs to {found}, but the config says {expected}; \
+         refusing to start (rule: a data directory serves one cluster name, one roster size \
+         and one replica id for its whole life)"
+    )]
+    StampMismatch {
+        /// The stamp.
+        path: PathBuf,
+        /// What the stamp says.
+        found: String,
+        /// What the config says.
+        expected: String,
+    },
+    /// Metadata exists but the stamp is gone.
+    #[error(
+        "{path}: missing, but {data} holds metadata; refusing to start (rule: only a \
+         directory without shard-0 is formatted)"
+    )]
+    StampMissing {
+        /// Where the stamp should be.
+        path: PathBuf,
+        /// The metadata directory found.
+        data: PathBuf,
+    },
+    /// The journal's boot refused: the superblock (unreadable, another identity, missing
+    /// beside journal data), the journal geometry (`journal_slot_count` or slot size other
+    /// than formatted), the format record, the journal scan, or a snapshot that does not pair
+    /// with the superblock (`journal::boot::boot_metadata`).
+    #[error(
+        "{path}: {error}; refusing to start (rule: journal.md G5/G6 and section 3.5, \
+         docs/decisions.md 91; never reformatted)"
+    )]
+    Recover {
+        /// The metadata directory.
+        path: PathBuf,
+        /// The journal's verdict.
+        error: journal::boot::BootError,
+    },
+    /// The snapshot's payload does not decode, or the state machine refused it.
+    #[error(
+        "{path}: the checkpoint snapshot at op {op} does not restore: {why}; refusing to start"
+    )]
+    Snapshot {
+        /// The snapshot's directory.
+        path: PathBuf,
+        /// Its op.
+        op: u64,
+        /// Why.
+        why: String,
+    },
+    /// A damaged journal entry lies below an intact one: it may have been acknowledged.
+    #[error(
+        "{path}: prepare at op {op} is damaged below intact entries; refusing to start \
+         (rule: journal.md G3, acknowledged data is never cut; wipe the directory to rejoin as \
+         lost state)"
+    )]
+    InteriorDamage {
+        /// The journal's directory.
+        path: PathBuf,
+        /// The lowest damaged op.
+        op: u64,
+    },
+    /// Any other journal failure during boot.
+    #[error("{path}: {error}; refusing to start")]
+    Journal {
+        /// The journal's directory.
+        path: PathBuf,
+        /// The error.
+        error: JournalError,
+    },
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> BootError + 'a {
+    move |error| BootError::Io {
+        path: path.to_owned(),
+        what,
+        error,
+    }
+}
+
+/// Checks the stamp of `data`, or formats `data` when it has never held a node. Returns
+/// whether it formatted.
+pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError> {
+    let path = data.join(STAMP_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let found =
+                Stamp::decode(&text).ok_or(BootError::StampUnreadable { path: path.clone() })?;
+            let describe = |s: &Stamp| {
+                format!(
+                    "cluster {:?} (id {:#x}), replica {} of {}",
+                    s.cluster_name, s.cluster_id, s.replica_id, s.replica_count
+                )
+            };
+            if found != *expected {
+                return Err(BootError::StampMismatch {
+                    path,
+                    found: describe(&found),
+                    expected: describe(expected),
+                });
+            }
+            Ok(false)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let metadata = metadata_dir(data);
+            if data.join("shard-0").exists() {
+                return Err(BootError::StampMissing {
+                    path,
+                    data: metadata,
+                });
+            }
+            std::fs::create_dir_all(&metadata).map_err(io(&metadata, "creating"))?;
+            let temp = data.join(format!("{STAMP_FILE}.tmp"));
+            let mut file = std::fs::File::create(&temp).map_err(io(&temp, "creating"))?;
+            file.write_all(expected.encode().as_bytes())
+                .map_err(io(&temp, "writing"))?;
+            file.sync_all().map_err(io(&temp, "syncing"))?;
+            std::fs::rename(&temp, &path).map_err(io(&path, "renaming into place"))?;
+            for dir in [data, &data.join("shard-0")] {
+                std::fs::File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(io(dir, "syncing the directory"))?;
+            }
+            Ok(true)
+        }
+        Err(e) => Err(io(&path, "reading")(e)),
+    }
+}
+
+/// What a checkpoint snapshot holds besides the state machine (the core needs them back).
+const SNAPSHOT_MAGIC: u32 = 0x534D_5331; // "SMS1"
+
+/// Encodes the metadata group's checkpoint snapshot payload: the identity and timestamp of the
+/// prepare at the checkpoint op, the client table, and the state machine's artifacts.
+pub fn encode_snapshot(
+    checksum: u128,
+    timestamp: u64,
+    client_table: &[u8],
+    artifacts: &[Artifact],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&SNAPSHOT_MAGIC.to_le_bytes());
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out.extend_from_slice(&timestamp.to_le_bytes());
+    out.extend_from_slice(&(client_table.len() as u64).to_le_bytes());
+    out.extend_from_slice(client_table);
+    out.extend_from_slice(&(artifacts.len() as u64).to_le_bytes());
+    for a in artifacts {
+        out.push(a.kind.0);
+        out.extend_from_slice(&a.frontier.to_le_bytes());
+        out.extend_from_slice(&(a.bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(&a.bytes);
+    }
+    out
+}
+
+/// A decoded snapshot payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotPayload {
+    /// Identity of the prepare at the snapshot op.
+    pub checksum: u128,
+    /// Its timestamp.
+    pub timestamp: u64,
+    /// The serialized client table.
+    pub client_table: Vec<u8>,
+    /// The state machine's artifacts.
+    pub artifacts: Vec<Artifact>,
+}
+
+/// Decodes [`encode_snapshot`]'s bytes; `None` when they do not decode whole.
+pub fn decode_snapshot(bytes: &[u8]) -> Option<SnapshotPayload> {
+    struct Cursor<'a>(&'a [u8]);
+    impl<'a> Cursor<'a> {
+        fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+            if self.0.len() < n {
+                return None;
+            }
+            let (head, tail) = self.0.split_at(n);
+            self.0 = tail;
+            Some(head)
+        }
+        fn u64(&mut self) -> Option<u64> {
+            Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+        }
+        fn len(&mut self) -> Option<usize> {
+            usize::try_from(self.u64()?).ok()
+        }
+    }
+    let mut c = Cursor(bytes);
+    if u32::from_le_bytes(c.take(4)?.try_into().ok()?) != SNAPSHOT_MAGIC {
+        return None;
+    }
+    let checksum = u128::from_le_bytes(c.take(16)?.try_into().ok()?);
+    let timestamp = c.u64()?;
+    let n = c.len()?;
+    let client_table = c.take(n)?.to_vec();
+    let count = c.len()?;
+    let mut artifacts = Vec::new();
+    for _ in 0..count {
+        let kind = ArtifactKind(c.take(1)?[0]);
+        let frontier = c.u64()?;
+        let n = c.len()?;
+        artifacts.push(Artifact {
+            kind,
+            frontier,
+            bytes: c.take(n)?.to_vec(),
+        });
+    }
+    if !c.0.is_empty() {
+        return None;
+    }
+    Some(SnapshotPayload {
+        checksum,
+        timestamp,
+        client_table,
+        artifacts,
+    })
+}
+
+/// The metadata group's durable objects, recovered and ready for the effect executor.
+pub struct MetadataDisk<S: Storage> {
+    /// The superblock, ready for the next write.
+    pub superblock: Superblock<S>,
+    /// The journal, ready for appends.
+    pub journal: MetadataJournal<S>,
+    /// The snapshot store.
+    pub snapshots: SnapshotStore<S>,
+    /// The identity every superblock write carries.
+    pub identity: Identity,
+}
+
+/// What boot hands to the metadata replica.
+pub struct MetadataBoot<S: Storage, M> {
+    /// The durable objects.
+    pub disk: MetadataDisk<S>,
+    /// What the core is built from.
+    pub recovered: Recovered,
+    /// The state machine restored from the snapshot (or fresh).
+    pub state_machine: M,
+    /// Ops cut at boot: a damaged newest entry that nothing intact follows (it was never
+    /// acknowledged as part of a longer log; the core repairs it from peers).
+    pub cut_from: Option<u64>,
+}
+
+/// A fresh non-zero random value (the boot's incarnation, consensus.md section 9.3).
+pub fn incarnation() -> u128 {
+    let mut bytes = [0u8; 16];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+        .is_err()
+    {
+        // No urandom: the clock and pid still differ per boot, which is all §9.3 needs.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (now ^ (u128::from(std::process::id()) << 64)).to_le_bytes();
+    }
+    u128::from_le_bytes(bytes).max(1)
+}
+
+/// The core's durable state as this node's superblock holds it (decisions 50-52): `view`,
+/// `log_view`, `commit_max`, `lost_state`, the view headers, the truncation ceiling and the
+/// checkpoint's prepare identity. `None` without a state. The simulator's adapter
+/// (`tests/src/storage.rs`, `core_state`) maps the same fields the same way.
+pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::VsrState> {
+    let s = superblock.state()?;
+    let view_headers = superblock
+        .view_headers()
+        .iter()
+        .filter_map(|bytes| PrepareHeader::view(&bytes[..]).copied())
+        .collect();
+    Some(consensus::VsrState {
+        view: s.view,
+        log_view: s.log_view,
+        commit_max: s.commit_max,
+        lost_state: s.lost_state,
+        view_headers,
+        held_ceiling: s.truncation_ceiling,
+        snapshot_op: s.checkpoint_op,
+        snapshot_checksum: s.checkpoint_prepare_checksum,
+        snapshot_timestamp: s.checkpoint_timestamp,
+    })
+}
+
+/// Recovers the metadata group from `storage` (the metadata directory `path`) through
+/// `journal::boot::boot_metadata` (format of a fresh directory, journal geometry check,
+/// superblock, journal scan, snapshot paired with the superblock), then restores the state
+/// machine from the snapshot and hands every intact journaled prepare above it, in op order,
+/// to the core. A damaged entry below an intact one refuses boot (G3); a damaged newest entry
+/// is cut, after the truncation ceiling covering it is durable (decision 51); it is repaired
+/// from peers.
+pub async fn recover<S: Storage + Clone, M: StateMachine>(
+    storage: S,
+    path: &Path,
+    identity: Identity,
+    journal_config: JournalConfig,
+    mut state_machine: M,
+) -> Result<MetadataBoot<S, M>, BootError> {
+    let booted = boot_metadata(storage, identity, journal_config)
+        .await
+        .map_err(|error| BootError::Recover {
+            path: path.to_owned(),
+            error,
+        })?;
+    let mut superblock = booted.superblock;
+    let mut core = Recovered::fresh(incarnation());
+    // Only formatted (journal decision 91: sequence 1 holding the identity) reads as no state:
+    // the core never wrote one. Everything else comes from this node's own superblock.
+    core.superblock = booted.state.and_then(|_| core_state(&superblock));
+    if let Some(Snapshot { op, payload }) = &booted.snapshot {
+        let bad = |why: String| BootError::Snapshot {
+            path: path.to_owned(),
+            op: *op,
+            why,
+        };
+        let decoded = decode_snapshot(payload).ok_or_else(|| bad("payload".into()))?;
+        state_machine
+            .install(*op, &decoded.artifacts)
+            .map_err(|e| bad(e.to_string()))?;
+        core.snapshot_op = *op;
+        core.client_table = decoded.client_table;
+        // The prepare identity comes from the superblock that records this checkpoint, nowhere
+        // else (decision 52); a snapshot the superblock does not name yet (a crash between the
+        // two writes) is restored without one.
+        if let Some(sb) = core.superblock.as_ref().filter(|sb| sb.snapshot_op == *op) {
+            core.snapshot_checksum = sb.snapshot_checksum;
+            core.snapshot_timestamp = sb.snapshot_timestamp;
+        }
+    }
+    let mut journal = booted.journal;
+    let checkpoint_op = booted.recovery.checkpoint_op;
+    let mut damaged: BTreeSet<u64> = booted
+        .recovery
+        .slots
+        .iter()
+        .filter_map(|s| match s {
+            SlotState::Corrupt { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    // Ops in `recovery.repair` whose prepare never landed are holes, not damage: the core
+    // keeps the entries above a hole and repairs it from peers.
+    let ops: BTreeSet<u64> = std::iter::once(checkpoint_op)
+        .chain(std::iter::once(core.snapshot_op))
+        .filter(|&op| op > 0)
+        .chain(booted.recovery.headers.iter().map(|h| h.op()))
+        .collect();
+    let mut intact = BTreeSet::new();
+    for op in ops.range(core.snapshot_op..) {
+        match journal.read(*op).await {
+            Ok(bytes) => {
+                let valid = matches!(
+                    wire::decode_replica(&bytes, wire::MAX_MESSAGE_SIZE_DEFAULT),
+                    Ok(wire::Message::Prepare { header, .. })
+                        if header.op.get() == *op
+                            && header.group.get() == wire::GroupId::METADATA.0
+                );
+                if valid {
+                    core.frames.push(Frame::new(bytes));
+                    intact.insert(*op);
+                } else if *op > core.snapshot_op {
+                    damaged.insert(*op);
+                }
+            }
+            Err(JournalError::NotFound(_)) => {}
+            Err(_) if *op > core.snapshot_op => {
+                damaged.insert(*op);
+            }
+            Err(_) => {}
+        }
+    }
+    let mut cut_from = None;
+    if let Some(&lowest) = damaged.range(core.snapshot_op + 1..).next() {
+        if intact.range(lowest + 1..).next().is_some() {
+            return Err(BootError::InteriorDamage {
+                path: path.to_owned(),
+                op: lowest,
+            });
+        }
+        // The cut entries may have been acknowledged: they are never nacked (decision 51), so
+        // the ceiling covering them is durable before they go.
+        let ceiling = damaged.iter().next_back().copied().unwrap_or(lowest);
+        if let Some(base) = superblock.state().copied()
+            && base.truncation_ceiling < ceiling
+        {
+            let state = DiskState {
+                truncation_ceiling: ceiling,
+                ..base
+            };
+            superblock
+                .write(&state)
+                .await
+                .map_err(|error| BootError::Recover {
+                    path: path.to_owned(),
+                    error: error.into(),
+                })?;
+        }
+        if let Some(sb) = core.superblock.as_mut() {
+            sb.held_ceiling = sb.held_ceiling.max(ceiling);
+        }
+        journal
+            .truncate_from(lowest)
+            .await
+            .map_err(|error| BootError::Journal {
+                path: path.to_owned(),
+                error,
+            })?;
+        cut_from = Some(lowest);
+    }
+    Ok(MetadataBoot {
+        disk: MetadataDisk {
+            superblock,
+            journal,
+            snapshots: booted.snapshots,
+            identity,
+        },
+        recovered: core,
+        state_machine,
+        cut_from,
+    })
+}
+
+/// The superblock state and view headers to write for the core's `PersistVsrState` (decisions
+/// 50-52), over what the superblock already holds: the core's `view`, `log_view`,
+/// `commit_max`, `lost_state` and view headers as carried; the truncation ceiling never
+/// lowered; the checkpoint's prepare identity recorded when the core names it for the
+/// checkpoint this superblock records and the superblock has none yet (a transferred snapshot
+/// learns it from the op above); the checkpoint itself and the op head kept. The simulator's
+/// adapter (`tests/src/storage.rs`, its `Write::Superblock` path) writes the same.
+pub fn persisted_state(
+    current: Option<&DiskState>,
+    identity: Identity,
+    state: &consensus::VsrState,
+    op_head: u64,
+) -> (DiskState, Vec<ViewHeader>) {
+    let base = current
+        .copied()
+        .unwrap_or_else(|| journal::recover::formatted_state(identity));
+    let learned = state.snapshot_op == base.checkpoint_op
+        && state.snapshot_op > 0
+        && state.snapshot_checksum != 0
+        && base.checkpoint_prepare_checksum == 0;
+    let written = DiskState {
+        view: state.view,
+        log_view: state.log_view,
+        commit_max: state.commit_max.max(base.commit_max),
+        lost_state: state.lost_state,
+        op_head: op_head.max(base.op_head),
+        truncation_ceiling: state.held_ceiling.max(base.truncation_ceiling),
+        checkpoint_prepare_checksum: if learned {
+            state.snapshot_checksum
+        } else {
+            base.checkpoint_prepare_checksum
+        },
+        checkpoint_timestamp: if learned {
+            state.snapshot_timestamp
+        } else {
+            base.checkpoint_timestamp
+        },
+        ..base
+    };
+    let headers = state.view_headers.iter().map(|h| *h.bytes()).collect();
+    (written, headers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp() -> Stamp {
+        Stamp {
+            cluster_name: "c \"1\"".into(),
+            cluster_id: wire::cluster_id("c \"1\""),
+            replica_id: 2,
+            replica_count: 3,
+        }
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("strand-boot-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn stamp_round_trips() {
+        let s = stamp();
+        assert_eq!(Stamp::decode(&s.encode()), Some(s));
+        assert_eq!(Stamp::decode("cluster_name = \"x\"\n"), None);
+    }
+
+    #[test]
+    fn formats_once_then_checks() {
+        let dir = temp("format");
+        assert!(check_or_format(&dir, &stamp()).unwrap());
+        assert!(metadata_dir(&dir).is_dir());
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        for (change, rule) in [
+            (
+                Stamp {
+                    cluster_name: "other".into(),
+                    cluster_id: wire::cluster_id("other"),
+                    ..stamp()
+                },
+                "cluster \"other\"",
+            ),
+            (
+                Stamp {
+                    replica_count: 5,
+                    ..stamp()
+                },
+                "replica 2 of 5",
+            ),
+            (
+                Stamp {
+                    replica_id: 1,
+                    ..stamp()
+                },
+                "replica 1 of 3",
+            ),
+        ] {
+            let error = check_or_format(&dir, &change).unwrap_err().to_string();
+            assert!(error.contains(STAMP_FILE), "{error}");
+            assert!(error.contains(rule), "{error}");
+            assert!(error.contains("one roster size"), "{error}");
+        }
+        // The stamp was not rewritten by the refusals.
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        std::fs::remove_file(dir.join(STAMP_FILE)).unwrap();
+        let error = check_or_format(&dir, &stamp()).unwrap_err().to_string();
+        assert!(
+            error.contains("missing") && error.contains("metadata"),
+            "{error}"
+        );
+        assert!(!dir.join(STAMP_FILE).exists(), "never formatted over data");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    const TEST_IDENTITY: Identity = Identity {
+        cluster: 42,
+        replica_id: 0,
+        replica_count: 3,
+    };
+
+    fn slots(slot_count: u64) -> JournalConfig {
+        JournalConfig {
+            slot_count,
+            slot_size: 4096,
+        }
+    }
+
+    fn boot_with(
+        disk: &journal::MemStorage,
+        config: JournalConfig,
+    ) -> Result<MetadataBoot<journal::MemStorage, consensus::DigestStateMachine>, BootError> {
+        journal::storage::block_on(recover(
+            disk.clone(),
+            Path::new("dir"),
+            TEST_IDENTITY,
+            config,
+            consensus::DigestStateMachine::default(),
+        ))
+    }
+
+    /// A journal of ops 1..=3 on the in-memory disk (64 slots), then `damage` applied.
+    fn three_ops(damage: impl FnOnce(&journal::MemStorage)) -> journal::MemStorage {
+        use crate::test_frames::prepare;
+        use journal::storage::block_on;
+        let disk = journal::MemStorage::new();
+        let mut first = boot_with(&disk, slots(64)).unwrap();
+        let mut parent = 0;
+        for op in 1..=3 {
+            let frame = prepare(op, parent, op as u8);
+            block_on(first.disk.journal.append(&frame)).unwrap();
+            parent = u128::from_le_bytes(frame[..16].try_into().unwrap());
+        }
+        drop(first);
+        damage(&disk);
+        disk
+    }
+
+    /// A journal of ops 1..=3, then `damage` applied, then a boot: the ops handed to the core.
+    fn boot_after(damage: impl FnOnce(&journal::MemStorage)) -> Result<Vec<u64>, BootError> {
+        let booted = boot_with(&three_ops(damage), slots(64))?;
+        Ok(booted
+            .recovered
+            .frames
+            .iter()
+            .map(|f| f.prepare_header().unwrap().op.get())
+            .collect())
+    }
+
+    /// Decision 51 at boot: the cut of a damaged newest entry (it may have been acknowledged)
+    /// raises the truncation ceiling over it durably before the journal drops it, so the next
+    /// life never nacks it either; the core gets the raised ceiling at once.
+    #[test]
+    fn a_boot_cut_makes_the_truncation_ceiling_durable_first() {
+        let disk = three_ops(|d| rot(d, 3));
+        let cut = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(cut.cut_from, Some(3));
+        // The core never wrote a state here (only formatted): nothing to hand it this life.
+        assert_eq!(
+            cut.recovered.superblock.as_ref().map(|s| s.held_ceiling),
+            None
+        );
+        assert_eq!(cut.disk.superblock.state().unwrap().truncation_ceiling, 3);
+        drop(cut);
+        let again = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(again.cut_from, None, "op 3 is gone");
+        assert_eq!(
+            again.recovered.superblock.map(|s| s.held_ceiling),
+            Some(3),
+            "the ceiling came back from the superblock"
+        );
+    }
+
+    /// Decision 91 through the server's boot: a `journal_slot_count` other than the one the
+    /// journal was formatted with refuses to start, naming both.
+    #[test]
+    fn another_journal_slot_count_refuses_to_start() {
+        let disk = three_ops(|_| {});
+        let error = match boot_with(&disk, slots(32)) {
+            Err(e) => e,
+            Ok(_) => panic!("booted with another journal geometry"),
+        };
+        assert!(
+            matches!(
+                error,
+                BootError::Recover {
+                    error: journal::boot::BootError::Geometry {
+                        configured_slots: 32,
+                        formatted_slots: 64,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(text.contains("journal_slot_count 32"), "{text}");
+        assert!(text.contains("refusing to start"), "{text}");
+        assert!(
+            boot_with(&disk, slots(64)).is_ok(),
+            "the refusal changed nothing"
+        );
+    }
+
+    /// Flips a body byte of the prepare in `slot` (slots of 4096 bytes).
+    fn rot(disk: &journal::MemStorage, slot: u64) {
+        disk.flip_bit("journal.prepares", slot * 4096 + 300, 1)
+            .unwrap();
+    }
+
+    /// journal.md G3 at boot: a damaged prepare below an intact one may have been
+    /// acknowledged, so boot refuses; a damaged newest prepare is cut (repaired from peers).
+    #[test]
+    fn damaged_entries_refuse_boot_below_intact_ones_and_are_cut_at_the_head() {
+        assert_eq!(boot_after(|_| {}).unwrap(), vec![1, 2, 3]);
+        match boot_after(|d| rot(d, 2)) {
+            Err(BootError::InteriorDamage { op: 2, .. }) => {}
+            other => panic!("{:?}", other.map_err(|e| e.to_string())),
+        }
+        let error = boot_after(|d| rot(d, 2)).unwrap_err().to_string();
+        assert!(error.contains("op 2") && error.contains("G3"), "{error}");
+        assert_eq!(boot_after(|d| rot(d, 3)).unwrap(), vec![1, 2]);
+    }
+
+    #[test]
+    fn snapshot_payload_round_trips() {
+        let artifacts = vec![Artifact {
+            kind: ArtifactKind(1),
+            frontier: 9,
+            bytes: vec![1, 2, 3],
+        }];
+        let bytes = encode_snapshot(7, 8, &[4, 5], &artifacts);
+        let decoded = decode_snapshot(&bytes).unwrap();
+        assert_eq!(decoded.checksum, 7);
+        assert_eq!(decoded.timestamp, 8);
+        assert_eq!(decoded.client_table, vec![4, 5]);
+        assert_eq!(decoded.artifacts, artifacts);
+        assert_eq!(decode_snapshot(&bytes[..bytes.len() - 1]), None);
+    }
+}

@@ -1,0 +1,1207 @@
+//! The metadata group's pump and effect executor on shard 0 (issue 10 item 1; the ordering rules
+//! are `consensus::io`'s module docs).
+//!
+//! Two local tasks on shard 0's executor:
+//!
+//! - the **pump** owns the [`consensus::Replica`]: it serves, in order, the stop flag, a fatal
+//!   report, the 10 ms tick (re-armed after it fires), then at most [`TURN_EVENTS_MAX`] events
+//!   from the [`Inbox`] (replica-plane frames from the [`MetadataSink`], storage completions,
+//!   connection reports) before yielding; it turns every effect into a peer send on the
+//!   replica plane, or a [`StorageOp`] queued for
+//! - the **storage task**, which owns the journal, superblock and snapshot store and executes
+//!   the queue strictly one operation at a time in emission order. That one rule gives every
+//!   ordering the core demands: completions come back in emission order, a `Truncate` lands
+//!   after the appends queued before it and before those queued after, and `Appended` is
+//!   pushed only after `MetadataJournal::append` returned, which is after its `fdatasync`.
+//!   A checkpoint is the snapshot write, then the superblock, then the journal's floor
+//!   (`journal::recover::checkpoint`), then `Checkpointed`.
+//!
+//! Only this module and [`crate::boot`] touch the consensus and journal interfaces.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use consensus::{
+    Completion, Effect, Frame, Input, Now, Outbox, Replica, ReplicaId, StateMachine, Status,
+};
+use journal::artifact::Snapshot;
+use journal::metadata::JournalError;
+use journal::storage::Storage;
+use shard::net::{Origin, Plane, Sink};
+use shard::pump::TICK;
+use shard::runtime::StopSignal;
+use tracing::{debug, error, info, warn};
+use wire::GroupId;
+
+use crate::boot::{MetadataDisk, encode_snapshot, persisted_state};
+use crate::metrics::Gauges;
+
+/// A state machine the node can checkpoint through the shared reference the core hands out
+/// (`Replica::state_machine`), at the op the core names in `Effect::Checkpoint`.
+pub trait Checkpointable: StateMachine {
+    /// The artifacts [`StateMachine::install`] restores this exact state from.
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact>;
+}
+
+impl Checkpointable for consensus::DigestStateMachine {
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact> {
+        // 16 bytes of state: a clone costs nothing.
+        self.clone().artifacts(commit_op)
+    }
+}
+
+/// Events one pump turn handles before it yields to the shard's other tasks (connection
+/// readers and writers, the storage task). One `Replica::step` costs microseconds to tens of
+/// microseconds (the consensus bench), so 64 steps stay well inside one 10 ms tick, keep the
+/// tick on time, and keep the readers draining sockets while a burst is handled.
+pub const TURN_EVENTS_MAX: usize = 64;
+
+/// Replica-plane frames waiting in the inbox at most; beyond it a frame is dropped and counted
+/// (VSR retransmits heal drops; completions and connection reports are never dropped).
+pub const INBOX_FRAMES_MAX: usize = 4096;
+
+/// One input for the pump.
+#[derive(Debug)]
+pub enum Event {
+    /// A frame from the replica plane that passed the receive checks.
+    Frame {
+        /// The connection's peer.
+        from: u8,
+        /// The whole frame.
+        bytes: Vec<u8>,
+    },
+    /// A storage completion.
+    Done(Completion),
+    /// A peer's lane-0 connection came up or went down.
+    Peer {
+        /// The peer.
+        peer: u8,
+        /// Whether connected now.
+        connected: bool,
+    },
+}
+
+/// The pump's inbox: filled by the sink and the storage task on the same shard.
+pub struct Inbox {
+    events: RefCell<VecDeque<Event>>,
+    frames: Cell<usize>,
+    waker: Cell<Option<Waker>>,
+    gauges: Arc<Gauges>,
+}
+
+impl Inbox {
+    /// An empty inbox counting its drops into `gauges`.
+    pub fn new(gauges: Arc<Gauges>) -> Inbox {
+        Inbox {
+            events: RefCell::default(),
+            frames: Cell::new(0),
+            waker: Cell::new(None),
+            gauges,
+        }
+    }
+
+    fn push(&self, event: Event) {
+        if matches!(event, Event::Frame { .. }) {
+            if self.frames.get() >= INBOX_FRAMES_MAX {
+                self.gauges
+                    .inbox_dropped_full
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            self.frames.set(self.frames.get() + 1);
+        }
+        self.events.borrow_mut().push_back(event);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn pop(&self) -> Option<Event> {
+        let event = self.events.borrow_mut().pop_front()?;
+        if matches!(event, Event::Frame { .. }) {
+            self.frames.set(self.frames.get() - 1);
+        }
+        Some(event)
+    }
+
+    fn wake(&self) {
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// The replica plane's sink on shard 0: metadata frames (lane 0) into the pump's inbox.
+pub struct MetadataSink {
+    /// The pump's inbox.
+    pub inbox: Rc<Inbox>,
+}
+
+impl Sink for MetadataSink {
+    fn frame(&self, origin: Origin, message: &wire::Message<'_>, frame: &[u8]) {
+        if message.group() != GroupId::METADATA {
+            // Partition groups are not hosted yet.
+            self.inbox
+                .gauges
+                .inbox_dropped_foreign
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        self.inbox.push(Event::Frame {
+            from: origin.peer,
+            bytes: frame.to_vec(),
+        });
+    }
+
+    fn connected(&self, origin: Origin) {
+        if origin.lane == 0 {
+            self.inbox.push(Event::Peer {
+                peer: origin.peer,
+                connected: true,
+            });
+        }
+    }
+
+    fn disconnected(&self, origin: Origin) {
+        if origin.lane == 0 {
+            self.inbox.push(Event::Peer {
+                peer: origin.peer,
+                connected: false,
+            });
+        }
+    }
+}
+
+/// The sink of every shard but 0: no group is hosted there yet, so every frame is counted
+/// (`foreign_group`) and dropped.
+pub struct ForeignSink {
+    /// Where the drops are counted.
+    pub gauges: Arc<Gauges>,
+}
+
+impl Sink for ForeignSink {
+    fn frame(&self, _: Origin, _: &wire::Message<'_>, _: &[u8]) {
+        self.gauges
+            .inbox_dropped_foreign
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A storage effect, in the storage task's queue.
+#[derive(Debug)]
+pub enum StorageOp {
+    /// `Effect::Append`.
+    Append {
+        /// The op.
+        op: u64,
+        /// The prepare.
+        frame: Frame,
+    },
+    /// `Effect::Truncate`.
+    Truncate {
+        /// First op removed.
+        from_op: u64,
+    },
+    /// `Effect::PersistVsrState`.
+    Persist(consensus::VsrState),
+    /// `Effect::Read`.
+    Read {
+        /// The op.
+        op: u64,
+        /// Its expected identity.
+        checksum: u128,
+    },
+    /// `Effect::Checkpoint`, with the snapshot taken when it was emitted and the identity and
+    /// timestamp of the prepare at its op as the replica knew them then
+    /// (`Replica::snapshot_identity`, 0 when unknown; decision 52).
+    Checkpoint {
+        /// The snapshot.
+        snapshot: Snapshot,
+        /// `(checksum, timestamp)` of the prepare at `snapshot.op`.
+        prepare: (u128, u64),
+    },
+    /// The prepare identity of checkpoint `op` as the replica knows it when the checkpoint
+    /// completed (decision 52: asked again then): recorded if the superblock's checkpoint is
+    /// still `op` and was written without one (the replica learned it meanwhile).
+    CheckpointIdentity {
+        /// The checkpoint op.
+        op: u64,
+        /// `(checksum, timestamp)` of the prepare at `op`.
+        prepare: (u128, u64),
+    },
+}
+
+#[derive(Default)]
+struct StorageQueue {
+    ops: RefCell<VecDeque<StorageOp>>,
+    waker: Cell<Option<Waker>>,
+    closed: Cell<bool>,
+}
+
+impl StorageQueue {
+    fn push(&self, op: StorageOp) {
+        self.ops.borrow_mut().push_back(op);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn close(&self) {
+        self.closed.set(true);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    fn next(&self) -> impl Future<Output = Option<StorageOp>> + '_ {
+        poll_fn(|cx| {
+            if let Some(op) = self.ops.borrow_mut().pop_front() {
+                return Poll::Ready(Some(op));
+            }
+            if self.closed.get() {
+                return Poll::Ready(None);
+            }
+            self.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
+    }
+}
+
+/// How the metadata pump ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The stop flag was set; storage drained.
+    Stopped,
+    /// The core's `Effect::Fatal` or an unrecoverable storage failure; the node must exit with
+    /// [`crate::EXIT_FATAL`].
+    Fatal(String),
+}
+
+fn identity_of(frame: &[u8]) -> u128 {
+    frame
+        .get(..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u128::from_le_bytes)
+}
+
+/// Executes the storage queue one operation at a time, in order, until the queue closes.
+async fn storage_task<S: Storage>(
+    mut disk: MetadataDisk<S>,
+    queue: Rc<StorageQueue>,
+    inbox: Rc<Inbox>,
+    fatal: Rc<RefCell<Option<String>>>,
+    gauges: Arc<Gauges>,
+    wedged_after: Option<Duration>,
+) {
+    // Since when every superblock write has failed (the core retries with backoff; after
+    // `cluster.superblock_wedged_fatal_timeout` of failures the node stops, consensus.md
+    // section 16 timers table).
+    let mut failing_since: Option<Instant> = None;
+    // Whether the latest superblock write failed: a truncate must not run then (the core emits
+    // a superblock write right before each truncation and relies on it being durable first).
+    let mut last_persist_failed = false;
+    let fail = |cause: String| {
+        error!(cause = %cause, "metadata storage failed; stopping the node");
+        fatal.borrow_mut().get_or_insert(cause);
+        inbox.wake();
+    };
+    while let Some(op) = queue.next().await {
+        if fatal.borrow().is_some() {
+            continue; // the node is stopping: write nothing more
+        }
+        match op {
+            StorageOp::Append { op, frame } => {
+                let started = Instant::now();
+                let checksum = identity_of(frame.bytes());
+                let done = match disk.journal.append(frame.bytes()).await {
+                    // A checkpoint landed above it (a transfer install): its effect is durable
+                    // in the snapshot.
+                    Ok(()) | Err(JournalError::BelowCheckpoint { .. }) => {
+                        gauges.record_append(started.elapsed());
+                        Completion::Appended { op, checksum }
+                    }
+                    Err(e) => {
+                        warn!(op, error = %e, "metadata append failed");
+                        Completion::AppendFailed { op, checksum }
+                    }
+                };
+                inbox.push(Event::Done(done));
+            }
+            StorageOp::Truncate { from_op } => {
+                if last_persist_failed {
+                    fail(format!(
+                        "metadata journal truncate from op {from_op} refused: the superblock \
+                         write before it failed"
+                    ));
+                    continue;
+                }
+                if let Err(e) = disk.journal.truncate_from(from_op).await {
+                    fail(format!("metadata journal truncate from op {from_op}: {e}"));
+                }
+            }
+            StorageOp::Persist(state) => {
+                // Exactly what the core carries (decisions 50-52): the view headers replace the
+                // superblock's in the same generation as `log_view`.
+                let (written, headers) = persisted_state(
+                    disk.superblock.state(),
+                    disk.identity,
+                    &state,
+                    disk.journal.op_head(),
+                );
+                let done = match disk
+                    .superblock
+                    .write_with_view_headers(&written, &headers)
+                    .await
+                {
+                    Ok(()) => {
+                        failing_since = None;
+                        last_persist_failed = false;
+                        Completion::VsrStatePersisted {
+                            view: state.view,
+                            log_view: state.log_view,
+                        }
+                    }
+                    Err(e) => {
+                        warn!(view = state.view, error = %e, "superblock write failed");
+                        last_persist_failed = true;
+                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        if let Some(bound) = wedged_after
+                            && since.elapsed() >= bound
+                        {
+                            fail(format!(
+                                "superblock writes failing for {:?} \
+                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}",
+                                since.elapsed()
+                            ));
+                        }
+                        Completion::VsrStatePersistFailed {
+                            view: state.view,
+                            log_view: state.log_view,
+                        }
+                    }
+                };
+                inbox.push(Event::Done(done));
+            }
+            StorageOp::Read { op, checksum } => {
+                let frame = match disk.journal.read(op).await {
+                    Ok(bytes) if identity_of(&bytes) == checksum => Some(Frame::new(bytes)),
+                    Ok(_) => None,
+                    Err(e) => {
+                        debug!(op, error = %e, "metadata journal read");
+                        None
+                    }
+                };
+                inbox.push(Event::Done(Completion::Read { op, frame }));
+            }
+            StorageOp::CheckpointIdentity { op, prepare } => {
+                let Some(base) = disk.superblock.state().copied() else {
+                    continue;
+                };
+                if base.checkpoint_op != op || base.checkpoint_prepare_checksum != 0 {
+                    continue;
+                }
+                let state = journal::VsrState {
+                    checkpoint_prepare_checksum: prepare.0,
+                    checkpoint_timestamp: prepare.1,
+                    ..base
+                };
+                // Not fatal: without it a restart boots this checkpoint without its identity,
+                // as before it was learned; the core's next PersistVsrState records it too.
+                if let Err(e) = disk.superblock.write(&state).await {
+                    warn!(op, error = %e, "recording the checkpoint's prepare identity failed");
+                }
+            }
+            StorageOp::Checkpoint { snapshot, prepare } => {
+                let op = snapshot.op;
+                let base = disk
+                    .superblock
+                    .state()
+                    .copied()
+                    .unwrap_or_else(|| journal::recover::formatted_state(disk.identity));
+                // The superblock records the prepare identity with the checkpoint; the next
+                // boot takes it from there only (decision 52).
+                let base = journal::VsrState {
+                    checkpoint_prepare_checksum: prepare.0,
+                    checkpoint_timestamp: prepare.1,
+                    ..base
+                };
+                match journal::recover::checkpoint(
+                    &mut disk.snapshots,
+                    &mut disk.superblock,
+                    &mut disk.journal,
+                    &snapshot,
+                    base,
+                )
+                .await
+                {
+                    Ok(_) => {
+                        gauges
+                            .checkpoints
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        inbox.push(Event::Done(Completion::Checkpointed { op }));
+                    }
+                    Err(e) => fail(format!("metadata checkpoint at op {op}: {e}")),
+                }
+            }
+        }
+    }
+}
+
+/// Everything the pump needs.
+pub struct Pump<S: Storage, M: StateMachine> {
+    /// The core's config for the metadata group.
+    pub config: consensus::Config,
+    /// What boot recovered.
+    pub boot: crate::boot::MetadataBoot<S, M>,
+    /// Shard 0's replica plane.
+    pub plane: Rc<Plane>,
+    /// The inbox the plane's sink fills.
+    pub inbox: Rc<Inbox>,
+    /// The node's stop flag.
+    pub stop: StopSignal,
+    /// Where the metrics endpoint reads the group's state.
+    pub gauges: Arc<Gauges>,
+    /// Test-only ([`TEST_REGISTER_ENV`]): while this node is the normal primary, submit a
+    /// Register request of its own every this many ticks, so ops commit without a client
+    /// plane. `None` in production.
+    pub test_register_ticks: Option<u64>,
+    /// `cluster.superblock_wedged_fatal_timeout` (`None`: disabled).
+    pub superblock_wedged: Option<Duration>,
+}
+
+/// The environment variable that turns on [`Pump::test_register_ticks`] (milliseconds). Only
+/// the end-to-end tests set it: there is no client plane yet, and the core proposes no op of
+/// its own after a view change, so without it nothing would ever commit.
+pub const TEST_REGISTER_ENV: &str = "STRAND_TEST_REGISTER_INTERVAL_MS";
+
+/// Frame bytes shared with the plane's queues without a copy.
+struct Shared(Frame);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        self.0.bytes()
+    }
+}
+
+fn now(start: Instant, ticks: u64) -> Now {
+    let _ = start;
+    Now {
+        tick: ticks,
+        realtime_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+    }
+}
+
+/// Runs the metadata replica until the stop flag or a fatal failure.
+pub async fn run<S, M>(pump: Pump<S, M>) -> Outcome
+where
+    S: Storage + 'static,
+    M: Checkpointable,
+{
+    let Pump {
+        config,
+        boot,
+        plane,
+        inbox,
+        stop,
+        gauges,
+        test_register_ticks,
+        superblock_wedged,
+    } = pump;
+    let self_id = config.raw().replica;
+    let replica_count = config.raw().replica_count;
+    let queue = Rc::new(StorageQueue::default());
+    let fatal: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
+    let storage = glommio::spawn_local(storage_task(
+        boot.disk,
+        queue.clone(),
+        inbox.clone(),
+        fatal.clone(),
+        gauges.clone(),
+        superblock_wedged,
+    ));
+    let mut exec = Executor {
+        plane,
+        queue: queue.clone(),
+        fatal: fatal.clone(),
+    };
+    let mut out = Outbox::new();
+    let start = Instant::now();
+    let mut ticks = 0u64;
+    let mut replica = Replica::new(config, boot.recovered, boot.state_machine, &mut out);
+    exec.run(&replica, &mut out);
+    // Down peers are reported at boot; the sink reports each later change.
+    for peer in (0..replica_count).filter(|&p| p != self_id.0) {
+        if !exec.plane.is_connected(peer, 0) {
+            let input = Input::PeerConnection {
+                peer: ReplicaId(peer),
+                connected: false,
+            };
+            let _ = replica.step(now(start, ticks), input, &mut out);
+            exec.run(&replica, &mut out);
+        }
+    }
+    gauges.observe(&replica);
+    info!(
+        replica = self_id.0,
+        view = replica.view(),
+        op = replica.op(),
+        commit = replica.commit_min(),
+        status = ?replica.status(),
+        "metadata replica running on shard 0"
+    );
+    let mut next_tick = Instant::now() + TICK;
+    let outcome = loop {
+        if stop.is_set() {
+            break Outcome::Stopped;
+        }
+        if let Some(cause) = fatal.borrow().clone() {
+            break Outcome::Fatal(cause);
+        }
+        if Instant::now() >= next_tick {
+            ticks += 1;
+            let _ = replica.step(now(start, ticks), Input::Tick, &mut out);
+            exec.run(&replica, &mut out);
+            if let Some(every) = test_register_ticks
+                && ticks.is_multiple_of(every)
+                && replica.is_primary()
+                && replica.status() == Status::Normal
+            {
+                let client = 0x7e57_0000_u128 + u128::from(self_id.0);
+                let request = consensus::ClientRequest::new(
+                    client,
+                    wire::Operation::Register,
+                    0,
+                    0,
+                    Vec::new(),
+                );
+                let result = replica.step(now(start, ticks), Input::Request(request), &mut out);
+                debug!(?result, op = replica.op(), "test hook: Register submitted");
+                exec.run(&replica, &mut out);
+            }
+            gauges.observe(&replica);
+            next_tick = Instant::now() + TICK;
+            continue;
+        }
+        let mut handled = 0;
+        while handled < TURN_EVENTS_MAX {
+            let Some(event) = inbox.pop() else { break };
+            handled += 1;
+            let at = now(start, ticks);
+            let _ = match event {
+                Event::Frame { from, bytes } => replica.step(
+                    at,
+                    Input::Frame {
+                        from: ReplicaId(from),
+                        frame: &bytes,
+                    },
+                    &mut out,
+                ),
+                Event::Done(done) => {
+                    if let Completion::Checkpointed { op } = done {
+                        let prepare = replica.snapshot_identity(op);
+                        if prepare.0 != 0 {
+                            exec.queue
+                                .push(StorageOp::CheckpointIdentity { op, prepare });
+                        }
+                    }
+                    replica.step(at, Input::Done(done), &mut out)
+                }
+                Event::Peer { peer, connected } => replica.step(
+                    at,
+                    Input::PeerConnection {
+                        peer: ReplicaId(peer),
+                        connected,
+                    },
+                    &mut out,
+                ),
+            };
+            exec.run(&replica, &mut out);
+            if fatal.borrow().is_some() {
+                break;
+            }
+        }
+        if handled > 0 {
+            gauges.observe(&replica);
+            glommio::executor().yield_now().await;
+            continue;
+        }
+        // Idle: wait for an event or the tick.
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        let mut timer = std::pin::pin!(glommio::timer::Timer::new(wait));
+        poll_fn(|cx| {
+            if !inbox.events.borrow().is_empty() || fatal.borrow().is_some() {
+                return Poll::Ready(());
+            }
+            inbox.waker.set(Some(cx.waker().clone()));
+            timer.as_mut().poll(cx).map(|_| ())
+        })
+        .await;
+    };
+    // Let queued storage finish (completions no one reads any more), then stop the task.
+    queue.close();
+    storage.await;
+    gauges.observe(&replica);
+    match fatal.borrow().clone() {
+        Some(cause) => Outcome::Fatal(cause),
+        None => outcome,
+    }
+}
+
+/// Turns effects into I/O.
+struct Executor {
+    plane: Rc<Plane>,
+    queue: Rc<StorageQueue>,
+    fatal: Rc<RefCell<Option<String>>>,
+}
+
+impl Executor {
+    fn run<M: Checkpointable>(&mut self, replica: &Replica<M>, out: &mut Outbox) {
+        for effect in out.drain() {
+            if self.fatal.borrow().is_some() {
+                // Nothing after a fatal effect runs.
+                continue;
+            }
+            match effect {
+                Effect::Send { to, frame } => {
+                    let bytes = Bytes::from_owner(Shared(frame));
+                    // A full queue or a missing connection is counted by the plane; VSR
+                    // retransmits heal it.
+                    let _ = self.plane.send(to.0, GroupId::METADATA, &bytes);
+                }
+                Effect::Append { op, frame } => self.queue.push(StorageOp::Append { op, frame }),
+                Effect::Truncate { from_op } => self.queue.push(StorageOp::Truncate { from_op }),
+                Effect::PersistVsrState(state) => self.queue.push(StorageOp::Persist(state)),
+                Effect::Read { op, checksum } => self.queue.push(StorageOp::Read { op, checksum }),
+                Effect::Checkpoint { op } => {
+                    // Only what the replica itself knows (decision 52): its journal, the
+                    // view's headers, the described head, or the parent of the op above.
+                    let prepare = replica.snapshot_identity(op);
+                    if prepare.0 == 0 {
+                        warn!(
+                            op,
+                            "checkpoint op's prepare identity unknown yet; recorded as 0"
+                        );
+                    }
+                    let payload = encode_snapshot(
+                        prepare.0,
+                        prepare.1,
+                        &replica.client_table_encoded(),
+                        &replica.state_machine().checkpoint_artifacts(op),
+                    );
+                    self.queue.push(StorageOp::Checkpoint {
+                        snapshot: Snapshot { op, payload },
+                        prepare,
+                    });
+                }
+                Effect::Reply { client, .. } => {
+                    // No client plane yet: nothing can be waiting for it.
+                    debug!(client = client.0, "reply dropped: no client plane");
+                }
+                Effect::Fatal(reason) => {
+                    error!(%reason, "consensus fatal; stopping the node");
+                    self.fatal
+                        .borrow_mut()
+                        .get_or_insert(format!("consensus: {reason}"));
+                }
+            }
+        }
+    }
+}
+
+/// `strand_status`: 0 normal, 1 view change, 2 recovering, 3 transferring.
+pub fn status_code(status: Status, transferring: bool) -> u8 {
+    if transferring {
+        return 3;
+    }
+    match status {
+        Status::Normal => 0,
+        Status::ViewChange => 1,
+        Status::Recovering => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot::{MetadataBoot, recover};
+    use crate::test_frames::prepare;
+    use consensus::{DigestStateMachine, StateMachine};
+    use journal::MemStorage;
+    use journal::metadata::JournalConfig;
+
+    const IDENTITY: journal::Identity = journal::Identity {
+        cluster: 42,
+        replica_id: 0,
+        replica_count: 3,
+    };
+    const JOURNAL: JournalConfig = JournalConfig {
+        slot_count: 64,
+        slot_size: 4096,
+    };
+
+    async fn boot(disk: &MemStorage) -> MetadataBoot<MemStorage, DigestStateMachine> {
+        recover(
+            disk.clone(),
+            std::path::Path::new("mem"),
+            IDENTITY,
+            JOURNAL,
+            DigestStateMachine::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    fn on_executor<F, Fut>(f: F)
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// Storage effects complete in emission order; a Truncate lands after the appends queued
+    /// before it and before the ones queued after it; a checkpoint is durable (snapshot,
+    /// superblock, floor) before `Checkpointed`, and the next boot restores it.
+    #[test]
+    fn storage_effects_run_in_emission_order() {
+        on_executor(|| async {
+            let disk = MemStorage::new();
+            let booted = boot(&disk).await;
+            let gauges = Arc::new(Gauges::default());
+            let queue = Rc::new(StorageQueue::default());
+            let inbox = Rc::new(Inbox::new(gauges.clone()));
+            let fatal = Rc::new(RefCell::new(None));
+            let p1 = prepare(1, 0, 1);
+            let p2 = prepare(2, identity_of(&p1), 2);
+            let p3 = prepare(3, identity_of(&p2), 3);
+            let p2b = prepare(2, identity_of(&p1), 9);
+            let ops = vec![
+                StorageOp::Append {
+                    op: 1,
+                    frame: Frame::new(p1.clone()),
+                },
+                StorageOp::Append {
+                    op: 2,
+                    frame: Frame::new(p2.clone()),
+                },
+                StorageOp::Append {
+                    op: 3,
+                    frame: Frame::new(p3.clone()),
+                },
+                StorageOp::Truncate { from_op: 2 },
+                StorageOp::Append {
+                    op: 2,
+                    frame: Frame::new(p2b.clone()),
+                },
+                StorageOp::Persist(consensus::VsrState {
+                    view: 1,
+                    log_view: 1,
+                    commit_max: 1,
+                    lost_state: false,
+                    ..consensus::VsrState::default()
+                }),
+                StorageOp::Checkpoint {
+                    snapshot: Snapshot {
+                        op: 1,
+                        payload: encode_snapshot(
+                            identity_of(&p1),
+                            1_001,
+                            &[],
+                            &DigestStateMachine {
+                                op: 1,
+                                digest: 77,
+                                partition: false,
+                            }
+                            .artifacts(1),
+                        ),
+                    },
+                    prepare: (identity_of(&p1), 1_001),
+                },
+            ];
+            for op in ops {
+                queue.push(op);
+            }
+            queue.close();
+            storage_task(
+                booted.disk,
+                queue,
+                inbox.clone(),
+                fatal.clone(),
+                gauges,
+                None,
+            )
+            .await;
+            assert_eq!(*fatal.borrow(), None);
+            let mut done = Vec::new();
+            while let Some(Event::Done(c)) = inbox.pop() {
+                done.push(c);
+            }
+            assert_eq!(
+                done,
+                vec![
+                    Completion::Appended {
+                        op: 1,
+                        checksum: identity_of(&p1)
+                    },
+                    Completion::Appended {
+                        op: 2,
+                        checksum: identity_of(&p2)
+                    },
+                    Completion::Appended {
+                        op: 3,
+                        checksum: identity_of(&p3)
+                    },
+                    Completion::Appended {
+                        op: 2,
+                        checksum: identity_of(&p2b)
+                    },
+                    Completion::VsrStatePersisted {
+                        view: 1,
+                        log_view: 1
+                    },
+                    Completion::Checkpointed { op: 1 },
+                ]
+            );
+            let again = boot(&disk).await;
+            let r = &again.recovered;
+            assert_eq!(
+                r.superblock.as_ref().map(|s| (s.view, s.log_view)),
+                Some((1, 1)),
+                "the superblock kept the view across the checkpoint"
+            );
+            assert_eq!((r.snapshot_op, r.snapshot_checksum), (1, identity_of(&p1)));
+            assert_eq!(again.state_machine.digest, 77, "restored from the snapshot");
+            let frames: Vec<(u64, u128)> = r
+                .frames
+                .iter()
+                .map(|f| (f.prepare_header().unwrap().op.get(), identity_of(f.bytes())))
+                .collect();
+            assert_eq!(
+                frames,
+                vec![(1, identity_of(&p1)), (2, identity_of(&p2b))],
+                "op 3 truncated, op 2 replaced"
+            );
+        });
+    }
+
+    /// Runs `ops` through the storage task (the executor's write path) on `disk`, booted,
+    /// and returns what it completed.
+    async fn execute(disk: &MemStorage, ops: Vec<StorageOp>) -> Vec<Completion> {
+        let booted = boot(disk).await;
+        let gauges = Arc::new(Gauges::default());
+        let queue = Rc::new(StorageQueue::default());
+        let inbox = Rc::new(Inbox::new(gauges.clone()));
+        let fatal = Rc::new(RefCell::new(None));
+        for op in ops {
+            queue.push(op);
+        }
+        queue.close();
+        storage_task(
+            booted.disk,
+            queue,
+            inbox.clone(),
+            fatal.clone(),
+            gauges,
+            None,
+        )
+        .await;
+        assert_eq!(*fatal.borrow(), None);
+        let mut done = Vec::new();
+        while let Some(Event::Done(c)) = inbox.pop() {
+            done.push(c);
+        }
+        done
+    }
+
+    fn header(frame: &[u8]) -> wire::header::PrepareHeader {
+        use wire::header::Layout;
+        *wire::header::PrepareHeader::view(&frame[..wire::HEADER_SIZE]).unwrap()
+    }
+
+    /// Decisions 50-52 across a restart: what the core's `PersistVsrState` carried (view
+    /// headers, truncation ceiling, the checkpoint's prepare identity) comes back at boot from
+    /// the node's own superblock, exactly: the newest write's headers replace the older ones,
+    /// the ceiling is never lowered, and a checkpoint identity is recorded once the core names
+    /// it for the checkpoint the superblock records (a checkpoint taken without it) and is
+    /// never overwritten by a later different one.
+    #[test]
+    fn a_restarted_node_restores_view_headers_ceiling_and_checkpoint_identity() {
+        on_executor(|| async {
+            let disk = MemStorage::new();
+            let p1 = prepare(1, 0, 1);
+            let p2 = prepare(2, identity_of(&p1), 2);
+            let p3 = prepare(3, identity_of(&p2), 3);
+            let fresh = boot(&disk).await;
+            assert_eq!(fresh.recovered.superblock, None, "only formatted: no state");
+            drop(fresh);
+            let state = |view: u32, headers: &[&[u8]], ceiling: u64, identity: (u128, u64)| {
+                consensus::VsrState {
+                    view,
+                    log_view: view,
+                    commit_max: 1,
+                    lost_state: false,
+                    view_headers: headers.iter().map(|f| header(f)).collect(),
+                    held_ceiling: ceiling,
+                    snapshot_op: 1,
+                    snapshot_checksum: identity.0,
+                    snapshot_timestamp: identity.1,
+                }
+            };
+            let done = execute(
+                &disk,
+                vec![
+                    StorageOp::Append {
+                        op: 1,
+                        frame: Frame::new(p1.clone()),
+                    },
+                    StorageOp::Append {
+                        op: 2,
+                        frame: Frame::new(p2.clone()),
+                    },
+                    // A checkpoint whose prepare identity the replica did not know yet (a
+                    // transferred snapshot before the op above it arrived).
+                    StorageOp::Checkpoint {
+                        snapshot: Snapshot {
+                            op: 1,
+                            payload: encode_snapshot(
+                                0,
+                                0,
+                                &[],
+                                &DigestStateMachine::default().artifacts(1),
+                            ),
+                        },
+                        prepare: (0, 0),
+                    },
+                    StorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
+                    StorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
+                ],
+            )
+            .await;
+            assert_eq!(done.len(), 5, "{done:?}");
+            let again = boot(&disk).await;
+            let r = &again.recovered;
+            assert_eq!(
+                r.superblock,
+                Some(state(3, &[&p3], 5, (identity_of(&p1), 1_001))),
+                "restored from the superblock: newest headers, highest ceiling, the identity \
+                 learned for checkpoint 1 kept"
+            );
+            assert_eq!(
+                (r.snapshot_op, r.snapshot_checksum, r.snapshot_timestamp),
+                (1, identity_of(&p1), 1_001),
+                "the checkpoint identity from the superblock, not the snapshot payload (0)"
+            );
+            drop(again);
+
+            // Decision 52, asked again at completion: an identity learned after the
+            // checkpoint was taken is recorded for that checkpoint only, once.
+            let learned = MemStorage::new();
+            let done = execute(
+                &learned,
+                vec![
+                    StorageOp::Append {
+                        op: 1,
+                        frame: Frame::new(p1.clone()),
+                    },
+                    StorageOp::Checkpoint {
+                        snapshot: Snapshot {
+                            op: 1,
+                            payload: encode_snapshot(
+                                0,
+                                0,
+                                &[],
+                                &DigestStateMachine::default().artifacts(1),
+                            ),
+                        },
+                        prepare: (0, 0),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 2,
+                        prepare: (0xbad, 7),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 1,
+                        prepare: (identity_of(&p1), 1_001),
+                    },
+                    StorageOp::CheckpointIdentity {
+                        op: 1,
+                        prepare: (0xbad, 7),
+                    },
+                ],
+            )
+            .await;
+            assert_eq!(
+                done,
+                vec![
+                    Completion::Appended {
+                        op: 1,
+                        checksum: identity_of(&p1)
+                    },
+                    Completion::Checkpointed { op: 1 },
+                ]
+            );
+            let r = boot(&learned).await.recovered;
+            assert_eq!(
+                (r.snapshot_op, r.snapshot_checksum, r.snapshot_timestamp),
+                (1, identity_of(&p1), 1_001)
+            );
+
+            // A state the core wrote is a state even when it equals the formatted bytes (a
+            // restarted replica is not a fresh one).
+            let other = MemStorage::new();
+            drop(boot(&other).await);
+            let done = execute(
+                &other,
+                vec![StorageOp::Persist(consensus::VsrState::default())],
+            )
+            .await;
+            assert_eq!(done.len(), 1, "{done:?}");
+            assert_eq!(
+                boot(&other).await.recovered.superblock,
+                Some(consensus::VsrState::default())
+            );
+        });
+    }
+}
+
+#[cfg(test)]
+mod wedged_tests {
+    use super::*;
+    use consensus::DigestStateMachine;
+    use journal::mem::FailOp;
+    use journal::{JournalConfig, MemStorage};
+
+    fn persist() -> StorageOp {
+        StorageOp::Persist(consensus::VsrState {
+            view: 1,
+            log_view: 1,
+            commit_max: 0,
+            lost_state: false,
+            ..consensus::VsrState::default()
+        })
+    }
+
+    /// Runs the storage task over `ops` (each after a failure injected into the next write when
+    /// flagged) and returns what it sent back and the fatal cause, if any.
+    fn run(
+        wedged_after: Option<Duration>,
+        ops: Vec<(bool, StorageOp)>,
+    ) -> (Vec<Event>, Option<String>) {
+        let result = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let out = result.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let disk = MemStorage::new();
+                let booted = crate::boot::recover(
+                    disk.clone(),
+                    std::path::Path::new("mem"),
+                    journal::Identity {
+                        cluster: 42,
+                        replica_id: 0,
+                        replica_count: 3,
+                    },
+                    JournalConfig {
+                        slot_count: 64,
+                        slot_size: 4096,
+                    },
+                    DigestStateMachine::default(),
+                )
+                .await
+                .unwrap();
+                let gauges = Arc::new(Gauges::default());
+                let queue = Rc::new(StorageQueue::default());
+                let inbox = Rc::new(Inbox::new(gauges.clone()));
+                let fatal = Rc::new(RefCell::new(None));
+                let task = glommio::spawn_local(storage_task(
+                    booted.disk,
+                    queue.clone(),
+                    inbox.clone(),
+                    fatal.clone(),
+                    gauges,
+                    wedged_after,
+                ));
+                for (fails, op) in ops {
+                    if fails {
+                        disk.fail_next(FailOp::Write);
+                    }
+                    queue.push(op);
+                    glommio::timer::Timer::new(Duration::from_millis(5)).await;
+                }
+                queue.close();
+                task.await;
+                let mut events = Vec::new();
+                while let Some(e) = inbox.pop() {
+                    events.push(e);
+                }
+                *out.lock().unwrap() = Some((events, fatal.borrow().clone()));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        result.lock().unwrap().take().unwrap()
+    }
+
+    /// A failed superblock write goes back to the core (which retries); once writes have failed
+    /// for `superblock_wedged_fatal_timeout` the node stops. A success resets the clock.
+    #[test]
+    fn failing_superblock_writes_stop_the_node_after_the_timeout() {
+        let (events, fatal) = run(None, vec![(true, persist()), (true, persist())]);
+        assert_eq!(fatal, None, "disabled: never fatal");
+        assert!(events.iter().all(|e| matches!(
+            e,
+            Event::Done(Completion::VsrStatePersistFailed {
+                view: 1,
+                log_view: 1
+            })
+        )));
+        let (_, fatal) = run(
+            Some(Duration::from_millis(1)),
+            vec![(true, persist()), (true, persist())],
+        );
+        let cause = fatal.expect("fatal after the timeout");
+        assert!(cause.contains("superblock_wedged_fatal_timeout"), "{cause}");
+        // A success between failures resets the clock.
+        let (events, fatal) = run(
+            Some(Duration::from_millis(8)),
+            vec![(true, persist()), (false, persist()), (true, persist())],
+        );
+        assert_eq!(fatal, None, "{events:?}");
+    }
+
+    /// A truncate never runs after a failed superblock write (the core's write right before a
+    /// truncation carries what makes the truncation safe): the node stops instead.
+    #[test]
+    fn a_truncate_after_a_failed_superblock_write_stops_the_node() {
+        let truncate = || StorageOp::Truncate { from_op: 1 };
+        let (_, fatal) = run(None, vec![(false, persist()), (false, truncate())]);
+        assert_eq!(fatal, None);
+        let (_, fatal) = run(None, vec![(true, persist()), (false, truncate())]);
+        let cause = fatal.expect("fatal");
+        assert!(
+            cause.contains("superblock write before it failed"),
+            "{cause}"
+        );
+        let (_, fatal) = run(
+            None,
+            vec![(true, persist()), (false, persist()), (false, truncate())],
+        );
+        assert_eq!(
+            fatal, None,
+            "a later durable write supersedes the failed one"
+        );
+    }
+}

@@ -1,0 +1,222 @@
+//! `/metrics` on the node's `http` port, Prometheus text format 0.0.4. Every name is prefixed
+//! `strand_`. The metadata pump publishes its group's state into [`Gauges`] (atomics) after
+//! every turn; the replica plane's [`shard::net::Counters`] of every shard are read as they are.
+//!
+//! The endpoint is a small std thread: it is off the shards' executors, answers one request per
+//! connection and serves nothing but `GET /metrics`.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use consensus::{Replica, StateMachine};
+use shard::net::Counters;
+
+use crate::metadata_group::status_code;
+
+/// The metadata group's published state.
+#[derive(Debug, Default)]
+pub struct Gauges {
+    view: AtomicU64,
+    log_view: AtomicU64,
+    status: AtomicU64,
+    is_primary: AtomicU64,
+    commit_max: AtomicU64,
+    commit_min: AtomicU64,
+    op: AtomicU64,
+    /// Transitions into view-change status seen by the pump.
+    view_changes: AtomicU64,
+    /// Checkpoints made durable.
+    pub checkpoints: AtomicU64,
+    appends: AtomicU64,
+    append_micros: AtomicU64,
+    /// Frames dropped because the pump's inbox was full.
+    pub inbox_dropped_full: AtomicU64,
+    /// Frames of another group that reached shard 0's metadata sink.
+    pub inbox_dropped_foreign: AtomicU64,
+}
+
+impl Gauges {
+    /// Publishes the replica's state.
+    pub fn observe<M: StateMachine>(&self, replica: &Replica<M>) {
+        let status = u64::from(status_code(replica.status(), replica.is_transferring()));
+        let before = self.status.swap(status, Ordering::Relaxed);
+        if status == 1 && before != 1 {
+            self.view_changes.fetch_add(1, Ordering::Relaxed);
+        }
+        self.view
+            .store(u64::from(replica.view()), Ordering::Relaxed);
+        self.log_view
+            .store(u64::from(replica.log_view()), Ordering::Relaxed);
+        self.is_primary.store(
+            u64::from(replica.is_primary() && status == 0),
+            Ordering::Relaxed,
+        );
+        self.commit_max
+            .store(replica.commit_max(), Ordering::Relaxed);
+        self.commit_min
+            .store(replica.commit_min(), Ordering::Relaxed);
+        self.op.store(replica.op(), Ordering::Relaxed);
+    }
+
+    /// One durable metadata append and how long it took (write + fdatasync of slot and ring).
+    pub fn record_append(&self, took: Duration) {
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.append_micros.fetch_add(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// What the endpoint renders.
+pub struct Sources {
+    /// The metadata group.
+    pub gauges: Arc<Gauges>,
+    /// Each shard's replica-plane counters, by shard id.
+    pub planes: Vec<Arc<Counters>>,
+}
+
+/// The Prometheus text of every metric.
+pub fn render(sources: &Sources) -> String {
+    let g = &sources.gauges;
+    let mut out = String::new();
+    let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let gauges: [(&str, &str, &AtomicU64); 7] = [
+        ("view", "the group's current view", &g.view),
+        (
+            "log_view",
+            "the view in which the log was last rebased",
+            &g.log_view,
+        ),
+        (
+            "status",
+            "0 normal, 1 view change, 2 recovering, 3 transferring",
+            &g.status,
+        ),
+        (
+            "is_primary",
+            "1 when this node is the group's normal primary",
+            &g.is_primary,
+        ),
+        ("commit_max", "highest op known committed", &g.commit_max),
+        ("commit_min", "highest op applied here", &g.commit_min),
+        ("op", "highest op in the log", &g.op),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP strand_{name} {help}.");
+        let _ = writeln!(out, "# TYPE strand_{name} gauge");
+        let _ = writeln!(out, "strand_{name}{{plane=\"metadata\"}} {}", read(value));
+    }
+    let counters: [(&str, &str, &AtomicU64); 6] = [
+        (
+            "view_changes_total",
+            "view changes entered",
+            &g.view_changes,
+        ),
+        (
+            "checkpoints_total",
+            "checkpoints made durable",
+            &g.checkpoints,
+        ),
+        ("appends_total", "prepares journaled durably", &g.appends),
+        (
+            "append_seconds_total",
+            "time spent in durable appends (write and fdatasync)",
+            &g.append_micros,
+        ),
+        (
+            "inbox_dropped_total{reason=\"full\",",
+            "replica frames dropped before the pump",
+            &g.inbox_dropped_full,
+        ),
+        (
+            "inbox_dropped_total{reason=\"foreign_group\",",
+            "",
+            &g.inbox_dropped_foreign,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let (base, labels) = match name.split_once('{') {
+            Some((base, labels)) => (base, labels),
+            None => (name, ""),
+        };
+        if !help.is_empty() {
+            let _ = writeln!(out, "# HELP strand_{base} {help}.");
+            let _ = writeln!(out, "# TYPE strand_{base} counter");
+        }
+        let v = read(value);
+        if base == "append_seconds_total" {
+            let _ = writeln!(
+                out,
+                "strand_{base}{{{labels}plane=\"metadata\"}} {}",
+                v as f64 / 1e6
+            );
+        } else {
+            let _ = writeln!(out, "strand_{base}{{{labels}plane=\"metadata\"}} {v}");
+        }
+    }
+    // The replica plane, per shard.
+    let mut seen = std::collections::HashSet::new();
+    for (shard, counters) in sources.planes.iter().enumerate() {
+        for (name, reason, value) in counters.snapshot() {
+            if seen.insert(name) {
+                let _ = writeln!(out, "# TYPE strand_{name} counter");
+            }
+            if reason.is_empty() {
+                let _ = writeln!(out, "strand_{name}{{shard=\"{shard}\"}} {value}");
+            } else {
+                let _ = writeln!(
+                    out,
+                    "strand_{name}{{shard=\"{shard}\",reason=\"{reason}\"}} {value}"
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Binds `addr` and serves `/metrics` on a thread of its own for the life of the process.
+pub fn serve(addr: SocketAddr, sources: Sources) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let local = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("strand-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = answer(stream, &sources);
+            }
+        })?;
+    Ok(local)
+}
+
+fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut request = Vec::new();
+    let mut buf = [0u8; 1024];
+    // Read the request head (up to 8 KiB).
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 8192 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    let (status, body) = if line.starts_with(b"GET /metrics ") || line == b"GET /metrics" {
+        ("200 OK", render(sources))
+    } else {
+        ("404 Not Found", "only GET /metrics is served\n".to_owned())
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}

@@ -1,0 +1,102 @@
+//! The validated node config turned into the settings of the parts it runs: the replica
+//! plane's [`NetConfig`] and the metadata group's [`consensus::Config`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use consensus::{GroupId, RawConfig, ReplicaId};
+use shard::net::tls::TlsConfig;
+use shard::net::{NetConfig, Peer};
+use wire::handshake::Keys;
+
+use crate::boot::METADATA_SLOT_SIZE;
+use crate::config::Config;
+
+/// The replica plane's settings (auth keys and TLS material loaded here).
+pub fn net_config(config: &Config) -> anyhow::Result<NetConfig> {
+    let roster = config
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| Peer {
+            id: n.replica_id,
+            name: n.name.clone(),
+            addr: SocketAddr::new(n.ip, n.ports.tcp_replica),
+        })
+        .collect();
+    let mut net = NetConfig::new(
+        wire::cluster_id(&config.cluster.name),
+        config.replica_id,
+        roster,
+    );
+    net.lanes = config.cluster.replica_lanes;
+    if let Some(secret) = &config.cluster.shared_secret {
+        let keys = Keys::new(secret, config.cluster.previous_shared_secret.as_deref())
+            .map_err(|e| anyhow::anyhow!("config key `cluster.auth.shared_secret`: {e}"))?;
+        net.auth = Some(keys);
+    }
+    if let Some(tls) = &config.cluster.tls {
+        let built = if tls.self_signed {
+            TlsConfig::self_signed(&config.node().name)
+        } else {
+            let need = |p: &Option<std::path::PathBuf>, key: &str| {
+                p.clone()
+                    .with_context(|| format!("config key `cluster.tls.{key}` is required"))
+            };
+            TlsConfig::from_files(
+                &need(&tls.cert_file, "cert_file")?,
+                &need(&tls.key_file, "key_file")?,
+                &need(&tls.ca_file, "ca_file")?,
+            )
+        }
+        .map_err(|e| anyhow::anyhow!("config key `cluster.tls`: {e}"))?;
+        net.tls = Some(Arc::new(built));
+    }
+    net.handshake_grace = config.message_bus.handshake_grace;
+    net.reconnect_period = config.message_bus.reconnect_period;
+    net.max_message_size = usize::try_from(config.message_bus.max_message_size)
+        .context("message_bus.max_message_size")?;
+    net.peer_queue_capacity = config.message_bus.peer_queue_capacity as usize;
+    net.max_batch = config.message_bus.max_batch as usize;
+    Ok(net)
+}
+
+/// Whole 10 ms ticks in `d`, at least 1.
+fn ticks(d: Duration) -> u64 {
+    (d.as_millis() / u128::from(consensus::constants::TICK_MS)).max(1) as u64
+}
+
+/// The metadata group's core config for this node.
+pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
+    let c = &config.cluster;
+    let mut raw = RawConfig::new(
+        wire::cluster_id(&c.name),
+        ReplicaId(config.replica_id),
+        u8::try_from(c.nodes.len()).context("roster size")?,
+        GroupId::METADATA,
+    );
+    let m = &config.metadata;
+    raw.prepare_queue_depth = m.prepare_queue_depth as usize;
+    raw.request_queue_depth = 2 * raw.prepare_queue_depth;
+    raw.prepare_retransmit_ticks = ticks(c.prepare_retransmit_interval);
+    raw.commit_broadcast_ticks = ticks(c.commit_broadcast_interval);
+    raw.heartbeat_timeout_ticks = ticks(c.heartbeat_timeout);
+    raw.view_change_retransmit_ticks = ticks(c.view_change_retransmit_interval);
+    raw.view_change_status_timeout_ticks = ticks(c.view_change_status_timeout);
+    raw.request_start_view_ticks = ticks(c.request_start_view_retransmit_interval);
+    raw.view_probe_attempts_max = c.view_probe_attempts_max;
+    raw.repair_retry_ticks = ticks(c.repair_retry_interval);
+    raw.repair_chunk_max = c.repair_chunk_max;
+    raw.peer_queue_capacity = config.message_bus.peer_queue_capacity;
+    // The journal's slot bounds the metadata prepares this node can hold.
+    raw.max_message_size =
+        usize::try_from(config.message_bus.max_message_size.min(METADATA_SLOT_SIZE))
+            .context("message_bus.max_message_size")?;
+    raw.clients_table_max = m.clients_table_max as usize;
+    raw.checkpoint_interval_ops = m.checkpoint_interval_ops;
+    raw.journal_slot_count = u64::from(m.journal_slots);
+    raw.validate()
+        .map_err(|e| anyhow::anyhow!("the metadata group's consensus config: {e}"))
+}
