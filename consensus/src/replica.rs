@@ -442,9 +442,7 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         wire::decode::check_sender(&message, self.config.replica_count, self.id.0)
             .map_err(Ignored::Sender)?;
-        if u128::from_le_bytes(message.header_bytes()[32..48].try_into().expect("16 bytes"))
-            != self.config.cluster
-        {
+        if message.frame().cluster.get() != self.config.cluster {
             return Err(Ignored::Cluster);
         }
         if message.group() != self.group {

@@ -3,7 +3,8 @@
 use wire::Operation;
 
 use crate::testing::Cluster;
-use crate::types::{GroupId, Status};
+use crate::types::{Frame, GroupId, Status};
+use wire::header::Layout as _;
 
 fn metadata(n: u8) -> Cluster {
     Cluster::new(n, GroupId::METADATA, |_| {})
@@ -22,7 +23,12 @@ fn register(c: &mut Cluster, p: u8, client: u128) -> u64 {
         .find(|(id, _)| id.0 == client)
         .expect("a register reply")
         .clone();
-    u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap())
+    reply_header(&frame).op.get()
+}
+
+/// A frame the core built as a Reply, viewed as one.
+fn reply_header(frame: &Frame) -> &wire::header::ReplyHeader {
+    wire::header::ReplyHeader::view(frame.bytes()).expect("a whole header")
 }
 
 #[test]
@@ -414,20 +420,18 @@ fn soak_at(seed: u64, n: u8, group: GroupId, ticks: u64, interval: Option<u64>) 
         }
         for (_, frame) in &c.replies {
             let committed = frame.command() == Some(wire::Command::Reply)
-                && u64::from_le_bytes(frame.bytes()[192..200].try_into().unwrap()) != 0;
+                && reply_header(frame).timestamp.get() != 0;
             if committed {
-                replied_max = replied_max.max(u64::from_le_bytes(
-                    frame.bytes()[176..184].try_into().unwrap(),
-                ));
+                replied_max = replied_max.max(reply_header(frame).op.get());
             }
         }
         for (client, frame) in &c.replies {
             if frame.command() == Some(wire::Command::Reply)
-                && frame.bytes()[208] == Operation::Register.byte()
+                && reply_header(frame).operation == Operation::Register.byte()
                 && frame.body().len() > 12
             {
                 let key = (client.0 % 4) as u8;
-                let epoch = u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap());
+                let epoch = reply_header(frame).op.get();
                 sessions.insert(key, epoch);
             }
         }

@@ -893,7 +893,11 @@ impl Sim {
         let Some(header) = frame.header_bytes() else {
             return;
         };
-        let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
+        let view = <wire::header::GenericHeader as wire::header::Layout>::view(header)
+            .expect("a whole header")
+            .frame
+            .view
+            .get();
         match command {
             Command::RequestPrepares => self.report.repairs += 1,
             Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
