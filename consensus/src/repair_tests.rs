@@ -49,7 +49,7 @@ fn server_reads_evicted_bodies_back_through_the_journal() {
     let c = chain(0, 0, 1);
     let mut b = fresh(3, 1);
     journal(&mut b, &c);
-    b.journal.get_mut(1).unwrap().frame = None;
+    b.journal.evict_frame(1);
     let (_, effects) = feed(&mut b, 2, &request_prepares(2, 5, 1, 1));
     assert_eq!(
         effects,

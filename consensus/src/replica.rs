@@ -884,20 +884,28 @@ impl<S: StateMachine> Replica<S> {
         base + self.prng.up_to(base / 4)
     }
 
-    /// Drops cached frames of committed ops far enough below `commit_min`, and keeps the header
-    /// index bounded. Amortized O(1) per applied op (a cursor walks forward).
+    /// Drops cached frames of committed ops far enough below `commit_min` (more than
+    /// `frame_cache_committed` ops below it, then oldest first while the cached frames exceed
+    /// `frame_cache_committed_bytes`), and keeps the header index bounded. Amortized O(1) per
+    /// applied op (a cursor walks forward).
     pub(crate) fn trim_frame_cache(&mut self) {
         let below = self
             .commit_min
             .saturating_sub(self.config.frame_cache_committed);
         let mut op = self.frame_cache_floor.max(self.journal.base());
         while op < below {
-            if let Some(entry) = self.journal.get_mut(op) {
-                entry.frame = None;
-            }
+            self.journal.evict_frame(op);
             op += 1;
         }
         self.frame_cache_floor = self.frame_cache_floor.max(below);
+        while self.journal.cached_bytes() > self.config.frame_cache_committed_bytes {
+            let op = self.frame_cache_floor.max(self.journal.base());
+            if op >= self.commit_min {
+                break;
+            }
+            self.journal.evict_frame(op);
+            self.frame_cache_floor = op + 1;
+        }
         // Far below the commit point only repair cares, and it reads through the journal.
         let trim = self.commit_min.saturating_sub(self.config.headers_retained);
         if trim > self.journal.base() {
@@ -913,6 +921,15 @@ impl<S: StateMachine> Replica<S> {
             "commit_min <= commit_max"
         );
         assert!(self.log_view <= self.view, "log_view <= view");
+        assert_eq!(
+            self.journal.cached_bytes(),
+            self.journal
+                .iter_from(0)
+                .filter_map(|e| e.frame.as_ref())
+                .map(|f| f.bytes().len() as u64)
+                .sum::<u64>(),
+            "the journal index's cached bytes are the sum of its frames"
+        );
         assert!(
             (self.durable.0, self.durable.1) <= (self.view, self.log_view),
             "the durable pair never exceeds the in-memory pair"
