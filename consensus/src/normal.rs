@@ -24,23 +24,26 @@ impl<S: StateMachine> Replica<S> {
         } else {
             self.pipeline_stalled_ticks = 0;
         }
-        if self.timers.prepare.tick() {
+        // Count every timer down first, then fire the expired ones: a handler that starts a
+        // timer is not charged this tick for it.
+        self.timers.tick();
+        if self.timers.prepare.fire() {
             self.on_prepare_timeout(out);
         }
-        if self.timers.commit_message.tick() {
+        if self.timers.commit_message.fire() {
             self.on_commit_message_timeout(out);
         }
-        if self.timers.normal_heartbeat.tick() {
+        if self.timers.normal_heartbeat.fire() {
             self.on_normal_heartbeat_timeout(out);
         }
         self.tick_view_change(out);
-        if self.timers.request_start_view.tick() {
+        if self.timers.request_start_view.fire() {
             self.on_request_start_view_timeout(out);
         }
-        if self.timers.repair.tick() {
+        if self.timers.repair.fire() {
             self.on_repair_timeout(out);
         }
-        if self.timers.persist_retry.tick() {
+        if self.timers.persist_retry.fire() {
             self.persist_vsr_state(out);
         }
         self.tick_transfer(out);

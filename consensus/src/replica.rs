@@ -35,6 +35,25 @@ pub(crate) struct Timers {
     pub persist_retry: Timer,
 }
 
+impl Timers {
+    /// Counts one tick on every timer; the caller then fires the expired ones.
+    pub fn tick(&mut self) {
+        for timer in [
+            &mut self.prepare,
+            &mut self.commit_message,
+            &mut self.normal_heartbeat,
+            &mut self.start_view_change,
+            &mut self.do_view_change,
+            &mut self.view_change_status,
+            &mut self.request_start_view,
+            &mut self.repair,
+            &mut self.persist_retry,
+        ] {
+            timer.tick();
+        }
+    }
+}
+
 /// One VSR group on one node: a synchronous, sans-IO state machine.
 ///
 /// Feed it [`Input`]s with [`Replica::step`]; drain the [`Outbox`] after every step and execute

@@ -80,7 +80,7 @@ impl<S: StateMachine> Replica<S> {
             self.timers.view_change_status.stop();
             return;
         }
-        if self.timers.start_view_change.tick() {
+        if self.timers.start_view_change.fire() {
             self.timers
                 .start_view_change
                 .start(self.config.view_change_retransmit_ticks);
@@ -88,7 +88,7 @@ impl<S: StateMachine> Replica<S> {
                 self.broadcast_start_view_change(out);
             }
         }
-        if self.timers.do_view_change.tick() {
+        if self.timers.do_view_change.fire() {
             self.timers
                 .do_view_change
                 .start(self.config.view_change_retransmit_ticks);
@@ -97,7 +97,7 @@ impl<S: StateMachine> Replica<S> {
                 self.broadcast(out, &frame);
             }
         }
-        if self.timers.view_change_status.tick() {
+        if self.timers.view_change_status.fire() {
             self.start_view_change_to(self.view + 1, out);
         }
         if self.vc.decided.is_some() {
