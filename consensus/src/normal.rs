@@ -28,17 +28,17 @@ impl<S: StateMachine> Replica<S> {
         // timer is not charged this tick for it.
         self.timers.tick();
         if self.timers.prepare.fire() {
-            self.on_prepare_timeout(out);
+            self.on_prepare_timeout(now, out);
         }
         if self.timers.commit_message.fire() {
             self.on_commit_message_timeout(out);
         }
         if self.timers.normal_heartbeat.fire() {
-            self.on_normal_heartbeat_timeout(out);
+            self.on_normal_heartbeat_timeout(now, out);
         }
-        self.tick_view_change(out);
+        self.tick_view_change(now, out);
         if self.timers.request_start_view.fire() {
-            self.on_request_start_view_timeout(out);
+            self.on_request_start_view_timeout(now, out);
         }
         if self.timers.repair.fire() {
             self.on_repair_timeout(out);
@@ -707,6 +707,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_vsr_persisted(
         &mut self,
+        now: Now,
         view: u32,
         log_view: u32,
         out: &mut Outbox,
@@ -731,7 +732,7 @@ impl<S: StateMachine> Replica<S> {
             self.persist_vsr_state(out);
             return Ok(());
         }
-        self.send_gated(out);
+        self.send_gated(now, out);
         Ok(())
     }
 
@@ -812,6 +813,12 @@ impl<S: StateMachine> Replica<S> {
 
     /// Primary: apply every pipeline head with `op <= commit_max`, reply, promote (§5.8).
     pub(crate) fn commit_pipeline(&mut self, now: Now, out: &mut Outbox) {
+        self.apply_pipeline(out);
+        self.promote_requests(now, out);
+    }
+
+    /// Applies the committed pipeline prefix up to `commit_max`.
+    fn apply_pipeline(&mut self, out: &mut Outbox) {
         let mut popped = false;
         while self.commit_min < self.commit_max {
             let op = self.commit_min + 1;
@@ -836,7 +843,6 @@ impl<S: StateMachine> Replica<S> {
             self.start_prepare_timer();
         }
         self.trim_frame_cache();
-        self.promote_requests(now, out);
     }
 
     /// Backup commit walk (§5.8): apply in order up to `commit_max`, stopping at a gap.
@@ -943,7 +949,7 @@ impl<S: StateMachine> Replica<S> {
             .start(self.config.prepare_retransmit_ticks);
     }
 
-    fn on_prepare_timeout(&mut self, out: &mut Outbox) {
+    fn on_prepare_timeout(&mut self, now: Now, out: &mut Outbox) {
         if !self.is_primary() || self.pipeline.is_empty() {
             return;
         }
@@ -979,7 +985,7 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         for (op, checksum) in self_acks {
-            let _ = self.record_ack(op, checksum, self.id, Now::default(), out);
+            let _ = self.record_ack(op, checksum, self.id, now, out);
         }
     }
 
@@ -1014,7 +1020,7 @@ impl<S: StateMachine> Replica<S> {
         self.broadcast(out, &frame);
     }
 
-    fn on_normal_heartbeat_timeout(&mut self, out: &mut Outbox) {
+    fn on_normal_heartbeat_timeout(&mut self, now: Now, out: &mut Outbox) {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
@@ -1022,7 +1028,7 @@ impl<S: StateMachine> Replica<S> {
             self.enter_recovering();
             return;
         }
-        self.start_view_change_to(self.view + 1, out);
+        self.start_view_change_to(now, self.view + 1, out);
     }
 
     pub(crate) fn on_commit(
@@ -1107,8 +1113,10 @@ impl<S: StateMachine> Replica<S> {
             .commit_message
             .start(self.config.commit_broadcast_ticks);
         if self.n == 1 {
+            // At boot nothing is parked, so nothing is proposed (and no time is needed).
+            debug_assert!(self.requests.is_empty(), "called at boot only");
             self.commit_max = self.op;
-            self.commit_pipeline(Now::default(), out);
+            self.apply_pipeline(out);
         }
     }
 

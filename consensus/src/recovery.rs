@@ -9,7 +9,7 @@ use crate::ignored::Ignored;
 use crate::io::Outbox;
 use crate::replica::Replica;
 use crate::state_machine::StateMachine;
-use crate::types::{ReplicaId, Status};
+use crate::types::{Now, ReplicaId, Status};
 
 impl<S: StateMachine> Replica<S> {
     /// Enters Recovering: quorum-invisible, probing on the RequestStartView timer (§9.1, §9.4).
@@ -38,13 +38,13 @@ impl<S: StateMachine> Replica<S> {
 
     /// The probe timer (§6): Recovering probes, and elects at `view_probe_attempts_max`;
     /// a ViewChange backup probes to recover a lost StartView cheaply.
-    pub(crate) fn on_request_start_view_timeout(&mut self, out: &mut Outbox) {
+    pub(crate) fn on_request_start_view_timeout(&mut self, now: Now, out: &mut Outbox) {
         match self.status {
             Status::Recovering => {
                 self.probe_attempts += 1;
                 if self.probe_attempts >= self.config.view_probe_attempts_max && !self.lost_state {
                     self.transfer.abandon();
-                    self.start_view_change_to(self.view + 1, out);
+                    self.start_view_change_to(now, self.view + 1, out);
                     return;
                 }
                 self.timers
@@ -65,6 +65,7 @@ impl<S: StateMachine> Replica<S> {
     /// Responder rules of §9.2.
     pub(crate) fn on_request_start_view(
         &mut self,
+        now: Now,
         header: &RequestStartViewHeader,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
@@ -76,7 +77,7 @@ impl<S: StateMachine> Replica<S> {
         if prober == self.primary_index(self.view) {
             if view == self.view {
                 // The primary itself lost its state or left the view: elect.
-                self.start_view_change_to(self.view + 1, out);
+                self.start_view_change_to(now, self.view + 1, out);
                 return Ok(());
             }
             return Err(Ignored::ViewOld);

@@ -472,26 +472,26 @@ impl<S: StateMachine> Replica<S> {
             Message::Prepare { header, body } => self.on_prepare(now, header, body, out),
             Message::PrepareOk(h) => self.on_prepare_ok(now, h, out),
             Message::Commit(h) => self.on_commit(now, h, out),
-            Message::StartViewChange(h) => self.on_start_view_change(h, out),
+            Message::StartViewChange(h) => self.on_start_view_change(now, h, out),
             Message::DoViewChange { header, suffix } => {
-                self.on_do_view_change(header, &suffix, out)
+                self.on_do_view_change(now, header, &suffix, out)
             }
             Message::StartView { header, suffix } => {
-                self.on_start_view(header, suffix.ok().as_ref(), out)
+                self.on_start_view(now, header, suffix.ok().as_ref(), out)
             }
-            Message::RequestStartView(h) => self.on_request_start_view(h, out),
+            Message::RequestStartView(h) => self.on_request_start_view(now, h, out),
             Message::RequestPrepares(h) => self.on_request_prepares(h, out),
             Message::RepairPrepare { header, body } => {
-                self.on_repair_prepare(from, header, body, out)
+                self.on_repair_prepare(now, from, header, body, out)
             }
-            Message::RepairDone(h) => self.on_repair_done(h, out),
+            Message::RepairDone(h) => self.on_repair_done(now, h, out),
             Message::RangeEvicted(h) => self.on_range_evicted(h, out),
             Message::RequestStateTransfer(h) => self.on_request_state_transfer(h, out),
             Message::StateTransferTarget { header, body } => {
-                self.on_state_transfer_target(header, body, out)
+                self.on_state_transfer_target(now, header, body, out)
             }
             Message::RequestStateChunk(h) => self.on_request_state_chunk(h, out),
-            Message::StateChunk { header, body } => self.on_state_chunk(header, body, out),
+            Message::StateChunk { header, body } => self.on_state_chunk(now, header, body, out),
             Message::ForwardRegister(h) => self.on_forward_register(now, h, out),
             Message::ForwardRegisterResult(h) => self.on_forward_register_result(h, out),
             Message::ForwardLogout(h) => self.on_forward_logout(now, h, out),
@@ -509,7 +509,7 @@ impl<S: StateMachine> Replica<S> {
             Completion::Appended { op, checksum } => self.on_appended(now, op, checksum, out),
             Completion::AppendFailed { op, checksum } => self.on_append_failed(op, checksum, out),
             Completion::VsrStatePersisted { view, log_view } => {
-                self.on_vsr_persisted(view, log_view, out)
+                self.on_vsr_persisted(now, view, log_view, out)
             }
             Completion::VsrStatePersistFailed { view, log_view } => {
                 let Some(write) = self.take_write(view, log_view) else {
