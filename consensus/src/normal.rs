@@ -394,8 +394,13 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         self.ignore_prepare(header)?;
         self.commit_max = self.commit_max.max(header.commit.get());
+        let commit_min = self.commit_min;
         let result = self.accept_prepare(now, header, body, out);
         self.commit_journal(now, out);
+        // A prepare whose commit point let us execute ops was acted on, whatever its op.
+        if self.commit_min > commit_min {
+            return Ok(());
+        }
         result
     }
 
@@ -414,6 +419,7 @@ impl<S: StateMachine> Replica<S> {
             // commit the op again.
             if self.journal.has(op, checksum) {
                 self.send_prepare_ok(op, out);
+                return Ok(());
             }
             return Err(Ignored::Committed);
         }
@@ -433,7 +439,7 @@ impl<S: StateMachine> Replica<S> {
                 self.send(out, next, frames::restamp(&frame, self.view));
             }
             self.send_prepare_ok(op, out);
-            return Err(Ignored::Duplicate);
+            return Ok(());
         }
         if op <= self.op {
             // A hole below the head (after a StartView): fill it only with the view's prepare.
@@ -1076,7 +1082,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Transferring);
         }
         let commit = header.commit.get();
-        if commit > self.commit_max {
+        let advanced = commit > self.commit_max;
+        if advanced {
             self.commit_max = commit;
             self.commit_journal(now, out);
         }
@@ -1085,7 +1092,8 @@ impl<S: StateMachine> Replica<S> {
         if self.commit_min < self.commit_max {
             self.start_repair(self.primary_index(self.view), out);
         }
-        if fresh {
+        // A stale heartbeat that still carried a newer commit point was acted on.
+        if fresh || advanced {
             Ok(())
         } else {
             Err(Ignored::StaleHeartbeat)
