@@ -15,16 +15,10 @@ impl<S: StateMachine> Replica<S> {
     /// Enters Recovering: quorum-invisible, probing on the RequestStartView timer (§9.1, §9.4).
     /// Nothing is sent now; the first probe leaves on the first timer firing.
     pub(crate) fn enter_recovering(&mut self) {
-        self.status = Status::Recovering;
+        self.set_status(Status::Recovering);
         self.probe_attempts = 0;
         self.pipeline.clear();
-        self.leave_role();
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
-        self.timers
-            .request_start_view
-            .start(self.config.request_start_view_ticks);
+        self.drop_role_work();
     }
 
     fn broadcast_request_start_view(&self, out: &mut Outbox) {

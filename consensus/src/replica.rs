@@ -35,6 +35,73 @@ pub(crate) struct Timers {
     pub persist_retry: Timer,
 }
 
+/// The status moves the core makes (§2, §8, §9): into a view change from any status (a newer
+/// view, including from Recovering after its probes), into Recovering only from Normal (a
+/// silent primary or a newer view observed), into Normal from any status (a started or
+/// adopted view; Normal to Normal is a newer view's StartView, or boot). A view change never
+/// falls back to Recovering, and Recovering is never re-entered.
+const STATUS_MOVES: &[(Status, Status)] = &[
+    (Status::Normal, Status::ViewChange),
+    (Status::ViewChange, Status::ViewChange),
+    (Status::Recovering, Status::ViewChange),
+    (Status::Normal, Status::Recovering),
+    (Status::Normal, Status::Normal),
+    (Status::ViewChange, Status::Normal),
+    (Status::Recovering, Status::Normal),
+];
+
+impl<S: StateMachine> Replica<S> {
+    /// The one place the status changes: checks the move against [`STATUS_MOVES`], then stops
+    /// and starts the timers the new status owns. Set `view` first (the view change's timers
+    /// depend on whether this replica is the new view's primary). Timers outside these lists
+    /// are the callers' (a new primary's prepare and commit timers, a backup's heartbeat).
+    pub(crate) fn set_status(&mut self, to: Status) {
+        assert!(
+            STATUS_MOVES.contains(&(self.status, to)),
+            "status move {:?} -> {to:?}",
+            self.status
+        );
+        self.status = to;
+        let primary = self.primary_index(self.view) == self.id;
+        let status_ticks = self.config.view_change_status_timeout_ticks;
+        let t = &mut self.timers;
+        match to {
+            Status::Normal => {
+                t.start_view_change.stop();
+                t.do_view_change.stop();
+                t.view_change_status.stop();
+                t.request_start_view.stop();
+            }
+            Status::ViewChange => {
+                t.normal_heartbeat.stop();
+                t.commit_message.stop();
+                t.prepare.stop();
+                t.do_view_change.stop();
+                t.start_view_change
+                    .start(self.config.view_change_retransmit_ticks);
+                let jitter = self.prng.up_to(status_ticks / 4);
+                t.view_change_status.start(status_ticks + jitter);
+                if !primary {
+                    t.request_start_view
+                        .start(self.config.request_start_view_ticks);
+                } else {
+                    t.request_start_view.stop();
+                }
+            }
+            Status::Recovering => {
+                t.normal_heartbeat.stop();
+                t.commit_message.stop();
+                t.prepare.stop();
+                t.start_view_change.stop();
+                t.do_view_change.stop();
+                t.view_change_status.stop();
+                t.request_start_view
+                    .start(self.config.request_start_view_ticks);
+            }
+        }
+    }
+}
+
 impl Timers {
     /// Counts one tick on every timer; the caller then fires the expired ones.
     pub fn tick(&mut self) {
@@ -395,7 +462,7 @@ impl<S: StateMachine> Replica<S> {
         replica.trim_frame_cache();
 
         if n == 1 || !prior_life {
-            replica.status = Status::Normal;
+            replica.set_status(Status::Normal);
             if replica.primary_index(replica.view) == id {
                 replica.start_view_as_recovered_primary(out);
             } else {

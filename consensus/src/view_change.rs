@@ -39,24 +39,10 @@ impl<S: StateMachine> Replica<S> {
     pub(crate) fn start_view_change_to(&mut self, now: Now, new_view: u32, out: &mut Outbox) {
         assert!(new_view > self.view, "views never regress");
         self.view = new_view;
-        self.status = Status::ViewChange;
+        self.set_status(Status::ViewChange);
         self.vc = ViewChangeState::default();
         self.vc.svc_from = 1 << self.id.0;
-        self.leave_role();
-        self.timers.do_view_change.stop();
-        self.timers
-            .start_view_change
-            .start(self.config.view_change_retransmit_ticks);
-        let status_ticks = self.config.view_change_status_timeout_ticks;
-        let jitter = self.prng.up_to(status_ticks / 4);
-        self.timers.view_change_status.start(status_ticks + jitter);
-        if self.primary_index(new_view) != self.id {
-            self.timers
-                .request_start_view
-                .start(self.config.request_start_view_ticks);
-        } else {
-            self.timers.request_start_view.stop();
-        }
+        self.drop_role_work();
         self.persist_vsr_state(out);
         if self.is_vsr_durable() {
             self.broadcast_start_view_change(out);
@@ -114,15 +100,6 @@ impl<S: StateMachine> Replica<S> {
         self.requests.clear();
         self.cancel_forwards();
         self.repair.session = None;
-    }
-
-    /// [`Self::drop_role_work`] plus the timers of normal operation (heartbeat, commit
-    /// broadcast, prepare retransmission).
-    pub(crate) fn leave_role(&mut self) {
-        self.drop_role_work();
-        self.timers.normal_heartbeat.stop();
-        self.timers.commit_message.stop();
-        self.timers.prepare.stop();
     }
 
     /// The filter shared by StartViewChange and DoViewChange (§8.3, §16.2): a Recovering replica
@@ -430,7 +407,7 @@ impl<S: StateMachine> Replica<S> {
     /// §8.7 step 5.
     fn start_pending_view(&mut self, now: Now, out: &mut Outbox) {
         let merged = self.vc.decided.take().expect("a decided log");
-        self.status = Status::Normal;
+        self.set_status(Status::Normal);
         self.ceded = false;
         self.log_view = self.view;
         self.op = merged.op_head;
@@ -453,10 +430,6 @@ impl<S: StateMachine> Replica<S> {
         self.view_headers.clear();
         self.vc = ViewChangeState::default();
         self.repair.session = None;
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
-        self.timers.request_start_view.stop();
         self.timers.normal_heartbeat.stop();
         self.timers
             .commit_message
@@ -623,15 +596,11 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
-        self.timers.request_start_view.stop();
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
         self.timers.commit_message.stop();
         self.timers.prepare.stop();
         self.view = view;
         self.log_view = view;
-        self.status = Status::Normal;
+        self.set_status(Status::Normal);
         self.ceded = false;
         self.commit_max = self.commit_max.max(header.commit.get());
         self.vc = ViewChangeState::default();

@@ -464,3 +464,11 @@ fn bug_knob_a_volatile_truncation_ceiling_nacks_an_acked_op_after_a_restart() {
         crate::merge::Slot::HeldNack { .. }
     ));
 }
+
+/// Status moves outside the table are bugs: a view change never falls back to Recovering.
+#[test]
+#[should_panic(expected = "status move ViewChange -> Recovering")]
+fn a_status_move_outside_the_table_panics() {
+    let mut b = in_view_change(2);
+    b.set_status(Status::Recovering);
+}
