@@ -44,11 +44,11 @@ pub(crate) struct CachedReply {
 
 impl CachedReply {
     fn from_frame(frame: Vec<u8>) -> Option<CachedReply> {
-        let h = frame.get(..wire::HEADER_SIZE)?;
+        let h = <wire::header::ReplyHeader as wire::header::Layout>::view(&frame)?;
         Some(CachedReply {
-            request_checksum: u128::from_le_bytes(h[128..144].try_into().ok()?),
-            op: u64::from_le_bytes(h[176..184].try_into().ok()?),
-            request: u64::from_le_bytes(h[200..208].try_into().ok()?),
+            request_checksum: h.request_checksum.get(),
+            op: h.op.get(),
+            request: h.request.get(),
             frame,
         })
     }
@@ -274,11 +274,12 @@ mod tests {
     use super::*;
 
     fn reply(request: u64, checksum: u128, op: u64) -> Vec<u8> {
-        let mut f = vec![0u8; 256];
-        f[128..144].copy_from_slice(&checksum.to_le_bytes());
-        f[176..184].copy_from_slice(&op.to_le_bytes());
-        f[200..208].copy_from_slice(&request.to_le_bytes());
-        f
+        use wire::header::{Layout, ReplyHeader};
+        let mut h = ReplyHeader::zeroed();
+        h.request_checksum.set(checksum);
+        h.op.set(op);
+        h.request.set(request);
+        h.bytes().to_vec()
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct RawConfig {
     pub clients_table_max: usize,
     /// Committed frames kept in memory below `commit_min` before reading through the journal.
     pub frame_cache_committed: u64,
+    /// Bytes of frames (committed and pipeline) kept in memory: above it committed frames are
+    /// dropped oldest first, as if `frame_cache_committed` were smaller (default 64 MiB, at least
+    /// `max_message_size`).
+    pub frame_cache_committed_bytes: u64,
     /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
     /// older ops are answered RangeEvicted (state transfer takes over).
     pub headers_retained: u64,
@@ -129,6 +133,7 @@ impl RawConfig {
             max_message_size: wire::MAX_MESSAGE_SIZE_DEFAULT,
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
+            frame_cache_committed_bytes: FRAME_CACHE_COMMITTED_BYTES_DEFAULT,
             headers_retained: HEADERS_RETAINED,
             checkpoint_interval_ops: match group.kind() {
                 wire::GroupKind::Metadata => METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT,
@@ -211,6 +216,9 @@ impl RawConfig {
         }
         if self.clients_table_max < 2 || self.clients_table_max > CLIENTS_TABLE_MAX {
             return Err(ClientsTableMax(self.clients_table_max));
+        }
+        if self.frame_cache_committed_bytes < self.max_message_size as u64 {
+            return Err(FrameCacheBytes(self.frame_cache_committed_bytes));
         }
         if self.headers_retained < self.frame_cache_committed {
             return Err(HeadersRetained(self.headers_retained));
@@ -322,6 +330,9 @@ pub enum ConfigError {
     /// `max_message_size` cannot carry a full suffix.
     #[error("max_message_size {0} cannot carry a full view-change suffix")]
     MaxMessageSize(usize),
+    /// `frame_cache_committed_bytes` below `max_message_size`.
+    #[error("frame_cache_committed_bytes {0} is below max_message_size")]
+    FrameCacheBytes(u64),
     /// `headers_retained` below `frame_cache_committed`.
     #[error("headers_retained {0} is below frame_cache_committed")]
     HeadersRetained(u64),
@@ -411,6 +422,15 @@ mod tests {
         let mut r = raw();
         r.prepare_queue_depth = 128;
         assert_eq!(r.validate(), Err(ConfigError::PrepareQueueDepth(128)));
+        let mut r = raw();
+        let max = r.max_message_size as u64;
+        r.frame_cache_committed_bytes = max - 1;
+        assert_eq!(
+            r.clone().validate(),
+            Err(ConfigError::FrameCacheBytes(max - 1))
+        );
+        r.max_message_size -= 1;
+        assert!(r.validate().is_ok());
     }
 
     #[test]

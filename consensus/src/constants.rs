@@ -71,6 +71,10 @@ pub const CLIENT_REPLIES_MAX: usize = 5;
 /// [`crate::Effect::Read`].
 pub const FRAME_CACHE_COMMITTED_DEFAULT: u64 = 256;
 
+/// Bytes of frames kept in memory before committed ones are dropped (one largest frame at the
+/// default `max_message_size`).
+pub const FRAME_CACHE_COMMITTED_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
 /// Parked forwarded sessions waiting for a result, per replica.
 pub const FORWARDS_PENDING_MAX: usize = 1024;
 

@@ -16,7 +16,10 @@ fn register_at_a_backup_is_forwarded_and_answered() {
     let (client, reply) = c.replies.last().unwrap().clone();
     assert_eq!(client.0, 42);
     assert_eq!(reply.command(), Some(Command::Reply));
-    let epoch = u64::from_le_bytes(reply.bytes()[176..184].try_into().unwrap());
+    let epoch = <wire::header::ReplyHeader as wire::header::Layout>::view(reply.bytes())
+        .unwrap()
+        .op
+        .get();
     assert_eq!(epoch, 1, "the Register committed at op 1");
     assert_eq!(
         &reply.body()[8..16],

@@ -23,6 +23,13 @@ pub(crate) struct Entry {
     pub verified: bool,
 }
 
+fn frame_bytes(entry: &Entry) -> u64 {
+    entry
+        .frame
+        .as_ref()
+        .map_or(0, |frame| frame.bytes().len() as u64)
+}
+
 impl Entry {
     pub fn checksum(&self) -> u128 {
         self.header.frame.checksum.get()
@@ -35,6 +42,9 @@ pub(crate) struct Journal {
     base: u64,
     /// Boxed so a hole costs one pointer (a lagging replica's index can be sparse).
     slots: VecDeque<Option<Box<Entry>>>,
+    /// Bytes of the frames the entries hold. A frame enters only with `insert` and leaves only
+    /// through `truncate_from`, `trim_below` and `evict_frame`, which keep this sum.
+    cached_bytes: u64,
 }
 
 impl Journal {
@@ -44,6 +54,7 @@ impl Journal {
         Journal {
             base,
             slots: VecDeque::new(),
+            cached_bytes: 0,
         }
     }
 
@@ -93,6 +104,7 @@ impl Journal {
             self.slots.push_back(None);
         }
         debug_assert!(self.slots[index].is_none(), "insert over a held op");
+        self.cached_bytes += frame_bytes(&entry);
         self.slots[index] = Some(Box::new(entry));
     }
 
@@ -106,10 +118,11 @@ impl Journal {
         };
         let mut in_flight = Vec::new();
         while self.slots.len() > keep {
-            if let Some(Some(entry)) = self.slots.pop_back()
-                && !entry.durable
-            {
-                in_flight.push((entry.header.op.get(), entry.checksum()));
+            if let Some(Some(entry)) = self.slots.pop_back() {
+                self.cached_bytes -= frame_bytes(&entry);
+                if !entry.durable {
+                    in_flight.push((entry.header.op.get(), entry.checksum()));
+                }
             }
         }
         while matches!(self.slots.back(), Some(None)) {
@@ -121,12 +134,31 @@ impl Journal {
     /// Forgets every op `< op` (compaction of the index; the durable journal may keep them).
     pub fn trim_below(&mut self, op: u64) {
         while self.base < op {
-            if self.slots.pop_front().is_none() {
-                self.base = op;
-                break;
+            match self.slots.pop_front() {
+                None => {
+                    self.base = op;
+                    break;
+                }
+                Some(slot) => {
+                    self.cached_bytes -= slot.map_or(0, |entry| frame_bytes(&entry));
+                }
             }
             self.base += 1;
         }
+    }
+
+    /// Drops the cached frame of `op`, keeping its header (read back with `Effect::Read`).
+    pub fn evict_frame(&mut self, op: u64) {
+        if let Some(entry) = self.get_mut(op)
+            && let Some(frame) = entry.frame.take()
+        {
+            self.cached_bytes -= frame.bytes().len() as u64;
+        }
+    }
+
+    /// Bytes of the frames held in memory.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cached_bytes
     }
 
     /// The highest op `h` such that every op in `from..=h` is held; `from - 1` if `from` is not.

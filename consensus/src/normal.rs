@@ -24,23 +24,26 @@ impl<S: StateMachine> Replica<S> {
         } else {
             self.pipeline_stalled_ticks = 0;
         }
-        if self.timers.prepare.tick() {
-            self.on_prepare_timeout(out);
+        // Count every timer down first, then fire the expired ones: a handler that starts a
+        // timer is not charged this tick for it.
+        self.timers.tick();
+        if self.timers.prepare.fire() {
+            self.on_prepare_timeout(now, out);
         }
-        if self.timers.commit_message.tick() {
+        if self.timers.commit_message.fire() {
             self.on_commit_message_timeout(out);
         }
-        if self.timers.normal_heartbeat.tick() {
-            self.on_normal_heartbeat_timeout(out);
+        if self.timers.normal_heartbeat.fire() {
+            self.on_normal_heartbeat_timeout(now, out);
         }
-        self.tick_view_change(out);
-        if self.timers.request_start_view.tick() {
-            self.on_request_start_view_timeout(out);
+        self.tick_view_change(now, out);
+        if self.timers.request_start_view.fire() {
+            self.on_request_start_view_timeout(now, out);
         }
-        if self.timers.repair.tick() {
+        if self.timers.repair.fire() {
             self.on_repair_timeout(out);
         }
-        if self.timers.persist_retry.tick() {
+        if self.timers.persist_retry.fire() {
             self.persist_vsr_state(out);
         }
         self.tick_transfer(out);
@@ -408,8 +411,13 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         self.ignore_prepare(header)?;
         self.commit_max = self.commit_max.max(header.commit.get());
+        let commit_min = self.commit_min;
         let result = self.accept_prepare(now, header, body, out);
         self.commit_journal(now, out);
+        // A prepare whose commit point let us execute ops was acted on, whatever its op.
+        if self.commit_min > commit_min {
+            return Ok(());
+        }
         result
     }
 
@@ -428,6 +436,7 @@ impl<S: StateMachine> Replica<S> {
             // commit the op again.
             if self.journal.has(op, checksum) {
                 self.send_prepare_ok(op, out);
+                return Ok(());
             }
             return Err(Ignored::Committed);
         }
@@ -447,7 +456,7 @@ impl<S: StateMachine> Replica<S> {
                 self.send(out, next, frames::restamp(&frame, self.view));
             }
             self.send_prepare_ok(op, out);
-            return Err(Ignored::Duplicate);
+            return Ok(());
         }
         if op <= self.op {
             // A hole below the head (after a StartView): fill it only with the view's prepare.
@@ -743,6 +752,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_vsr_persisted(
         &mut self,
+        now: Now,
         view: u32,
         log_view: u32,
         out: &mut Outbox,
@@ -767,7 +777,7 @@ impl<S: StateMachine> Replica<S> {
             self.persist_vsr_state(out);
             return Ok(());
         }
-        self.send_gated(out);
+        self.send_gated(now, out);
         Ok(())
     }
 
@@ -848,6 +858,12 @@ impl<S: StateMachine> Replica<S> {
 
     /// Primary: apply every pipeline head with `op <= commit_max`, reply, promote (§5.8).
     pub(crate) fn commit_pipeline(&mut self, now: Now, out: &mut Outbox) {
+        self.apply_pipeline(out);
+        self.promote_requests(now, out);
+    }
+
+    /// Applies the committed pipeline prefix up to `commit_max`.
+    fn apply_pipeline(&mut self, out: &mut Outbox) {
         let mut popped = false;
         while self.commit_min < self.commit_max {
             let op = self.commit_min + 1;
@@ -872,7 +888,6 @@ impl<S: StateMachine> Replica<S> {
             self.start_prepare_timer();
         }
         self.trim_frame_cache();
-        self.promote_requests(now, out);
     }
 
     /// Backup commit walk (§5.8): apply in order up to `commit_max`, stopping at a gap.
@@ -979,7 +994,7 @@ impl<S: StateMachine> Replica<S> {
             .start(self.config.prepare_retransmit_ticks);
     }
 
-    fn on_prepare_timeout(&mut self, out: &mut Outbox) {
+    fn on_prepare_timeout(&mut self, now: Now, out: &mut Outbox) {
         if !self.is_primary() || self.pipeline.is_empty() {
             return;
         }
@@ -1015,7 +1030,7 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         for (op, checksum) in self_acks {
-            let _ = self.record_ack(op, checksum, self.id, Now::default(), out);
+            let _ = self.record_ack(op, checksum, self.id, now, out);
         }
     }
 
@@ -1050,7 +1065,7 @@ impl<S: StateMachine> Replica<S> {
         self.broadcast(out, &frame);
     }
 
-    fn on_normal_heartbeat_timeout(&mut self, out: &mut Outbox) {
+    fn on_normal_heartbeat_timeout(&mut self, now: Now, out: &mut Outbox) {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
@@ -1058,7 +1073,7 @@ impl<S: StateMachine> Replica<S> {
             self.enter_recovering();
             return;
         }
-        self.start_view_change_to(self.view + 1, out);
+        self.start_view_change_to(now, self.view + 1, out);
     }
 
     pub(crate) fn on_commit(
@@ -1106,7 +1121,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Transferring);
         }
         let commit = header.commit.get();
-        if commit > self.commit_max {
+        let advanced = commit > self.commit_max;
+        if advanced {
             self.commit_max = commit;
             self.commit_journal(now, out);
         }
@@ -1115,7 +1131,8 @@ impl<S: StateMachine> Replica<S> {
         if self.commit_min < self.commit_max {
             self.start_repair(self.primary_index(self.view), out);
         }
-        if fresh {
+        // A stale heartbeat that still carried a newer commit point was acted on.
+        if fresh || advanced {
             Ok(())
         } else {
             Err(Ignored::StaleHeartbeat)
@@ -1143,8 +1160,10 @@ impl<S: StateMachine> Replica<S> {
             .commit_message
             .start(self.config.commit_broadcast_ticks);
         if self.n == 1 {
+            // At boot nothing is parked, so nothing is proposed (and no time is needed).
+            debug_assert!(self.requests.is_empty(), "called at boot only");
             self.commit_max = self.op;
-            self.commit_pipeline(Now::default(), out);
+            self.apply_pipeline(out);
         }
     }
 

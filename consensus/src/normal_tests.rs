@@ -172,11 +172,46 @@ fn duplicate_prepare_is_reforwarded_and_reacked() {
     feed(&mut b, 0, &c[0]);
     input(&mut b, appended(&c[0]));
     let (result, effects) = feed(&mut b, 0, &c[0]);
-    assert_eq!(result, Err(Ignored::Duplicate));
+    // Acted on (re-forwarded, re-acked): not an ignored input.
+    assert_eq!(result, Ok(()));
     assert_eq!(
         effects,
         vec![send(2, c[0].clone()), send(0, prepare_ok(0, 1, &c[0], 0))]
     );
+}
+
+/// `Err(Ignored)` means nothing was done: a committed prepare we hold is re-acked (`Ok`), one
+/// we do not hold is ignored without effects; a stale heartbeat carrying a newer commit point
+/// advances the commit (`Ok`), one that does not is ignored.
+#[test]
+fn an_input_that_was_acted_on_is_not_ignored() {
+    let c = chain(0, 0, 2);
+    let mut b = fresh(3, 1);
+    journal(&mut b, &c);
+    // Heartbeat (counter 5) commits op 1 only.
+    assert_eq!(feed(&mut b, 0, &commit_frame(0, 0, 1, 5)).0, Ok(()));
+    assert_eq!(b.commit_min(), 1);
+    let (result, effects) = feed(&mut b, 0, &c[0]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(effects, vec![send(0, prepare_ok(0, 1, &c[0], 1))]);
+    let other = prepare(0, 0, 1, 0, 0, b"other");
+    assert_eq!(feed(&mut b, 0, &other), (Err(Ignored::Committed), vec![]));
+    // A stale counter (4 < 5) with commit 2: op 2 is executed, so the input was acted on.
+    let (result, _) = feed(&mut b, 0, &commit_frame(0, 0, 2, 4));
+    assert_eq!(result, Ok(()));
+    assert_eq!(b.commit_min(), 2);
+    assert_eq!(
+        feed(&mut b, 0, &commit_frame(0, 0, 2, 4)),
+        (Err(Ignored::StaleHeartbeat), vec![])
+    );
+    // A prepare above a gap is not journaled, but its commit point executes ops 1 and 2.
+    let mut b = fresh(3, 1);
+    journal(&mut b, &c);
+    let gap = prepare(0, 0, 4, 0, 2, b"four");
+    assert_eq!(feed(&mut b, 0, &gap).0, Ok(()));
+    assert_eq!(b.commit_min(), 2);
+    let gap = prepare(0, 0, 5, 0, 2, b"five");
+    assert_eq!(feed(&mut b, 0, &gap).0, Err(Ignored::Gap));
 }
 
 #[test]

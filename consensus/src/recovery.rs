@@ -9,26 +9,20 @@ use crate::ignored::Ignored;
 use crate::io::Outbox;
 use crate::replica::Replica;
 use crate::state_machine::StateMachine;
-use crate::types::{ReplicaId, Status};
+use crate::types::{Now, ReplicaId, Status};
 
 impl<S: StateMachine> Replica<S> {
     /// Enters Recovering: quorum-invisible, probing on the RequestStartView timer (§9.1, §9.4).
     /// Nothing is sent now; the first probe leaves on the first timer firing.
     pub(crate) fn enter_recovering(&mut self) {
-        self.status = Status::Recovering;
+        self.set_status(Status::Recovering);
         self.probe_attempts = 0;
         self.pipeline.clear();
-        self.leave_role();
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
+        self.drop_role_work();
         #[cfg(feature = "bug-knobs")]
         if self.config.bug_knobs.recover_without_probe {
-            return;
+            self.timers.request_start_view.stop();
         }
-        self.timers
-            .request_start_view
-            .start(self.config.request_start_view_ticks);
     }
 
     fn broadcast_request_start_view(&self, out: &mut Outbox) {
@@ -42,7 +36,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// The probe timer (§6): Recovering probes, and elects at `view_probe_attempts_max`;
     /// a ViewChange backup probes to recover a lost StartView cheaply.
-    pub(crate) fn on_request_start_view_timeout(&mut self, out: &mut Outbox) {
+    pub(crate) fn on_request_start_view_timeout(&mut self, now: Now, out: &mut Outbox) {
         match self.status {
             Status::Recovering => {
                 self.probe_attempts += 1;
@@ -54,7 +48,7 @@ impl<S: StateMachine> Replica<S> {
                     && (!self.lost_state || self.config.memory_ack)
                 {
                     self.transfer.abandon();
-                    self.start_view_change_to(self.view + 1, out);
+                    self.start_view_change_to(now, self.view + 1, out);
                     return;
                 }
                 self.timers
@@ -100,6 +94,7 @@ impl<S: StateMachine> Replica<S> {
     /// Responder rules of §9.2.
     pub(crate) fn on_request_start_view(
         &mut self,
+        now: Now,
         header: &RequestStartViewHeader,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
@@ -111,7 +106,7 @@ impl<S: StateMachine> Replica<S> {
         if prober == self.primary_index(self.view) {
             if view == self.view {
                 // The primary itself lost its state or left the view: elect.
-                self.start_view_change_to(self.view + 1, out);
+                self.start_view_change_to(now, self.view + 1, out);
                 return Ok(());
             }
             return Err(Ignored::ViewOld);

@@ -205,6 +205,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_repair_prepare(
         &mut self,
+        now: Now,
         from: ReplicaId,
         header: &PrepareHeader,
         body: &[u8],
@@ -274,18 +275,18 @@ impl<S: StateMachine> Replica<S> {
             self.repair.pending.insert(op, frame);
             return Ok(());
         }
-        self.journal_repaired(frame, out);
+        self.journal_repaired(now, frame, out);
         Ok(())
     }
 
     /// Journals a verified repaired frame, then cascades through buffered frames that the new
     /// entry verifies (downward by `parent`, upward along the head).
-    fn journal_repaired(&mut self, frame: Frame, out: &mut Outbox) {
+    fn journal_repaired(&mut self, now: Now, frame: Frame, out: &mut Outbox) {
         let mut next = Some(frame);
         while let Some(frame) = next.take() {
             let header = *frame.prepare_header().expect("a prepare");
             let op = header.op.get();
-            if !self.journal_prepare(Now::default(), frame, out) {
+            if !self.journal_prepare(now, frame, out) {
                 break;
             }
             self.repair_progress();
@@ -312,6 +313,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_repair_done(
         &mut self,
+        now: Now,
         header: &RepairRangeReplyHeader,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
@@ -323,9 +325,9 @@ impl<S: StateMachine> Replica<S> {
         }
         let progressed = session.progress > session.progress_at_request;
         if self.status == Status::Normal {
-            self.commit_journal(Now::default(), out);
+            self.commit_journal(now, out);
         } else if self.status == Status::ViewChange {
-            self.try_start_pending_view(Now::default(), out);
+            self.try_start_pending_view(now, out);
         }
         if self.repair.session.is_none() {
             return Ok(());

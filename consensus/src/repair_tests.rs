@@ -49,7 +49,7 @@ fn server_reads_evicted_bodies_back_through_the_journal() {
     let c = chain(0, 0, 1);
     let mut b = fresh(3, 1);
     journal(&mut b, &c);
-    b.journal.get_mut(1).unwrap().frame = None;
+    b.journal.evict_frame(1);
     let (_, effects) = feed(&mut b, 2, &request_prepares(2, 5, 1, 1));
     assert_eq!(
         effects,
@@ -84,7 +84,11 @@ fn requester_verifies_ingests_and_commits() {
     let (to, request) = sent(&effects[0]);
     assert_eq!(to, 0);
     assert_eq!(request.command(), Some(Command::RequestPrepares));
-    let nonce = u128::from_le_bytes(request.bytes()[128..144].try_into().unwrap());
+    let nonce =
+        <wire::header::RequestPreparesHeader as wire::header::Layout>::view(request.bytes())
+            .unwrap()
+            .nonce
+            .get();
     for f in &c {
         let (result, effects) = feed(&mut b, 0, &as_repair(f));
         assert_eq!(result, Ok(()));
@@ -144,7 +148,11 @@ fn range_evicted_turns_repair_into_state_transfer() {
     let mut b = fresh(3, 2);
     let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 50, 1));
     let (_, request) = sent(&effects[0]);
-    let nonce = u128::from_le_bytes(request.bytes()[128..144].try_into().unwrap());
+    let nonce =
+        <wire::header::RequestPreparesHeader as wire::header::Layout>::view(request.bytes())
+            .unwrap()
+            .nonce
+            .get();
     let (result, effects) = feed(
         &mut b,
         0,

@@ -35,6 +35,92 @@ pub(crate) struct Timers {
     pub persist_retry: Timer,
 }
 
+/// The status moves the core makes (§2, §8, §9): into a view change from any status (a newer
+/// view, including from Recovering after its probes), into Recovering only from Normal (a
+/// silent primary or a newer view observed), into Normal from any status (a started or
+/// adopted view; Normal to Normal is a newer view's StartView, or boot). A view change never
+/// falls back to Recovering, and Recovering is never re-entered.
+const STATUS_MOVES: &[(Status, Status)] = &[
+    (Status::Normal, Status::ViewChange),
+    (Status::ViewChange, Status::ViewChange),
+    (Status::Recovering, Status::ViewChange),
+    (Status::Normal, Status::Recovering),
+    (Status::Normal, Status::Normal),
+    (Status::ViewChange, Status::Normal),
+    (Status::Recovering, Status::Normal),
+];
+
+impl<S: StateMachine> Replica<S> {
+    /// The one place the status changes: checks the move against [`STATUS_MOVES`], then stops
+    /// and starts the timers the new status owns. Set `view` first (the view change's timers
+    /// depend on whether this replica is the new view's primary). Timers outside these lists
+    /// are the callers' (a new primary's prepare and commit timers, a backup's heartbeat).
+    pub(crate) fn set_status(&mut self, to: Status) {
+        assert!(
+            STATUS_MOVES.contains(&(self.status, to)),
+            "status move {:?} -> {to:?}",
+            self.status
+        );
+        self.status = to;
+        let primary = self.primary_index(self.view) == self.id;
+        let status_ticks = self.config.view_change_status_timeout_ticks;
+        let t = &mut self.timers;
+        match to {
+            Status::Normal => {
+                t.start_view_change.stop();
+                t.do_view_change.stop();
+                t.view_change_status.stop();
+                t.request_start_view.stop();
+            }
+            Status::ViewChange => {
+                t.normal_heartbeat.stop();
+                t.commit_message.stop();
+                t.prepare.stop();
+                t.do_view_change.stop();
+                t.start_view_change
+                    .start(self.config.view_change_retransmit_ticks);
+                let jitter = self.prng.up_to(status_ticks / 4);
+                t.view_change_status.start(status_ticks + jitter);
+                if !primary {
+                    t.request_start_view
+                        .start(self.config.request_start_view_ticks);
+                } else {
+                    t.request_start_view.stop();
+                }
+            }
+            Status::Recovering => {
+                t.normal_heartbeat.stop();
+                t.commit_message.stop();
+                t.prepare.stop();
+                t.start_view_change.stop();
+                t.do_view_change.stop();
+                t.view_change_status.stop();
+                t.request_start_view
+                    .start(self.config.request_start_view_ticks);
+            }
+        }
+    }
+}
+
+impl Timers {
+    /// Counts one tick on every timer; the caller then fires the expired ones.
+    pub fn tick(&mut self) {
+        for timer in [
+            &mut self.prepare,
+            &mut self.commit_message,
+            &mut self.normal_heartbeat,
+            &mut self.start_view_change,
+            &mut self.do_view_change,
+            &mut self.view_change_status,
+            &mut self.request_start_view,
+            &mut self.repair,
+            &mut self.persist_retry,
+        ] {
+            timer.tick();
+        }
+    }
+}
+
 /// One VSR group on one node: a synchronous, sans-IO state machine.
 ///
 /// Feed it [`Input`]s with [`Replica::step`]; drain the [`Outbox`] after every step and execute
@@ -435,7 +521,7 @@ impl<S: StateMachine> Replica<S> {
         replica.trim_frame_cache();
 
         if n == 1 || !prior_life {
-            replica.status = Status::Normal;
+            replica.set_status(Status::Normal);
             if replica.primary_index(replica.view) == id {
                 replica.start_view_as_recovered_primary(out);
             } else {
@@ -501,9 +587,7 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         wire::decode::check_sender(&message, self.config.replica_count, self.id.0)
             .map_err(Ignored::Sender)?;
-        if u128::from_le_bytes(message.header_bytes()[32..48].try_into().expect("16 bytes"))
-            != self.config.cluster
-        {
+        if message.frame().cluster.get() != self.config.cluster {
             return Err(Ignored::Cluster);
         }
         if message.group() != self.group {
@@ -517,26 +601,26 @@ impl<S: StateMachine> Replica<S> {
             Message::Prepare { header, body } => self.on_prepare(now, header, body, out),
             Message::PrepareOk(h) => self.on_prepare_ok(now, h, out),
             Message::Commit(h) => self.on_commit(now, h, out),
-            Message::StartViewChange(h) => self.on_start_view_change(h, out),
+            Message::StartViewChange(h) => self.on_start_view_change(now, h, out),
             Message::DoViewChange { header, suffix } => {
-                self.on_do_view_change(header, &suffix, out)
+                self.on_do_view_change(now, header, &suffix, out)
             }
             Message::StartView { header, suffix } => {
-                self.on_start_view(header, suffix.ok().as_ref(), out)
+                self.on_start_view(now, header, suffix.ok().as_ref(), out)
             }
-            Message::RequestStartView(h) => self.on_request_start_view(h, out),
+            Message::RequestStartView(h) => self.on_request_start_view(now, h, out),
             Message::RequestPrepares(h) => self.on_request_prepares(h, out),
             Message::RepairPrepare { header, body } => {
-                self.on_repair_prepare(from, header, body, out)
+                self.on_repair_prepare(now, from, header, body, out)
             }
-            Message::RepairDone(h) => self.on_repair_done(h, out),
+            Message::RepairDone(h) => self.on_repair_done(now, h, out),
             Message::RangeEvicted(h) => self.on_range_evicted(h, out),
             Message::RequestStateTransfer(h) => self.on_request_state_transfer(h, out),
             Message::StateTransferTarget { header, body } => {
-                self.on_state_transfer_target(header, body, out)
+                self.on_state_transfer_target(now, header, body, out)
             }
             Message::RequestStateChunk(h) => self.on_request_state_chunk(h, out),
-            Message::StateChunk { header, body } => self.on_state_chunk(header, body, out),
+            Message::StateChunk { header, body } => self.on_state_chunk(now, header, body, out),
             Message::ForwardRegister(h) => self.on_forward_register(now, h, out),
             Message::ForwardRegisterResult(h) => self.on_forward_register_result(h, out),
             Message::ForwardLogout(h) => self.on_forward_logout(now, h, out),
@@ -554,7 +638,7 @@ impl<S: StateMachine> Replica<S> {
             Completion::Appended { op, checksum } => self.on_appended(now, op, checksum, out),
             Completion::AppendFailed { op, checksum } => self.on_append_failed(op, checksum, out),
             Completion::VsrStatePersisted { view, log_view } => {
-                self.on_vsr_persisted(view, log_view, out)
+                self.on_vsr_persisted(now, view, log_view, out)
             }
             Completion::VsrStatePersistFailed { view, log_view } => {
                 let Some(write) = self.take_write(view, log_view) else {
@@ -1010,20 +1094,28 @@ impl<S: StateMachine> Replica<S> {
         base + self.prng.up_to(base / 4)
     }
 
-    /// Drops cached frames of committed ops far enough below `commit_min`, and keeps the header
-    /// index bounded. Amortized O(1) per applied op (a cursor walks forward).
+    /// Drops cached frames of committed ops far enough below `commit_min` (more than
+    /// `frame_cache_committed` ops below it, then oldest first while the cached frames exceed
+    /// `frame_cache_committed_bytes`), and keeps the header index bounded. Amortized O(1) per
+    /// applied op (a cursor walks forward).
     pub(crate) fn trim_frame_cache(&mut self) {
         let below = self
             .commit_min
             .saturating_sub(self.config.frame_cache_committed);
         let mut op = self.frame_cache_floor.max(self.journal.base());
         while op < below {
-            if let Some(entry) = self.journal.get_mut(op) {
-                entry.frame = None;
-            }
+            self.journal.evict_frame(op);
             op += 1;
         }
         self.frame_cache_floor = self.frame_cache_floor.max(below);
+        while self.journal.cached_bytes() > self.config.frame_cache_committed_bytes {
+            let op = self.frame_cache_floor.max(self.journal.base());
+            if op >= self.commit_min {
+                break;
+            }
+            self.journal.evict_frame(op);
+            self.frame_cache_floor = op + 1;
+        }
         // Far below the commit point only repair cares, and it reads through the journal.
         let trim = self.commit_min.saturating_sub(self.config.headers_retained);
         if trim > self.journal.base() {
@@ -1040,6 +1132,15 @@ impl<S: StateMachine> Replica<S> {
             "commit_min <= commit_max"
         );
         assert!(self.log_view <= self.view, "log_view <= view");
+        assert_eq!(
+            self.journal.cached_bytes(),
+            self.journal
+                .iter_from(0)
+                .filter_map(|e| e.frame.as_ref())
+                .map(|f| f.bytes().len() as u64)
+                .sum::<u64>(),
+            "the journal index's cached bytes are the sum of its frames"
+        );
         assert!(
             (self.durable.0, self.durable.1) <= (self.view, self.log_view),
             "the durable pair never exceeds the in-memory pair"

@@ -3,7 +3,8 @@
 use wire::Operation;
 
 use crate::testing::Cluster;
-use crate::types::{GroupId, Status};
+use crate::types::{Frame, GroupId, Status};
+use wire::header::Layout as _;
 
 fn metadata(n: u8) -> Cluster {
     Cluster::new(n, GroupId::METADATA, |_| {})
@@ -22,7 +23,12 @@ fn register(c: &mut Cluster, p: u8, client: u128) -> u64 {
         .find(|(id, _)| id.0 == client)
         .expect("a register reply")
         .clone();
-    u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap())
+    reply_header(&frame).op.get()
+}
+
+/// A frame the core built as a Reply, viewed as one.
+fn reply_header(frame: &Frame) -> &wire::header::ReplyHeader {
+    wire::header::ReplyHeader::view(frame.bytes()).expect("a whole header")
 }
 
 #[test]
@@ -238,7 +244,55 @@ fn far_behind_backup_catches_up_by_state_transfer() {
     assert_eq!(c.replica(2).commit_min(), c.replica(0).commit_min());
 }
 
-/// The partition twin of the test above: the primary's checkpoints compact the gap away, so the
+/// The committed-frame cache is bounded in bytes as well as count: with room for 256 committed
+/// frames but only 64 KiB, a primary committing 40 frames of ~8 KiB keeps the newest few in
+/// memory and reads older ones back to serve a lagging backup's repair.
+#[test]
+fn committed_frame_cache_is_bounded_in_bytes() {
+    let bound = 2 * wire::HEADER_SIZE as u64 * crate::constants::SUFFIX_ENTRIES_MAX as u64;
+    let run = |bytes: u64| {
+        let mut c = Cluster::new(3, GroupId::METADATA, |raw| {
+            raw.max_message_size = bound as usize;
+            raw.frame_cache_committed_bytes = bytes;
+        });
+        let session = register(&mut c, 0, 7);
+        c.isolate(2, true);
+        for request in 1..=40 {
+            c.submit(
+                0,
+                Cluster::request(7, Operation::CreateStream, session, request, vec![5; 8000]),
+            );
+        }
+        let p = c.replica(0);
+        assert_eq!(p.commit_min(), 41);
+        let cached: Vec<u64> = (1..=41)
+            .filter(|op| p.journal.get(*op).is_some_and(|e| e.frame.is_some()))
+            .collect();
+        c.isolate(2, false);
+        c.ticks(300);
+        assert_eq!(
+            c.replica(2).commit_min(),
+            41,
+            "the backup caught up by repair"
+        );
+        assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+        cached
+    };
+    let by_count = run(u64::MAX);
+    assert_eq!(by_count, (1..=41).collect::<Vec<_>>(), "256 frames fit");
+    let by_bytes = run(bound);
+    assert!(
+        by_bytes.len() >= 2 && by_bytes.len() <= 8,
+        "64 KiB holds a few 8 KiB frames: {by_bytes:?}"
+    );
+    assert_eq!(by_bytes.last(), Some(&41), "the newest frames stay");
+    assert!(
+        by_bytes.windows(2).all(|w| w[1] == w[0] + 1),
+        "one contiguous newest run: {by_bytes:?}"
+    );
+}
+
+/// The partition twin of `far_behind_backup_catches_up_by_state_transfer`: the primary's checkpoints compact the gap away, so the
 /// backup installs a SEGMENT_LOG offer (a partition receiver accepts nothing else, §11.2 step 3).
 #[test]
 fn far_behind_partition_backup_catches_up_by_state_transfer() {
@@ -414,20 +468,18 @@ fn soak_at(seed: u64, n: u8, group: GroupId, ticks: u64, interval: Option<u64>) 
         }
         for (_, frame) in &c.replies {
             let committed = frame.command() == Some(wire::Command::Reply)
-                && u64::from_le_bytes(frame.bytes()[192..200].try_into().unwrap()) != 0;
+                && reply_header(frame).timestamp.get() != 0;
             if committed {
-                replied_max = replied_max.max(u64::from_le_bytes(
-                    frame.bytes()[176..184].try_into().unwrap(),
-                ));
+                replied_max = replied_max.max(reply_header(frame).op.get());
             }
         }
         for (client, frame) in &c.replies {
             if frame.command() == Some(wire::Command::Reply)
-                && frame.bytes()[208] == Operation::Register.byte()
+                && reply_header(frame).operation == Operation::Register.byte()
                 && frame.body().len() > 12
             {
                 let key = (client.0 % 4) as u8;
-                let epoch = u64::from_le_bytes(frame.bytes()[176..184].try_into().unwrap());
+                let epoch = reply_header(frame).op.get();
                 sessions.insert(key, epoch);
             }
         }

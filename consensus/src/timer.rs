@@ -1,8 +1,11 @@
 //! Tick-counted timers and the seeded PRNG for jitter and nonces. No clocks, no OS randomness.
 
-/// A countdown in ticks. Fires on the tick whose decrement reaches zero (§6).
+/// A countdown in ticks. Expires on the tick whose decrement reaches zero (§6). A tick first
+/// counts down every timer ([`Timer::tick`]), then fires the expired ones ([`Timer::fire`]):
+/// a timer that a firing handler (re)starts is not counted down by the tick that started it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Timer {
+    /// `Some(0)`: expired on this tick, not fired yet.
     remaining: Option<u64>,
 }
 
@@ -20,18 +23,21 @@ impl Timer {
         self.remaining.is_some()
     }
 
-    /// Counts one tick; `true` when the timer fires (it then stops; callers restart it).
-    pub fn tick(&mut self) -> bool {
-        match self.remaining {
-            Some(1) => {
-                self.remaining = None;
-                true
-            }
-            Some(ticks) => {
-                self.remaining = Some(ticks - 1);
-                false
-            }
-            None => false,
+    /// Counts one tick.
+    pub fn tick(&mut self) {
+        if let Some(ticks) = self.remaining.as_mut() {
+            *ticks = ticks.saturating_sub(1);
+        }
+    }
+
+    /// `true` if the timer expired on this tick and was not restarted or stopped since (it then
+    /// stops; callers restart it).
+    pub fn fire(&mut self) -> bool {
+        if self.remaining == Some(0) {
+            self.remaining = None;
+            true
+        } else {
+            false
         }
     }
 }
@@ -89,12 +95,24 @@ mod tests {
     #[test]
     fn timer_fires_on_the_kth_tick() {
         let mut t = Timer::default();
-        assert!(!t.tick());
+        t.tick();
+        assert!(!t.fire());
         t.start(3);
-        assert!(!t.tick());
-        assert!(!t.tick());
-        assert!(t.tick());
+        for _ in 0..2 {
+            t.tick();
+            assert!(!t.fire());
+        }
+        t.tick();
+        assert!(t.fire());
         assert!(!t.is_running());
+        // Restarted (or stopped) between the tick and the firing: it does not fire.
+        t.start(1);
+        t.tick();
+        t.start(2);
+        assert!(!t.fire());
+        t.tick();
+        t.stop();
+        assert!(!t.fire());
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_state_transfer_target(
         &mut self,
+        now: Now,
         header: &StateTransferTargetHeader,
         body: &[u8],
         out: &mut Outbox,
@@ -259,7 +260,7 @@ impl<S: StateMachine> Replica<S> {
             .as_ref()
             .is_some_and(|s| s.entries.iter().all(|e| e.len == 0))
         {
-            self.install_transfer(out);
+            self.install_transfer(now, out);
         } else {
             self.request_next_chunk(out);
         }
@@ -268,6 +269,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_state_chunk(
         &mut self,
+        now: Now,
         header: &StateChunkHeader,
         body: &[u8],
         out: &mut Outbox,
@@ -299,7 +301,7 @@ impl<S: StateMachine> Replica<S> {
         let complete = (0..session.entries.len())
             .all(|i| session.received[i].len() as u64 == session.entries[i].len);
         if complete {
-            self.install_transfer(out);
+            self.install_transfer(now, out);
         } else {
             self.request_next_chunk(out);
         }
@@ -307,7 +309,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Verifies every artifact, then installs (§11.2 step 6, §11.3).
-    fn install_transfer(&mut self, out: &mut Outbox) {
+    fn install_transfer(&mut self, now: Now, out: &mut Outbox) {
         self.transfer.move_to(TransferStage::Installing);
         let session = self.transfer.session.take().expect("a session");
         let intact = session
@@ -409,7 +411,7 @@ impl<S: StateMachine> Replica<S> {
         self.checkpoint_forced = true;
         self.transfers_installed += 1;
         self.transfer.move_to(TransferStage::Idle);
-        self.commit_journal(Now::default(), out);
+        self.commit_journal(now, out);
         if self.status == Status::Normal && !self.is_primary() {
             let primary = self.primary_index(self.view);
             if self.commit_min < self.commit_max || self.has_holes() {

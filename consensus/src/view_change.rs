@@ -36,32 +36,18 @@ impl<S: StateMachine> Replica<S> {
     // ---- entering and escalating (§8.2) -----------------------------------------------------
 
     /// Enters (or escalates to) a view change for `new_view`.
-    pub(crate) fn start_view_change_to(&mut self, new_view: u32, out: &mut Outbox) {
+    pub(crate) fn start_view_change_to(&mut self, now: Now, new_view: u32, out: &mut Outbox) {
         assert!(new_view > self.view, "views never regress");
         self.view = new_view;
-        self.status = Status::ViewChange;
+        self.set_status(Status::ViewChange);
         self.vc = ViewChangeState::default();
         self.vc.svc_from = 1 << self.id.0;
-        self.leave_role();
-        self.timers.do_view_change.stop();
-        self.timers
-            .start_view_change
-            .start(self.config.view_change_retransmit_ticks);
-        let status_ticks = self.config.view_change_status_timeout_ticks;
-        let jitter = self.prng.up_to(status_ticks / 4);
-        self.timers.view_change_status.start(status_ticks + jitter);
-        if self.primary_index(new_view) != self.id {
-            self.timers
-                .request_start_view
-                .start(self.config.request_start_view_ticks);
-        } else {
-            self.timers.request_start_view.stop();
-        }
+        self.drop_role_work();
         self.persist_vsr_state(out);
         if self.is_vsr_durable() {
             self.broadcast_start_view_change(out);
         }
-        self.maybe_send_do_view_change(out);
+        self.maybe_send_do_view_change(now, out);
     }
 
     fn broadcast_start_view_change(&self, out: &mut Outbox) {
@@ -73,14 +59,14 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// View-change timers (§6): SVC/DVC retransmit and status escalation.
-    pub(crate) fn tick_view_change(&mut self, out: &mut Outbox) {
+    pub(crate) fn tick_view_change(&mut self, now: Now, out: &mut Outbox) {
         if self.status != Status::ViewChange {
             self.timers.start_view_change.stop();
             self.timers.do_view_change.stop();
             self.timers.view_change_status.stop();
             return;
         }
-        if self.timers.start_view_change.tick() {
+        if self.timers.start_view_change.fire() {
             self.timers
                 .start_view_change
                 .start(self.config.view_change_retransmit_ticks);
@@ -88,7 +74,7 @@ impl<S: StateMachine> Replica<S> {
                 self.broadcast_start_view_change(out);
             }
         }
-        if self.timers.do_view_change.tick() {
+        if self.timers.do_view_change.fire() {
             self.timers
                 .do_view_change
                 .start(self.config.view_change_retransmit_ticks);
@@ -97,11 +83,11 @@ impl<S: StateMachine> Replica<S> {
                 self.broadcast(out, &frame);
             }
         }
-        if self.timers.view_change_status.tick() {
-            self.start_view_change_to(self.view + 1, out);
+        if self.timers.view_change_status.fire() {
+            self.start_view_change_to(now, self.view + 1, out);
         }
         if self.vc.decided.is_some() {
-            self.try_start_pending_view(Now::default(), out);
+            self.try_start_pending_view(now, out);
         }
     }
 
@@ -116,19 +102,10 @@ impl<S: StateMachine> Replica<S> {
         self.repair.session = None;
     }
 
-    /// [`Self::drop_role_work`] plus the timers of normal operation (heartbeat, commit
-    /// broadcast, prepare retransmission).
-    pub(crate) fn leave_role(&mut self) {
-        self.drop_role_work();
-        self.timers.normal_heartbeat.stop();
-        self.timers.commit_message.stop();
-        self.timers.prepare.stop();
-    }
-
     /// The filter shared by StartViewChange and DoViewChange (§8.3, §16.2): a Recovering replica
     /// is quorum-invisible; a view below ours, or ours while Normal (a late retransmit), is old;
     /// a newer view is joined before the frame is recorded.
-    fn join_view_change(&mut self, view: u32, out: &mut Outbox) -> Result<(), Ignored> {
+    fn join_view_change(&mut self, now: Now, view: u32, out: &mut Outbox) -> Result<(), Ignored> {
         if self.status == Status::Recovering {
             return Err(Ignored::Status);
         }
@@ -136,25 +113,26 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::ViewOld);
         }
         if view > self.view {
-            self.start_view_change_to(view, out);
+            self.start_view_change_to(now, view, out);
         }
         Ok(())
     }
 
     pub(crate) fn on_start_view_change(
         &mut self,
+        now: Now,
         header: &StartViewChangeHeader,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        self.join_view_change(header.frame.view.get(), out)?;
+        self.join_view_change(now, header.frame.view.get(), out)?;
         self.vc.svc_from |= 1 << header.frame.replica;
-        self.maybe_send_do_view_change(out);
+        self.maybe_send_do_view_change(now, out);
         Ok(())
     }
 
     /// Sends own DVC once SVCs from a view-change quorum (own included) are recorded (the
     /// `Q_vc` rule of §4), evaluated after every change of the SVC set or the view.
-    fn maybe_send_do_view_change(&mut self, out: &mut Outbox) {
+    fn maybe_send_do_view_change(&mut self, now: Now, out: &mut Outbox) {
         // A replica that lost acknowledged state never votes (decision 28).
         if self.lost_state
             || self.status != Status::ViewChange
@@ -172,7 +150,7 @@ impl<S: StateMachine> Replica<S> {
             .start(self.config.view_change_retransmit_ticks);
         if self.primary_index(self.view) == self.id {
             self.vc.dvcs.entry(self.id.0).or_insert(dvc);
-            self.try_merge(out);
+            self.try_merge(now, out);
         }
     }
 
@@ -261,11 +239,12 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_do_view_change(
         &mut self,
+        now: Now,
         header: &DoViewChangeHeader,
         suffix: &Suffix<'_>,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        self.join_view_change(header.frame.view.get(), out)?;
+        self.join_view_change(now, header.frame.view.get(), out)?;
         if self.primary_index(self.view) != self.id {
             return Ok(());
         }
@@ -309,7 +288,7 @@ impl<S: StateMachine> Replica<S> {
             let (_, dvc) = self.build_do_view_change();
             self.vc.dvcs.insert(self.id.0, dvc);
         }
-        self.try_merge(out);
+        self.try_merge(now, out);
         Ok(())
     }
 
@@ -322,7 +301,7 @@ impl<S: StateMachine> Replica<S> {
         q
     }
 
-    fn try_merge(&mut self, out: &mut Outbox) {
+    fn try_merge(&mut self, now: Now, out: &mut Outbox) {
         if self.vc.decided.is_some() || self.vc.dvcs.len() < quorum::view_change(self.n) {
             return;
         }
@@ -332,14 +311,14 @@ impl<S: StateMachine> Replica<S> {
                 if merged.op_head - merged.commit_max > self.config.prepare_queue_depth as u64 {
                     return;
                 }
-                self.on_merged(merged, out);
+                self.on_merged(now, merged, out);
             }
             Outcome::AwaitingRepair | Outcome::Deadlocked => {}
         }
     }
 
     /// §8.7 steps 1-4: latch, reconcile, then repair or start.
-    fn on_merged(&mut self, merged: Merged, out: &mut Outbox) {
+    fn on_merged(&mut self, now: Now, merged: Merged, out: &mut Outbox) {
         self.commit_max = self.commit_max.max(merged.commit_max);
         self.pipeline.clear();
         self.reconcile(&merged.headers, merged.op_head, out);
@@ -358,7 +337,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.vc.decided = Some(merged);
         self.timers.do_view_change.stop();
-        self.try_start_pending_view(Now::default(), out);
+        self.try_start_pending_view(now, out);
     }
 
     /// The first op in `(commit_min, op_head]` the journal lacks durably, if any.
@@ -428,7 +407,7 @@ impl<S: StateMachine> Replica<S> {
     /// §8.7 step 5.
     fn start_pending_view(&mut self, now: Now, out: &mut Outbox) {
         let merged = self.vc.decided.take().expect("a decided log");
-        self.status = Status::Normal;
+        self.set_status(Status::Normal);
         self.ceded = false;
         self.log_view = self.view;
         self.op = merged.op_head;
@@ -451,10 +430,6 @@ impl<S: StateMachine> Replica<S> {
         self.view_headers.clear();
         self.vc = ViewChangeState::default();
         self.repair.session = None;
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
-        self.timers.request_start_view.stop();
         self.timers.normal_heartbeat.stop();
         self.timers
             .commit_message
@@ -608,6 +583,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(crate) fn on_start_view(
         &mut self,
+        now: Now,
         header: &StartViewHeader,
         suffix: Option<&Suffix<'_>>,
         out: &mut Outbox,
@@ -627,15 +603,11 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
-        self.timers.request_start_view.stop();
-        self.timers.start_view_change.stop();
-        self.timers.do_view_change.stop();
-        self.timers.view_change_status.stop();
         self.timers.commit_message.stop();
         self.timers.prepare.stop();
         self.view = view;
         self.log_view = view;
-        self.status = Status::Normal;
+        self.set_status(Status::Normal);
         self.ceded = false;
         self.commit_max = self.commit_max.max(header.commit.get());
         self.vc = ViewChangeState::default();
@@ -684,9 +656,9 @@ impl<S: StateMachine> Replica<S> {
         }
         self.persist_vsr_state(out);
         if self.is_vsr_durable() {
-            self.send_gated(out);
+            self.send_gated(now, out);
         }
-        self.commit_journal(Now::default(), out);
+        self.commit_journal(now, out);
         if self.commit_min < self.commit_max || self.has_holes() {
             self.start_repair(primary, out);
         }
@@ -780,7 +752,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Sends what the durable gate withheld, now that `(view, log_view)` is durable (§8.10).
-    pub(crate) fn send_gated(&mut self, out: &mut Outbox) {
+    pub(crate) fn send_gated(&mut self, now: Now, out: &mut Outbox) {
         match self.status {
             Status::ViewChange => {
                 self.broadcast_start_view_change(out);
@@ -788,7 +760,7 @@ impl<S: StateMachine> Replica<S> {
                     let (frame, _) = self.build_do_view_change();
                     self.broadcast(out, &frame);
                 } else {
-                    self.maybe_send_do_view_change(out);
+                    self.maybe_send_do_view_change(now, out);
                 }
             }
             Status::Normal if self.is_primary() => self.send_start_view_to(None, 0, out),

@@ -33,6 +33,22 @@ fn start_view_change_leaves_only_once_the_view_is_durable() {
     assert_eq!(persisted(&mut b), broadcast(3, 1, &svc(1, 1)));
 }
 
+/// Timers are counted down first and fired after: the StartViewChange retransmit timer, started
+/// by the heartbeat timeout's handler, runs its whole 50 ticks (it fired after 49 when firing
+/// and counting down interleaved within a tick).
+#[test]
+fn a_timer_started_by_a_firing_timer_runs_its_whole_period() {
+    let mut b = in_view_change(2);
+    persisted(&mut b);
+    let retransmit = crate::constants::VIEW_CHANGE_RETRANSMIT_TICKS_DEFAULT;
+    for tick in 1..retransmit {
+        let (_, effects) = input(&mut b, crate::io::Input::Tick);
+        assert_eq!(effects, vec![], "tick {tick}");
+    }
+    let (_, effects) = input(&mut b, crate::io::Input::Tick);
+    assert_eq!(effects, broadcast(3, 2, &svc(1, 2)), "tick {retransmit}");
+}
+
 #[test]
 fn svc_quorum_triggers_the_dvc_and_the_primary_elect_starts_the_view() {
     // Replica 1 is the primary-elect of view 1.
@@ -447,4 +463,12 @@ fn bug_knob_a_volatile_truncation_ceiling_nacks_an_acked_op_after_a_restart() {
         op_4_after_a_restart(b),
         crate::merge::Slot::HeldNack { .. }
     ));
+}
+
+/// Status moves outside the table are bugs: a view change never falls back to Recovering.
+#[test]
+#[should_panic(expected = "status move ViewChange -> Recovering")]
+fn a_status_move_outside_the_table_panics() {
+    let mut b = in_view_change(2);
+    b.set_status(Status::Recovering);
 }

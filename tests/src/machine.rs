@@ -40,11 +40,11 @@ impl StateMachine for SimMachine {
             header: *header,
             body_digest: wire::integrity::xxh3(body),
         });
-        if header.operation == wire::Operation::SendMessages.byte() && body.len() >= 256 {
-            // The stamped batch: base offset at 8, message count at 48 (client-plane.md §8.1).
-            let base = u64::from_le_bytes(body[8..16].try_into().expect("8 bytes"));
-            let count = u32::from_le_bytes(body[48..52].try_into().expect("4 bytes"));
-            self.offset_end = self.offset_end.max(base + u64::from(count));
+        if header.operation == wire::Operation::SendMessages.byte()
+            && let Some(batch) = wire::batch::peek(body)
+        {
+            // The stamped batch (client-plane.md §8.1).
+            self.offset_end = self.offset_end.max(batch.end_offset());
         }
         self.inner.apply(header, body, reply);
     }
@@ -85,42 +85,17 @@ impl StateMachine for SimMachine {
 /// the given payload seed; partition id, base offset and base timestamp zero (the server stamps
 /// them), checksums computed over those zeros.
 pub fn send_messages_batch(count: u32, payload_seed: u64, origin_timestamp: u64) -> Vec<u8> {
-    let mut frames = Vec::new();
-    let mut checksums = Vec::new();
-    for i in 0..count {
-        let payload = (payload_seed ^ u64::from(i)).to_le_bytes();
-        let mut frame = vec![0u8; 48];
-        let id = (u128::from(payload_seed) << 32) | u128::from(i) | 1;
-        frame[8..24].copy_from_slice(&id.to_le_bytes());
-        frame[24..28].copy_from_slice(&i.to_le_bytes());
-        frame[28..32].copy_from_slice(&0u32.to_le_bytes());
-        frame[32..36].copy_from_slice(&0u32.to_le_bytes());
-        frame[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&payload);
-        let checksum = wire::integrity::xxh3(&frame[8..]);
-        frame[0..8].copy_from_slice(&checksum.to_le_bytes());
-        checksums.push(checksum);
-        frames.extend_from_slice(&frame);
-    }
-    let batch_length = (256 + frames.len()) as u64;
-    let mut header = vec![0u8; 256];
-    header[24..32].copy_from_slice(&origin_timestamp.to_le_bytes());
-    header[32..40].copy_from_slice(&batch_length.to_le_bytes());
-    header[48..52].copy_from_slice(&count.to_le_bytes());
-    let mut input = Vec::new();
-    input.extend_from_slice(&header[0..8]);
-    input.extend_from_slice(&header[8..16]);
-    input.extend_from_slice(&header[16..24]);
-    input.extend_from_slice(&header[24..32]);
-    input.extend_from_slice(&header[32..40]);
-    input.extend_from_slice(&header[48..52]);
-    for c in checksums {
-        input.extend_from_slice(&c.to_le_bytes());
-    }
-    let batch_checksum = wire::integrity::xxh3(&input);
-    header[40..48].copy_from_slice(&batch_checksum.to_le_bytes());
-    header.extend_from_slice(&frames);
-    header
+    let payloads: Vec<[u8; 8]> = (0..count)
+        .map(|i| (payload_seed ^ u64::from(i)).to_le_bytes())
+        .collect();
+    let messages: Vec<(u128, &[u8])> = (0..count)
+        .zip(&payloads)
+        .map(|(i, payload)| {
+            let id = (u128::from(payload_seed) << 32) | u128::from(i) | 1;
+            (id, payload.as_slice())
+        })
+        .collect();
+    wire::batch::build_messages(0, 0, 0, origin_timestamp, &messages)
 }
 
 /// A SendMessages request body (client-plane.md §8.1): the envelope (`metadata_length`, stream
@@ -134,7 +109,8 @@ pub fn send_messages_request(stream: u32, topic: u32, partition: u32, batch: &[u
     }
     meta.extend_from_slice(&[2, 4]);
     meta.extend_from_slice(&partition.to_le_bytes());
-    meta.extend_from_slice(&batch[48..52]);
+    let count = wire::batch::peek(batch).map_or(0, |header| header.message_count);
+    meta.extend_from_slice(&count.to_le_bytes());
     let mut body = (meta.len() as u32).to_le_bytes().to_vec();
     body.extend_from_slice(&meta);
     body.extend_from_slice(batch);
@@ -148,8 +124,9 @@ mod tests {
     #[test]
     fn batch_tiles_exactly() {
         let b = send_messages_batch(3, 9, 1_000);
-        let len = u64::from_le_bytes(b[32..40].try_into().unwrap());
-        assert_eq!(len as usize, b.len());
+        let header = wire::batch::verify(&b).unwrap();
+        assert_eq!(header.length as usize, b.len());
+        assert_eq!(header.origin_timestamp, 1_000);
         assert_eq!(b.len(), 256 + 3 * (48 + 8));
     }
 }

@@ -981,7 +981,11 @@ impl Sim {
         let Some(header) = frame.header_bytes() else {
             return;
         };
-        let view = u32::from_le_bytes(header[52..56].try_into().expect("4 bytes"));
+        let view = <wire::header::GenericHeader as wire::header::Layout>::view(header)
+            .expect("a whole header")
+            .frame
+            .view
+            .get();
         match command {
             // A lost replica's view probe (decision 61) asks for no prepare: not a repair.
             Command::RequestPrepares => {

@@ -289,7 +289,14 @@ impl<'a> Message<'a> {
 
     /// The sender's replica id (byte 61); for prepares, the primary that built them.
     pub fn replica(&self) -> u8 {
-        self.header_bytes()[61]
+        self.frame().replica
+    }
+
+    /// Bytes 0..128 of the frame's header, common to every command (wire.md §4).
+    pub fn frame(&self) -> &'a crate::header::FrameHeader {
+        &crate::header::GenericHeader::view(self.header_bytes())
+            .expect("a header is 256 bytes")
+            .frame
     }
 
     /// The frame's 256 header bytes, as received.

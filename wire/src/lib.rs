@@ -5,6 +5,7 @@
 //! answered with a typed error, never a panic.
 //!
 //! Map:
+//! - [`batch`]: the SendMessages batch layout (client-plane.md §8.1).
 //! - [`header`]: zero-copy views of the 256-byte header for every command, with their layouts.
 //! - [`command`], [`operation`]: the command and operation registries.
 //! - [`integrity`]: frame seal, prepare identity, body digests.
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod cluster;
 pub mod command;
 pub mod decode;

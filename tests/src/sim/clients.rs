@@ -3,7 +3,7 @@
 //! are checked against what committed.
 
 use consensus::GroupId;
-use wire::header::{Layout, RequestHeader};
+use wire::header::{EvictionHeader, Layout, RequestHeader};
 use wire::{Command, Operation};
 
 use super::{Outstanding, Sim};
@@ -159,7 +159,10 @@ impl Sim {
         let n = self.swarm.replicas;
         if frame.get(60) == Some(&Command::Eviction.byte()) {
             let c = &mut self.clients[i];
-            let evicted_client = u128::from_le_bytes(frame[128..144].try_into().expect("16 bytes"));
+            let Some(eviction) = EvictionHeader::view(frame) else {
+                return;
+            };
+            let evicted_client = eviction.client.get();
             if evicted_client == c.id && c.session != 0 {
                 // The session is gone: log in again under a fresh client id (the SDK does).
                 self.client_index.remove(&c.id);
@@ -214,7 +217,7 @@ impl Sim {
                 if code == 58 {
                     // A status denial carries the responder's view: follow it to its primary
                     // (rotate if that is where we are). A result section carries no view.
-                    let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
+                    let view = h.frame.view.get();
                     let hinted = (view % u32::from(n)) as u8;
                     c.target = if status == 0 || hinted == c.target {
                         (c.target + 1) % n
@@ -242,7 +245,7 @@ impl Sim {
             }
             return;
         }
-        let view = u32::from_le_bytes(frame[52..56].try_into().expect("4 bytes"));
+        let view = h.frame.view.get();
         let mut masked = frame.to_vec();
         masked[0..16].fill(0);
         masked[52..56].fill(0);
