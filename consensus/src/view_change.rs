@@ -321,6 +321,16 @@ impl<S: StateMachine> Replica<S> {
     fn on_merged(&mut self, now: Now, merged: Merged, out: &mut Outbox) {
         self.commit_max = self.commit_max.max(merged.commit_max);
         self.pipeline.clear();
+        // The merged log is this view's log (decisions 50, 51): a cut it proves is made durable
+        // under `log_view = view` with the merged headers. With the old log_view, a crash
+        // before the view starts would leave the old view's log_view vouching for a log that
+        // lost an op acknowledged in that view (fresh seed 6294941059973890987, n = 2).
+        self.log_view = self.view;
+        self.view_headers = merged
+            .headers
+            .range(self.commit_min + 1..)
+            .map(|(op, h)| (*op, *h))
+            .collect();
         self.reconcile(&merged.headers, merged.op_head, out);
         self.view_headers = merged
             .headers
@@ -335,6 +345,7 @@ impl<S: StateMachine> Replica<S> {
         } else if let Some(checksum) = self.checksum_at(merged.op_head) {
             self.last_checksum = checksum;
         }
+        self.persist_vsr_state(out);
         self.vc.decided = Some(merged);
         self.timers.do_view_change.stop();
         self.try_start_pending_view(now, out);
