@@ -779,11 +779,6 @@ mod tests {
     fn storage_effects_run_in_emission_order() {
         on_executor(|| async {
             let disk = MemStorage::new();
-            let booted = boot(&disk).await;
-            let gauges = Arc::new(Gauges::default());
-            let queue = Rc::new(StorageQueue::default());
-            let inbox = Rc::new(Inbox::new(gauges.clone()));
-            let fatal = Rc::new(RefCell::new(None));
             let p1 = prepare(1, 0, 1);
             let p2 = prepare(2, identity_of(&p1), 2);
             let p3 = prepare(3, identity_of(&p2), 3);
@@ -831,24 +826,7 @@ mod tests {
                     prepare: (identity_of(&p1), 1_001),
                 },
             ];
-            for op in ops {
-                queue.push(op);
-            }
-            queue.close();
-            storage_task(
-                booted.disk,
-                queue,
-                inbox.clone(),
-                fatal.clone(),
-                gauges,
-                None,
-            )
-            .await;
-            assert_eq!(*fatal.borrow(), None);
-            let mut done = Vec::new();
-            while let Some(Event::Done(c)) = inbox.pop() {
-                done.push(c);
-            }
+            let done = execute(&disk, ops).await;
             assert_eq!(
                 done,
                 vec![
