@@ -7,6 +7,7 @@
 pub mod boot;
 pub mod client;
 pub mod config;
+pub mod groups;
 pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;
