@@ -63,6 +63,12 @@ struct StartArgs {
     /// The data directory (default: system.path).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Rejoin as a replica that lost its state: format the (empty) data directory with
+    /// lost_state set, so the node never votes or helps form a quorum until it holds the
+    /// current view's log again. Use it after wiping or replacing a damaged directory of a
+    /// node that has run in this cluster; refused on a directory that holds data.
+    #[arg(long)]
+    rejoin: bool,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +134,8 @@ mod tests {
         assert_eq!((args.shards, args.cores), (Some(2), None));
         let args = start(&[]);
         assert_eq!((args.shards, args.cores, args.data_dir), (None, None, None));
+        assert!(!args.rejoin);
+        assert!(start(&["--rejoin"]).rejoin);
     }
 
     #[test]

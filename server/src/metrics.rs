@@ -27,6 +27,8 @@ pub struct Gauges {
     commit_max: AtomicU64,
     commit_min: AtomicU64,
     op: AtomicU64,
+    /// 1 while the replica is in lost state (decisions 28, 191): it never votes or acks.
+    lost_state: AtomicU64,
     /// Transitions into view-change status seen by the pump.
     view_changes: AtomicU64,
     /// Checkpoints made durable.
@@ -60,6 +62,8 @@ impl Gauges {
         self.commit_min
             .store(replica.commit_min(), Ordering::Relaxed);
         self.op.store(replica.op(), Ordering::Relaxed);
+        self.lost_state
+            .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
     }
 
     /// One durable metadata append and how long it took (write + fdatasync of slot and ring).
@@ -85,7 +89,7 @@ pub fn render(sources: &Sources) -> String {
     let g = &sources.gauges;
     let mut out = String::new();
     let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let gauges: [(&str, &str, &AtomicU64); 7] = [
+    let gauges: [(&str, &str, &AtomicU64); 8] = [
         ("view", "the group's current view", &g.view),
         (
             "log_view",
@@ -105,6 +109,11 @@ pub fn render(sources: &Sources) -> String {
         ("commit_max", "highest op known committed", &g.commit_max),
         ("commit_min", "highest op applied here", &g.commit_min),
         ("op", "highest op in the log", &g.op),
+        (
+            "lost_state",
+            "1 while this replica lost its state and may not vote (it rejoins)",
+            &g.lost_state,
+        ),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP strand_{name} {help}.");
