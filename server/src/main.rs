@@ -2,10 +2,11 @@
 //!
 //! `strand start` validates the config, boots the shard executors, the replica plane and the
 //! metadata replica on shard 0 from its data directory, and serves `/metrics`; `strand dev` runs
-//! a local cluster of such nodes; `strand inspect` decodes wire bytes. Partition groups and the
+//! a local cluster of such nodes; `strand inspect` decodes wire bytes and data directories. Partition groups and the
 //! client plane are not wired yet.
 
 mod inspect;
+mod inspect_dir;
 mod node;
 
 use std::path::PathBuf;
@@ -39,7 +40,7 @@ enum Command {
     /// The nodes form a cluster and replicate the metadata group (partially wired, as `strand
     /// start`); Ctrl-C stops them.
     Dev(DevArgs),
-    /// Decode wire bytes for operators.
+    /// Decode wire bytes and data directories for operators.
     #[command(subcommand)]
     Inspect(inspect::Inspect),
 }

@@ -275,6 +275,7 @@ fn a_changed_shard_count_refuses_naming_the_stamp() {
     let data = dir.join("data");
     let run = |shards: &str| {
         Command::new(env!("CARGO_BIN_EXE_strand"))
+            .env("STRAND_TEST_REGISTER_INTERVAL_MS", "20")
             .args(["start", "--config"])
             .arg(&config_path)
             .args(["--replica-id", "0", "--shards", shards, "--data-dir"])
@@ -286,7 +287,7 @@ fn a_changed_shard_count_refuses_naming_the_stamp() {
     };
     let wait_ready = |child: &mut std::process::Child| {
         let start = Instant::now();
-        while metrics(ports[1]).is_none() {
+        while metrics(ports[1]).is_none_or(|m| m["commit_min"] < 3) {
             assert!(start.elapsed() < BOUND, "node not ready");
             assert!(child.try_wait().unwrap().is_none(), "node exited");
             std::thread::sleep(Duration::from_millis(100));
@@ -310,5 +311,76 @@ fn a_changed_shard_count_refuses_naming_the_stamp() {
     }
     assert_eq!(std::fs::read(data.join("strand.cluster")).unwrap(), stamp);
     wait_ready(&mut run("1"));
+    inspect_prints_the_directory(&data);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `strand inspect data-dir` on a directory a node ran in (its metadata group committed), with
+/// a partition WAL and segment files laid beside it: the stamp, the superblock copies and the
+/// chosen state, the journal head, the WAL's durable end, its files and the segment ranges;
+/// it writes nothing.
+fn inspect_prints_the_directory(data: &Path) {
+    use journal::storage::block_on;
+    let wal_dir = data.join("shard-1").join("wal");
+    let storage = journal::FileStorage::new(&wal_dir, false).unwrap();
+    let config = journal::wal::WalConfig {
+        file_size_max: 256 * 1024,
+        window_bytes_max: 64 * 1024,
+        window_us_max: 500,
+    };
+    let (mut wal, _) = block_on(journal::wal::PartitionWal::open(storage, config, |_| {})).unwrap();
+    for i in 0..3u8 {
+        block_on(wal.append(7, &[i; 300], 0)).unwrap();
+    }
+    block_on(wal.record_end()).unwrap();
+    drop(wal);
+    for base in [0u64, 100] {
+        std::fs::write(wal_dir.join(format!("p7-{base:020}.log")), [1u8; 10]).unwrap();
+    }
+    let before = tree(data);
+    let output = Command::new(env!("CARGO_BIN_EXE_strand"))
+        .args(["inspect", "data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for needle in [
+        "cluster_name = \"shards-e2e\"",
+        "shards = 1",
+        "replica_lanes = 16",
+        "copy 0: sequence",
+        "copy 3: sequence",
+        "chosen: sequence",
+        "lost_state false",
+        "head ",
+        "partition WAL",
+        "durable end: durable lsn 3",
+        "wal.0000000001",
+        "segments \"p7-\"",
+        "offsets 0..100: 10 bytes",
+        "offsets 100..: 10 bytes (newest)",
+    ] {
+        assert!(text.contains(needle), "no `{needle}` in:\n{text}");
+    }
+    assert_eq!(tree(data), before, "inspect wrote to the directory");
+}
+
+/// Every file under `dir` with its bytes.
+fn tree(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(tree(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out.sort();
+    out
 }
