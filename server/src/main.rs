@@ -194,6 +194,47 @@ mod tests {
         assert_eq!(dev(&["--replicas", "10"]), Err(ErrorKind::ValueValidation));
     }
 
+    /// The README's flag table names every subcommand and every long flag the CLI accepts, so
+    /// it cannot drift from the code (issue 10 item 7).
+    #[test]
+    fn the_readme_names_every_command_and_flag() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let table: String = readme
+            .lines()
+            .filter(|l| l.starts_with("| `strand ") || l.starts_with("| `--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        fn walk(command: &clap::Command, path: &str, table: &str, seen: &mut usize) {
+            for sub in command.get_subcommands() {
+                let path = format!("{path} {}", sub.get_name());
+                assert!(
+                    table.contains(&format!("`{path}")),
+                    "README lacks `{path}`:\n{table}"
+                );
+                *seen += 1;
+                for arg in sub.get_arguments() {
+                    if let Some(long) = arg.get_long() {
+                        assert!(
+                            table.contains(&format!("--{long}")),
+                            "README lacks `{path} --{long}`:\n{table}"
+                        );
+                        *seen += 1;
+                    }
+                }
+                walk(sub, &path, table, seen);
+            }
+        }
+        let mut seen = 0;
+        walk(
+            &<Cli as clap::CommandFactory>::command(),
+            "strand",
+            &table,
+            &mut seen,
+        );
+        assert!(seen >= 12, "{seen}");
+    }
+
     #[test]
     fn help_says_what_is_not_wired() {
         let mut command = <Cli as clap::CommandFactory>::command();
