@@ -226,7 +226,8 @@ pub enum BootError {
     /// with the superblock (`journal::boot::boot_metadata`).
     #[error(
         "{path}: {error}; refusing to start (rule: journal.md G5/G6 and section 3.5, \
-         docs/decisions.md 91; never reformatted)"
+         docs/decisions.md 91; never reformatted; if the data is lost, move the directory aside \
+         and start with an empty one and --rejoin, decision 191)"
     )]
     Recover {
         /// The metadata directory.
@@ -249,8 +250,8 @@ pub enum BootError {
     /// A damaged journal entry lies below an intact one: it may have been acknowledged.
     #[error(
         "{path}: prepare at op {op} is damaged below intact entries; refusing to start \
-         (rule: journal.md G3, acknowledged data is never cut; wipe the directory to rejoin as \
-         lost state)"
+         (rule: journal.md G3, acknowledged data is never cut; move the directory aside and \
+         start with an empty one and --rejoin to rejoin as lost state, docs/decisions.md 191)"
     )]
     InteriorDamage {
         /// The journal's directory.

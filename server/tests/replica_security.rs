@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use wire::HEADER_SIZE;
 use wire::handshake::{
-    Binding, Dialer, DialerConfig, Keys, NONCE_LEN, Step, finish_frame, hello_frame,
+    Binding, Dialer, DialerConfig, Direction, Keys, NONCE_LEN, Step, Transcript, finish_frame,
+    hello_frame,
 };
 
 const SECRET: &str = "a-test-shared-secret-of-32-bytes-or-more";
@@ -213,9 +214,19 @@ fn refused_peers_and_bad_frames_close_only_their_connection() {
         stream
             .write_all(&hello_frame(cluster, 0, &NONCE, 2))
             .unwrap();
-        let _challenge = read_frame(&mut stream);
-        let wrong = Keys::new(&[0x42; 32], None).unwrap();
-        let forged = wrong.sign(&[0u8; wire::handshake::TRANSCRIPT_LEN]);
+        let challenge = read_frame(&mut stream);
+        // The finish a peer holding another secret would send: the real transcript (both
+        // nonces, plaintext binding), MACed with its key.
+        let transcript = Transcript {
+            cluster,
+            dialer_id: 0,
+            acceptor_id: 2,
+            nonce_d: NONCE,
+            nonce_a: challenge[128..160].try_into().unwrap(),
+            binding: Binding::Plaintext,
+        };
+        let wrong = Keys::new(b"another-secret-of-at-least-32-bytes!", None).unwrap();
+        let forged = wrong.sign(&transcript.bytes(Direction::Dialer));
         stream
             .write_all(&finish_frame(cluster, 0, &forged))
             .unwrap();
