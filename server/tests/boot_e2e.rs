@@ -204,6 +204,10 @@ fn a_wiped_node_rejoins_in_lost_state_and_never_helps_form_a_quorum() {
         wait_until("the rejoining node answers", &pair, &logs, |_| true);
         // The primary keeps proposing (the hook) and retransmitting to the rejoining node for
         // a while; its commit point never moves, the lost node never acks or leads.
+        let frames_in = |http: u16| {
+            scrape(http).map_or(0, |all| all["strand_replica_frames_in_total{shard=\"0\"}"])
+        };
+        let heard_before = frames_in(nodes[wiped].http);
         let watched = Instant::now();
         let mut samples = 0;
         let mut lost = Vec::new();
@@ -221,6 +225,15 @@ fn a_wiped_node_rejoins_in_lost_state_and_never_helps_form_a_quorum() {
             std::thread::sleep(Duration::from_millis(200));
         }
         assert!(samples >= 5, "too few samples: {samples}");
+        // The lost node was connected and heard the primary throughout (its answers to the
+        // view probes, its prepares and commits): the commit point stood still for want of an
+        // ack, not of a connection.
+        let heard = frames_in(nodes[wiped].http) - heard_before;
+        eprintln!("the rejoining node heard {heard} frames while in lost state");
+        assert!(
+            heard >= 10,
+            "the rejoining node heard {heard} frames in the window"
+        );
         // Throughout: lost state, not primary, recovering.
         assert!(lost.iter().all(|s| *s == (1, 0, 2)), "{lost:?}");
         let booted = log_lines(&logs, "metadata group recovered");
