@@ -229,3 +229,40 @@ fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
     )?;
     stream.flush()
 }
+
+#[cfg(test)]
+mod readme_tests {
+    use super::*;
+
+    /// Every metric name the endpoint renders is documented in the README's metrics section
+    /// (the replica-plane rows may abbreviate `strand_replica_X` as `_X`), so the names cannot
+    /// drift from the code (issue 10 item 7).
+    #[test]
+    fn the_readme_documents_every_metric() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let text = render(&Sources {
+            gauges: Arc::new(Gauges::default()),
+            planes: vec![Arc::new(Counters::default())],
+        });
+        let names: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("strand_"))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        assert!(names.len() > 20, "{names:?}");
+        let missing: Vec<&&str> = names
+            .iter()
+            .filter(|n| {
+                !readme.contains(&format!("`{n}`")) && !readme.contains(&format!("`{n}{{")) && {
+                    let short = n.strip_prefix("strand_replica").unwrap_or(n);
+                    !readme.contains(&format!("`{short}`"))
+                }
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "metrics missing from the README: {missing:?}"
+        );
+    }
+}
