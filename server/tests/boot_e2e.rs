@@ -241,6 +241,22 @@ fn a_wiped_node_rejoins_in_lost_state_and_never_helps_form_a_quorum() {
             booted.last().unwrap().contains("lost_state=true"),
             "{booted:?}"
         );
+        // Killed while still lost and restarted without the flag: its superblock remembers
+        // (decision 48), so it is lost again and the commit point still stands.
+        kill(&mut nodes[wiped]);
+        spawn(&config_path, &mut nodes[wiped], &logs, &[]);
+        let again = wait_until(
+            "the lost node restarts in lost state",
+            &[&nodes[primary], &nodes[wiped]],
+            &logs,
+            |all| all[1]["lost_state"] == 1,
+        );
+        assert_eq!(again[0]["commit_max"], stuck_at, "{again:?}");
+        let booted = log_lines(&logs, "metadata group recovered");
+        assert!(
+            booted.last().unwrap().contains("lost_state=true"),
+            "{booted:?}"
+        );
 
         // The other backup returns: a quorum of remembering nodes; the lost node catches up.
         spawn(&config_path, &mut nodes[other], &logs, &[]);
