@@ -61,7 +61,7 @@
 
 use wire::integrity::xxh3;
 
-pub use end::{END_FILE, EndFault, WalEnd};
+pub use end::{END_FILE, EndFault, EndRecord, WalEnd, open as open_end};
 
 use crate::file::AlignedBuf;
 use crate::storage::{

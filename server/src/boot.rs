@@ -27,7 +27,7 @@
 //! core's durable state maps onto the superblock ([`core_state`], [`persisted_state`]); both
 //! follow the simulator's adapter (`tests/src/storage.rs`) field for field.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ use journal::boot::boot_metadata;
 use journal::metadata::{JournalConfig, JournalError, MetadataJournal, SlotState};
 use journal::storage::Storage;
 use journal::superblock::{Identity, Superblock, ViewHeader, VsrState as DiskState};
-use wire::header::{Layout, PrepareHeader};
+use wire::header::{Layout as _, PrepareHeader};
 use wire::manifest::ArtifactKind;
 
 /// The stamp file's name in the data directory.
@@ -64,9 +64,24 @@ pub struct Stamp {
     pub replica_id: u8,
     /// Entries in `[[cluster.nodes]]`.
     pub replica_count: u8,
+    /// What the partition layout under the directory depends on (decision 192).
+    pub layout: ShardLayout,
 }
 
-/// The stamp file's TOML form.
+/// What places a partition group's data under the data directory: its lane is
+/// `lane(group, replica_lanes)` and its shard directory `shard-{lane mod shards}` (README
+/// decision 2, `shard::mapping`). Both are recorded in the stamp; a change of either would
+/// look for a group's WAL records, segments and superblock under another shard's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardLayout {
+    /// Shards the node runs (`--shards`, `--cores` or `system.sharding`).
+    pub shards: u16,
+    /// `cluster.replica_lanes`.
+    pub replica_lanes: u16,
+}
+
+/// The stamp file's TOML form. `shards` and `replica_lanes` are absent from stamps written
+/// before decision 192; such a stamp is completed (rewritten durably) at its next boot.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StampFile {
@@ -74,6 +89,10 @@ struct StampFile {
     cluster_id: String,
     replica_id: u8,
     replica_count: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shards: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    replica_lanes: Option<u16>,
 }
 
 impl Stamp {
@@ -83,6 +102,8 @@ impl Stamp {
             cluster_id: format!("{:#034x}", self.cluster_id),
             replica_id: self.replica_id,
             replica_count: self.replica_count,
+            shards: Some(self.layout.shards),
+            replica_lanes: Some(self.layout.replica_lanes),
         };
         format!(
             "# Written once when this directory was formatted; never edit it.\n{}",
@@ -90,14 +111,28 @@ impl Stamp {
         )
     }
 
-    fn decode(text: &str) -> Option<Stamp> {
+    /// The stamp and its recorded layout (`None` for a stamp from before decision 192).
+    fn decode(text: &str) -> Option<(Stamp, Option<ShardLayout>)> {
         let file: StampFile = toml::from_str(text).ok()?;
-        Some(Stamp {
+        let layout = match (file.shards, file.replica_lanes) {
+            (Some(shards), Some(replica_lanes)) => Some(ShardLayout {
+                shards,
+                replica_lanes,
+            }),
+            (None, None) => None,
+            _ => return None,
+        };
+        let stamp = Stamp {
             cluster_name: file.cluster_name,
             cluster_id: u128::from_str_radix(file.cluster_id.strip_prefix("0x")?, 16).ok()?,
             replica_id: file.replica_id,
             replica_count: file.replica_count,
-        })
+            layout: layout.unwrap_or(ShardLayout {
+                shards: 0,
+                replica_lanes: 0,
+            }),
+        };
+        Some((stamp, layout))
     }
 
     /// The superblock identity this stamp demands.
@@ -144,6 +179,36 @@ pub enum BootError {
         /// What the config says.
         expected: String,
     },
+    /// The node runs another shard count or lane count than the directory was formatted with.
+    #[error(
+        "{path}: the data directory was formatted for {recorded}, but this node now runs \
+         {configured}; refusing to start (rule: a partition group's data lives under \
+         shard-(lane mod shards) with lane = lane(group, replica_lanes), so a changed count would \
+         look for it under another shard's directory, docs/decisions.md 192). Start it with \
+         {recorded} again (`--shards`, `--cores` or system.sharding; cluster.replica_lanes), or \
+         move the directory aside and rejoin with an empty one and `--rejoin`"
+    )]
+    LayoutChanged {
+        /// The stamp.
+        path: PathBuf,
+        /// What the stamp records.
+        recorded: String,
+        /// What the node runs now.
+        configured: String,
+    },
+    /// `--rejoin` on a directory that holds a node's state.
+    #[error(
+        "{path}: --rejoin formats an empty data directory as a replica that lost its state, but \
+         this directory already holds one ({what}); refusing to start (rule: never formatted \
+         over data, docs/decisions.md 191). Drop --rejoin to boot from it (a rejoin that has not \
+         finished is remembered in its superblock), or move it aside to rejoin empty"
+    )]
+    RejoinOverData {
+        /// The data directory.
+        path: PathBuf,
+        /// What was found.
+        what: String,
+    },
     /// Metadata exists but the stamp is gone.
     #[error(
         "{path}: missing, but {data} holds metadata; refusing to start (rule: only a \
@@ -161,7 +226,8 @@ pub enum BootError {
     /// with the superblock (`journal::boot::boot_metadata`).
     #[error(
         "{path}: {error}; refusing to start (rule: journal.md G5/G6 and section 3.5, \
-         docs/decisions.md 91; never reformatted)"
+         docs/decisions.md 91; never reformatted; if the data is lost, move the directory aside \
+         and start with an empty one and --rejoin, decision 191)"
     )]
     Recover {
         /// The metadata directory.
@@ -184,8 +250,8 @@ pub enum BootError {
     /// A damaged journal entry lies below an intact one: it may have been acknowledged.
     #[error(
         "{path}: prepare at op {op} is damaged below intact entries; refusing to start \
-         (rule: journal.md G3, acknowledged data is never cut; wipe the directory to rejoin as \
-         lost state)"
+         (rule: journal.md G3, acknowledged data is never cut; move the directory aside and \
+         start with an empty one and --rejoin to rejoin as lost state, docs/decisions.md 191)"
     )]
     InteriorDamage {
         /// The journal's directory.
@@ -211,13 +277,48 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
     }
 }
 
+/// Refuses `--rejoin` unless `data` has never held a node (no stamp, no `shard-0`): rejoining
+/// formats, and nothing formats over data (decision 191).
+pub fn check_rejoin(data: &Path) -> Result<(), BootError> {
+    for what in [STAMP_FILE, "shard-0"] {
+        if data.join(what).exists() {
+            return Err(BootError::RejoinOverData {
+                path: data.to_owned(),
+                what: format!("{} exists", data.join(what).display()),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn describe_layout(layout: &ShardLayout) -> String {
+    format!(
+        "{} shards and {} replica lanes",
+        layout.shards, layout.replica_lanes
+    )
+}
+
+/// Writes `stamp` as `data`'s stamp durably: a temporary file, fsync, rename, fsync of `data`.
+fn write_stamp(data: &Path, stamp: &Stamp) -> Result<(), BootError> {
+    let path = data.join(STAMP_FILE);
+    let temp = data.join(format!("{STAMP_FILE}.tmp"));
+    let mut file = std::fs::File::create(&temp).map_err(io(&temp, "creating"))?;
+    file.write_all(stamp.encode().as_bytes())
+        .map_err(io(&temp, "writing"))?;
+    file.sync_all().map_err(io(&temp, "syncing"))?;
+    std::fs::rename(&temp, &path).map_err(io(&path, "renaming into place"))?;
+    std::fs::File::open(data)
+        .and_then(|d| d.sync_all())
+        .map_err(io(data, "syncing the directory"))
+}
+
 /// Checks the stamp of `data`, or formats `data` when it has never held a node. Returns
 /// whether it formatted.
 pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError> {
     let path = data.join(STAMP_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let found =
+            let (found, layout) =
                 Stamp::decode(&text).ok_or(BootError::StampUnreadable { path: path.clone() })?;
             let describe = |s: &Stamp| {
                 format!(
@@ -225,14 +326,35 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                     s.cluster_name, s.cluster_id, s.replica_id, s.replica_count
                 )
             };
-            if found != *expected {
+            let identity = |s: &Stamp| {
+                (
+                    s.cluster_name.clone(),
+                    s.cluster_id,
+                    s.replica_id,
+                    s.replica_count,
+                )
+            };
+            if identity(&found) != identity(expected) {
                 return Err(BootError::StampMismatch {
                     path,
                     found: describe(&found),
                     expected: describe(expected),
                 });
             }
-            Ok(false)
+            match layout {
+                Some(layout) if layout != expected.layout => Err(BootError::LayoutChanged {
+                    path,
+                    recorded: describe_layout(&layout),
+                    configured: describe_layout(&expected.layout),
+                }),
+                Some(_) => Ok(false),
+                None => {
+                    // A stamp from before the layout was recorded: no partition data was laid
+                    // out by shard then, so the current layout is recorded now.
+                    write_stamp(data, expected)?;
+                    Ok(false)
+                }
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let metadata = metadata_dir(data);
@@ -243,17 +365,11 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                 });
             }
             std::fs::create_dir_all(&metadata).map_err(io(&metadata, "creating"))?;
-            let temp = data.join(format!("{STAMP_FILE}.tmp"));
-            let mut file = std::fs::File::create(&temp).map_err(io(&temp, "creating"))?;
-            file.write_all(expected.encode().as_bytes())
-                .map_err(io(&temp, "writing"))?;
-            file.sync_all().map_err(io(&temp, "syncing"))?;
-            std::fs::rename(&temp, &path).map_err(io(&path, "renaming into place"))?;
-            for dir in [data, &data.join("shard-0")] {
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .map_err(io(dir, "syncing the directory"))?;
-            }
+            write_stamp(data, expected)?;
+            let shard0 = data.join("shard-0");
+            std::fs::File::open(&shard0)
+                .and_then(|d| d.sync_all())
+                .map_err(io(&shard0, "syncing the directory"))?;
             Ok(true)
         }
         Err(e) => Err(io(&path, "reading")(e)),
@@ -370,8 +486,8 @@ pub struct MetadataBoot<S: Storage, M> {
     pub recovered: Recovered,
     /// The state machine restored from the snapshot (or fresh).
     pub state_machine: M,
-    /// Ops cut at boot: a damaged newest entry that nothing intact follows (it was never
-    /// acknowledged as part of a longer log; the core repairs it from peers).
+    /// Ops cut at boot: a damaged top the header ring does not vouch for (a torn write, never
+    /// acknowledged). Damaged entries it vouches for are in `recovered.faulty` instead.
     pub cut_from: Option<u64>,
 }
 
@@ -419,9 +535,10 @@ pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::V
 /// `journal::boot::boot_metadata` (format of a fresh directory, journal geometry check,
 /// superblock, journal scan, snapshot paired with the superblock), then restores the state
 /// machine from the snapshot and hands every intact journaled prepare above it, in op order,
-/// to the core. A damaged entry below an intact one refuses boot (G3); a damaged newest entry
-/// is cut, after the truncation ceiling covering it is durable (decision 51); it is repaired
-/// from peers.
+/// to the core. A damaged entry below an intact one refuses boot (G3); a damaged tail the header
+/// ring vouches for is handed over as held but faulty (`Recovered::faulty`, decision 62) and
+/// repaired from peers; a torn top the ring never knew is cut, after the truncation ceiling
+/// covering it is durable (decision 51).
 pub async fn recover<S: Storage + Clone, M: StateMachine>(
     storage: S,
     path: &Path,
@@ -503,42 +620,58 @@ pub async fn recover<S: Storage + Clone, M: StateMachine>(
         }
     }
     let mut cut_from = None;
-    if let Some(&lowest) = damaged.range(core.snapshot_op + 1..).next() {
+    let first = core.snapshot_op + 1;
+    if let Some(&lowest) = damaged.range(first..).next() {
         if intact.range(lowest + 1..).next().is_some() {
             return Err(BootError::InteriorDamage {
                 path: path.to_owned(),
                 op: lowest,
             });
         }
-        // The cut entries may have been acknowledged: they are never nacked (decision 51), so
-        // the ceiling covering them is durable before they go.
-        let ceiling = damaged.iter().next_back().copied().unwrap_or(lowest);
-        if let Some(base) = superblock.state().copied()
-            && base.truncation_ceiling < ceiling
+        // The damaged tail (decision 62): an entry whose header the ring still holds was
+        // durable once (the ring is written after the prepare's fdatasync, and the append
+        // completes, so PrepareOk may leave, only after the ring's), so it may have been
+        // acknowledged: it goes to the core as held but faulty and is repaired from peers. A
+        // damaged entry the ring does not vouch for is a hole below the last vouched one and a
+        // torn write above it: only that torn top is cut.
+        let vouched = vouched_headers(&journal, &booted.recovery.slots, first);
+        let top_faulty = vouched.keys().next_back().copied();
+        core.faulty.extend(vouched.values().copied());
+        if let Some(from) = damaged
+            .range(top_faulty.map_or(first, |t| t + 1)..)
+            .next()
+            .copied()
         {
-            let state = DiskState {
-                truncation_ceiling: ceiling,
-                ..base
-            };
-            superblock
-                .write(&state)
+            // The cut entries are never nacked (decision 51), so the ceiling covering them is
+            // durable before they go.
+            let ceiling = damaged.iter().next_back().copied().unwrap_or(from);
+            if let Some(base) = superblock.state().copied()
+                && base.truncation_ceiling < ceiling
+            {
+                let state = DiskState {
+                    truncation_ceiling: ceiling,
+                    ..base
+                };
+                superblock
+                    .write(&state)
+                    .await
+                    .map_err(|error| BootError::Recover {
+                        path: path.to_owned(),
+                        error: error.into(),
+                    })?;
+            }
+            if let Some(sb) = core.superblock.as_mut() {
+                sb.held_ceiling = sb.held_ceiling.max(ceiling);
+            }
+            journal
+                .truncate_from(from)
                 .await
-                .map_err(|error| BootError::Recover {
+                .map_err(|error| BootError::Journal {
                     path: path.to_owned(),
-                    error: error.into(),
+                    error,
                 })?;
+            cut_from = Some(from);
         }
-        if let Some(sb) = core.superblock.as_mut() {
-            sb.held_ceiling = sb.held_ceiling.max(ceiling);
-        }
-        journal
-            .truncate_from(lowest)
-            .await
-            .map_err(|error| BootError::Journal {
-                path: path.to_owned(),
-                error,
-            })?;
-        cut_from = Some(lowest);
     }
     Ok(MetadataBoot {
         disk: MetadataDisk {
@@ -551,6 +684,72 @@ pub async fn recover<S: Storage + Clone, M: StateMachine>(
         state_machine,
         cut_from,
     })
+}
+
+/// Rejoin as lost state (decisions 28, 191): the group was just formatted (`--rejoin` on an
+/// empty directory), so the superblock is written with `lost_state` before the core exists
+/// and hands it the state it then reads: it joins Recovering, never votes or takes the
+/// election fallback, and learns the view from a quorum of peers (decision 61) until it
+/// durably holds the log of the view it adopted. A crash before that boots in lost state again
+/// from the superblock, `--rejoin` or not. Refuses anything but a formatted group.
+pub async fn mark_lost_state<S: Storage, M>(
+    boot: &mut MetadataBoot<S, M>,
+    path: &Path,
+) -> Result<(), BootError> {
+    let r = &boot.recovered;
+    if r.superblock.is_some() || !r.frames.is_empty() || r.snapshot_op > 0 {
+        return Err(BootError::RejoinOverData {
+            path: path.to_owned(),
+            what: "the metadata group has a prior life".into(),
+        });
+    }
+    let base = boot
+        .disk
+        .superblock
+        .state()
+        .copied()
+        .unwrap_or_else(|| journal::recover::formatted_state(boot.disk.identity));
+    let state = DiskState {
+        lost_state: true,
+        ..base
+    };
+    boot.disk
+        .superblock
+        .write(&state)
+        .await
+        .map_err(|error| BootError::Recover {
+            path: path.to_owned(),
+            error: error.into(),
+        })?;
+    boot.recovered.superblock = core_state(&boot.disk.superblock);
+    boot.recovered.lost_state = true;
+    Ok(())
+}
+
+/// The headers of damaged entries at or above `first` that the header ring vouches for: a
+/// `Corrupt` slot whose ring entry verifies, names its op and carries the identity the scan
+/// reported (decision 62). In op order.
+fn vouched_headers<S: Storage>(
+    journal: &MetadataJournal<S>,
+    slots: &[SlotState],
+    first: u64,
+) -> BTreeMap<u64, PrepareHeader> {
+    let mut out = BTreeMap::new();
+    for slot in slots {
+        if let SlotState::Corrupt {
+            op,
+            identity: Some(identity),
+        } = slot
+            && *op >= first
+            && let Some(bytes) = journal.ring_header(*op)
+            && let Some(header) = PrepareHeader::view(&bytes[..])
+            && header.frame.checksum.get() == *identity
+            && header.op.get() == *op
+        {
+            out.insert(*op, *header);
+        }
+    }
+    out
 }
 
 /// The superblock state and view headers to write for the core's `PersistVsrState` (decisions
@@ -606,6 +805,10 @@ mod tests {
             cluster_id: wire::cluster_id("c \"1\""),
             replica_id: 2,
             replica_count: 3,
+            layout: ShardLayout {
+                shards: 2,
+                replica_lanes: 16,
+            },
         }
     }
 
@@ -618,7 +821,8 @@ mod tests {
     #[test]
     fn stamp_round_trips() {
         let s = stamp();
-        assert_eq!(Stamp::decode(&s.encode()), Some(s));
+        let layout = s.layout;
+        assert_eq!(Stamp::decode(&s.encode()), Some((s, Some(layout))));
         assert_eq!(Stamp::decode("cluster_name = \"x\"\n"), None);
     }
 
@@ -667,6 +871,111 @@ mod tests {
         );
         assert!(!dir.join(STAMP_FILE).exists(), "never formatted over data");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision 192: the stamp records the shard and lane counts; a node started with another
+    /// count refuses, naming the file, both values and what to do, and rewrites nothing; a
+    /// stamp from before the layout was recorded is completed once.
+    #[test]
+    fn a_changed_shard_or_lane_count_refuses_naming_the_stamp_and_both_values() {
+        let dir = temp("layout");
+        assert!(check_or_format(&dir, &stamp()).unwrap());
+        let written = std::fs::read(dir.join(STAMP_FILE)).unwrap();
+        for (layout, now) in [
+            (
+                ShardLayout {
+                    shards: 4,
+                    replica_lanes: 16,
+                },
+                "now runs 4 shards and 16 replica lanes",
+            ),
+            (
+                ShardLayout {
+                    shards: 2,
+                    replica_lanes: 32,
+                },
+                "now runs 2 shards and 32 replica lanes",
+            ),
+        ] {
+            let error = check_or_format(&dir, &Stamp { layout, ..stamp() })
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(STAMP_FILE), "{error}");
+            assert!(
+                error.contains("formatted for 2 shards and 16 replica lanes"),
+                "{error}"
+            );
+            assert!(error.contains(now), "{error}");
+            assert!(error.contains("--shards"), "{error}");
+            assert!(error.contains("--rejoin"), "{error}");
+            assert_eq!(std::fs::read(dir.join(STAMP_FILE)).unwrap(), written);
+        }
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        // A stamp without the layout (written before decision 192) is completed.
+        let old: String = String::from_utf8(written)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with("shards") && !l.starts_with("replica_lanes"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(dir.join(STAMP_FILE), &old).unwrap();
+        assert_eq!(Stamp::decode(&old).unwrap().1, None);
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        let completed = std::fs::read_to_string(dir.join(STAMP_FILE)).unwrap();
+        assert_eq!(
+            Stamp::decode(&completed).unwrap().1,
+            Some(stamp().layout),
+            "{completed}"
+        );
+        // Half a layout does not parse.
+        let half = format!("{old}shards = 2\n");
+        std::fs::write(dir.join(STAMP_FILE), half).unwrap();
+        assert!(matches!(
+            check_or_format(&dir, &stamp()),
+            Err(BootError::StampUnreadable { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision 191: `--rejoin` formats only a directory that never held a node.
+    #[test]
+    fn rejoin_refuses_a_directory_with_data() {
+        let dir = temp("rejoin");
+        check_rejoin(&dir).unwrap();
+        assert!(check_or_format(&dir, &stamp()).unwrap());
+        let error = check_rejoin(&dir).unwrap_err().to_string();
+        assert!(
+            error.contains("--rejoin") && error.contains(STAMP_FILE),
+            "{error}"
+        );
+        std::fs::remove_file(dir.join(STAMP_FILE)).unwrap();
+        let error = check_rejoin(&dir).unwrap_err().to_string();
+        assert!(error.contains("shard-0"), "{error}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision 191: a rejoining group's `lost_state` is durable before the core runs, so a
+    /// crash before it adopts a view boots in lost state again without `--rejoin`; a group
+    /// with a prior life is never marked.
+    #[test]
+    fn a_rejoin_is_lost_state_durably_from_the_first_boot() {
+        use journal::storage::block_on;
+        let disk = journal::MemStorage::new();
+        let mut first = boot_with(&disk, slots(64)).unwrap();
+        assert!(!first.recovered.lost_state);
+        assert!(first.recovered.superblock.is_none(), "formatted only");
+        block_on(mark_lost_state(&mut first, Path::new("dir"))).unwrap();
+        assert!(first.recovered.lost_state);
+        assert!(first.recovered.superblock.as_ref().unwrap().lost_state);
+        assert!(first.recovered.has_prior_life());
+        drop(first);
+        let mut again = boot_with(&disk, slots(64)).unwrap();
+        let sb = again.recovered.superblock.clone().expect("a state now");
+        assert!(sb.lost_state, "remembered without --rejoin");
+        assert!(matches!(
+            block_on(mark_lost_state(&mut again, Path::new("dir"))),
+            Err(BootError::RejoinOverData { .. })
+        ));
     }
 
     const TEST_IDENTITY: Identity = Identity {
@@ -723,18 +1032,32 @@ mod tests {
             .collect())
     }
 
-    /// Decision 51 at boot: the cut of a damaged newest entry (it may have been acknowledged)
-    /// raises the truncation ceiling over it durably before the journal drops it, so the next
-    /// life never nacks it either; the core gets the raised ceiling at once.
+    /// Decision 51 at boot: the cut of a torn top (damaged, its ring entry too: never
+    /// acknowledged, but never nacked either) raises the truncation ceiling over it durably
+    /// before the journal drops it, so the next life never nacks it; the core gets the raised
+    /// ceiling at once.
     #[test]
     fn a_boot_cut_makes_the_truncation_ceiling_durable_first() {
-        let disk = three_ops(|d| rot(d, 3));
+        use journal::storage::block_on;
+        let disk = three_ops(|_| {});
+        // The superblock knows the head (op 3), so the scan expects op 3 in its slot; the ring
+        // entry is damaged too, so nothing vouches for it.
+        let mut booted = boot_with(&disk, slots(64)).unwrap();
+        let state = DiskState {
+            op_head: 3,
+            ..journal::recover::formatted_state(TEST_IDENTITY)
+        };
+        block_on(booted.disk.superblock.write(&state)).unwrap();
+        drop(booted);
+        rot(&disk, 3);
+        rot_ring(&disk, 3);
         let cut = boot_with(&disk, slots(64)).unwrap();
         assert_eq!(cut.cut_from, Some(3));
-        // The core never wrote a state here (only formatted): nothing to hand it this life.
+        assert!(cut.recovered.faulty.is_empty());
         assert_eq!(
             cut.recovered.superblock.as_ref().map(|s| s.held_ceiling),
-            None
+            Some(3),
+            "the core gets the raised ceiling at once"
         );
         assert_eq!(cut.disk.superblock.state().unwrap().truncation_ceiling, 3);
         drop(cut);
@@ -745,6 +1068,46 @@ mod tests {
             Some(3),
             "the ceiling came back from the superblock"
         );
+    }
+
+    /// Decision 62 at the server's boot: a damaged newest prepare whose header the ring still
+    /// holds was durable once, so possibly acknowledged: it is held but faulty (its ring header
+    /// handed to the core), never cut; the journal keeps the slot, so a second boot before the
+    /// repair holds it again. The repair (an append of the same prepare) makes it intact.
+    #[test]
+    fn a_damaged_newest_entry_the_ring_vouches_for_is_held_faulty_not_cut() {
+        use crate::test_frames::prepare;
+        let disk = three_ops(|d| rot(d, 3));
+        let booted = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(booted.cut_from, None, "never cut");
+        let ops = |b: &MetadataBoot<_, _>| -> Vec<u64> {
+            b.recovered
+                .frames
+                .iter()
+                .map(|f| f.prepare_header().unwrap().op.get())
+                .collect()
+        };
+        assert_eq!(ops(&booted), vec![1, 2]);
+        let faulty: Vec<u64> = booted.recovered.faulty.iter().map(|h| h.op.get()).collect();
+        assert_eq!(faulty, vec![3]);
+        // The header handed over is the one op 3 was written with.
+        let p1 = prepare(1, 0, 1);
+        let p2 = prepare(2, u128::from_le_bytes(p1[..16].try_into().unwrap()), 2);
+        let p3 = prepare(3, u128::from_le_bytes(p2[..16].try_into().unwrap()), 3);
+        assert_eq!(
+            booted.recovered.faulty[0].bytes()[..],
+            p3[..wire::HEADER_SIZE]
+        );
+        drop(booted);
+        let again = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(again.recovered.faulty.len(), 1, "held again, not forgotten");
+        // The repair from a peer: the same prepare appended again.
+        let mut again = again;
+        journal::storage::block_on(again.disk.journal.append(&p3)).unwrap();
+        drop(again);
+        let repaired = boot_with(&disk, slots(64)).unwrap();
+        assert_eq!(ops(&repaired), vec![1, 2, 3]);
+        assert!(repaired.recovered.faulty.is_empty());
     }
 
     /// Decision 91 through the server's boot: a `journal_slot_count` other than the one the
@@ -785,10 +1148,17 @@ mod tests {
             .unwrap();
     }
 
+    /// Flips a byte of the header ring's entry for `slot` (256 bytes each).
+    fn rot_ring(disk: &journal::MemStorage, slot: u64) {
+        disk.flip_bit("journal.headers", slot * 256 + 100, 1)
+            .unwrap();
+    }
+
     /// journal.md G3 at boot: a damaged prepare below an intact one may have been
-    /// acknowledged, so boot refuses; a damaged newest prepare is cut (repaired from peers).
+    /// acknowledged, so boot refuses; a damaged newest prepare is not handed over as present
+    /// (it is held faulty, see below).
     #[test]
-    fn damaged_entries_refuse_boot_below_intact_ones_and_are_cut_at_the_head() {
+    fn damaged_entries_refuse_boot_below_intact_ones_and_are_not_present_at_the_head() {
         assert_eq!(boot_after(|_| {}).unwrap(), vec![1, 2, 3]);
         match boot_after(|d| rot(d, 2)) {
             Err(BootError::InteriorDamage { op: 2, .. }) => {}

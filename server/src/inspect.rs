@@ -36,6 +36,14 @@ pub enum Inspect {
         #[arg(long, conflicts_with = "hex")]
         file: Option<PathBuf>,
     },
+    /// Print what a node's data directory holds, without writing to it: the stamp, every
+    /// superblock (each copy and the chosen state), the metadata journal's head, snapshots,
+    /// and per shard the partition WAL's durable end, its files and segment ranges. Exits 1
+    /// if something is unreadable.
+    DataDir {
+        /// The data directory (`--data-dir` of `strand start`).
+        dir: PathBuf,
+    },
 }
 
 pub fn run(what: Inspect, out: &mut impl Write) -> anyhow::Result<ExitCode> {
@@ -46,6 +54,7 @@ pub fn run(what: Inspect, out: &mut impl Write) -> anyhow::Result<ExitCode> {
             max_message_size,
         } => frames(&input(&hex, file)?, max_message_size, out),
         Inspect::Manifest { hex, file } => manifest(&input(&hex, file)?, out),
+        Inspect::DataDir { dir } => crate::inspect_dir::run(&dir, out),
     }
 }
 

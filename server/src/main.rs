@@ -2,10 +2,11 @@
 //!
 //! `strand start` validates the config, boots the shard executors, the replica plane and the
 //! metadata replica on shard 0 from its data directory, and serves `/metrics`; `strand dev` runs
-//! a local cluster of such nodes; `strand inspect` decodes wire bytes. Partition groups and the
+//! a local cluster of such nodes; `strand inspect` decodes wire bytes and data directories. Partition groups and the
 //! client plane are not wired yet.
 
 mod inspect;
+mod inspect_dir;
 mod node;
 
 use std::path::PathBuf;
@@ -39,7 +40,7 @@ enum Command {
     /// The nodes form a cluster and replicate the metadata group (partially wired, as `strand
     /// start`); Ctrl-C stops them.
     Dev(DevArgs),
-    /// Decode wire bytes for operators.
+    /// Decode wire bytes and data directories for operators.
     #[command(subcommand)]
     Inspect(inspect::Inspect),
 }
@@ -63,6 +64,12 @@ struct StartArgs {
     /// The data directory (default: system.path).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Rejoin as a replica that lost its state: format the (empty) data directory with
+    /// lost_state set, so the node never votes or helps form a quorum until it holds the
+    /// current view's log again. Use it after wiping or replacing a damaged directory of a
+    /// node that has run in this cluster; refused on a directory that holds data.
+    #[arg(long)]
+    rejoin: bool,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +135,8 @@ mod tests {
         assert_eq!((args.shards, args.cores), (Some(2), None));
         let args = start(&[]);
         assert_eq!((args.shards, args.cores, args.data_dir), (None, None, None));
+        assert!(!args.rejoin);
+        assert!(start(&["--rejoin"]).rejoin);
     }
 
     #[test]
@@ -183,6 +192,47 @@ mod tests {
         );
         assert_eq!(dev(&["--replicas", "0"]), Err(ErrorKind::ValueValidation));
         assert_eq!(dev(&["--replicas", "10"]), Err(ErrorKind::ValueValidation));
+    }
+
+    /// The README's flag table names every subcommand and every long flag the CLI accepts, so
+    /// it cannot drift from the code (issue 10 item 7).
+    #[test]
+    fn the_readme_names_every_command_and_flag() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let table: String = readme
+            .lines()
+            .filter(|l| l.starts_with("| `strand ") || l.starts_with("| `--"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        fn walk(command: &clap::Command, path: &str, table: &str, seen: &mut usize) {
+            for sub in command.get_subcommands() {
+                let path = format!("{path} {}", sub.get_name());
+                assert!(
+                    table.contains(&format!("`{path}")),
+                    "README lacks `{path}`:\n{table}"
+                );
+                *seen += 1;
+                for arg in sub.get_arguments() {
+                    if let Some(long) = arg.get_long() {
+                        assert!(
+                            table.contains(&format!("--{long}")),
+                            "README lacks `{path} --{long}`:\n{table}"
+                        );
+                        *seen += 1;
+                    }
+                }
+                walk(sub, &path, table, seen);
+            }
+        }
+        let mut seen = 0;
+        walk(
+            &<Cli as clap::CommandFactory>::command(),
+            "strand",
+            &table,
+            &mut seen,
+        );
+        assert!(seen >= 12, "{seen}");
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub struct Gauges {
     commit_max: AtomicU64,
     commit_min: AtomicU64,
     op: AtomicU64,
+    /// 1 while the replica is in lost state (decisions 28, 191): it never votes or acks.
+    lost_state: AtomicU64,
     /// Transitions into view-change status seen by the pump.
     view_changes: AtomicU64,
     /// Checkpoints made durable.
@@ -60,6 +62,8 @@ impl Gauges {
         self.commit_min
             .store(replica.commit_min(), Ordering::Relaxed);
         self.op.store(replica.op(), Ordering::Relaxed);
+        self.lost_state
+            .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
     }
 
     /// One durable metadata append and how long it took (write + fdatasync of slot and ring).
@@ -85,7 +89,7 @@ pub fn render(sources: &Sources) -> String {
     let g = &sources.gauges;
     let mut out = String::new();
     let read = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let gauges: [(&str, &str, &AtomicU64); 7] = [
+    let gauges: [(&str, &str, &AtomicU64); 8] = [
         ("view", "the group's current view", &g.view),
         (
             "log_view",
@@ -105,6 +109,11 @@ pub fn render(sources: &Sources) -> String {
         ("commit_max", "highest op known committed", &g.commit_max),
         ("commit_min", "highest op applied here", &g.commit_min),
         ("op", "highest op in the log", &g.op),
+        (
+            "lost_state",
+            "1 while this replica lost its state and may not vote (it rejoins)",
+            &g.lost_state,
+        ),
     ];
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP strand_{name} {help}.");
@@ -219,4 +228,41 @@ fn answer(mut stream: TcpStream, sources: &Sources) -> std::io::Result<()> {
         body.len()
     )?;
     stream.flush()
+}
+
+#[cfg(test)]
+mod readme_tests {
+    use super::*;
+
+    /// Every metric name the endpoint renders is documented in the README's metrics section
+    /// (the replica-plane rows may abbreviate `strand_replica_X` as `_X`), so the names cannot
+    /// drift from the code (issue 10 item 7).
+    #[test]
+    fn the_readme_documents_every_metric() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let text = render(&Sources {
+            gauges: Arc::new(Gauges::default()),
+            planes: vec![Arc::new(Counters::default())],
+        });
+        let names: std::collections::BTreeSet<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("strand_"))
+            .filter_map(|l| l.split(['{', ' ']).next())
+            .collect();
+        assert!(names.len() > 20, "{names:?}");
+        let missing: Vec<&&str> = names
+            .iter()
+            .filter(|n| {
+                !readme.contains(&format!("`{n}`")) && !readme.contains(&format!("`{n}{{")) && {
+                    let short = n.strip_prefix("strand_replica").unwrap_or(n);
+                    !readme.contains(&format!("`{short}`"))
+                }
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "metrics missing from the README: {missing:?}"
+        );
+    }
 }

@@ -81,7 +81,15 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         cluster_id: wire::cluster_id(&config.cluster.name),
         replica_id: config.replica_id,
         replica_count: u8::try_from(config.cluster.nodes.len()).context("roster size")?,
+        layout: boot::ShardLayout {
+            shards: u16::try_from(config.system.sharding.shards()).context("shard count")?,
+            replica_lanes: config.cluster.replica_lanes,
+        },
     };
+    if args.rejoin {
+        boot::check_rejoin(&data)?;
+        warn!(data_dir = %data.display(), "--rejoin: formatting as a replica that lost its state (decision 191)");
+    }
     if boot::check_or_format(&data, &stamp)? {
         info!(data_dir = %data.display(), "formatted a fresh data directory");
     }
@@ -142,6 +150,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 slots,
                 test_register_ticks,
                 superblock_wedged,
+                rejoin: args.rejoin,
             };
             shard.run(ctx)
         }
@@ -250,6 +259,7 @@ struct Shard {
     slots: u32,
     test_register_ticks: Option<u64>,
     superblock_wedged: Option<Duration>,
+    rejoin: bool,
 }
 
 impl Shard {
@@ -391,7 +401,7 @@ impl Shard {
             slot_count: u64::from(self.slots),
             slot_size: boot::METADATA_SLOT_SIZE,
         };
-        let boot = boot::recover(
+        let mut boot = boot::recover(
             storage,
             dir,
             self.identity,
@@ -400,12 +410,20 @@ impl Shard {
         )
         .await
         .map_err(|e| e.to_string())?;
+        if self.rejoin {
+            boot::mark_lost_state(&mut boot, dir)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         let r = &boot.recovered;
+        let faulty: Vec<u64> = r.faulty.iter().map(|h| h.op.get()).collect();
         info!(
             superblock = ?r.superblock,
             snapshot_op = r.snapshot_op,
             journaled = r.frames.len(),
             cut_from = ?boot.cut_from,
+            faulty = ?faulty,
+            lost_state = r.lost_state || r.superblock.as_ref().is_some_and(|s| s.lost_state),
             backend,
             "metadata group recovered from {}",
             dir.display()

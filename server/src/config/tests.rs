@@ -128,6 +128,89 @@ fn the_readme_config_block_is_the_defaults() {
     assert_eq!(format!("{from_readme:?}"), format!("{from_defaults:?}"));
 }
 
+/// Every key the config accepts, as dotted paths, read from the pretty `Debug` of the default
+/// raw config (one line per field; a field whose value opens a struct is a table). Arrays of
+/// tables (`cluster.nodes`, `partition.topic`) are listed by their own name.
+fn accepted_keys() -> std::collections::BTreeSet<String> {
+    let text = format!("{:#?}", RawConfig::default());
+    let mut tables: Vec<String> = Vec::new();
+    let mut keys = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let Some((name, value)) = line.trim_start().split_once(": ") else {
+            continue;
+        };
+        if !name.chars().all(|c| c.is_ascii_lowercase() || c == '_') || indent % 4 != 0 {
+            continue;
+        }
+        let depth = indent / 4;
+        if depth == 0 || depth > tables.len() + 1 {
+            continue;
+        }
+        tables.truncate(depth - 1);
+        if value.ends_with('{') && !value.starts_with('[') {
+            tables.push(name.to_owned());
+        } else {
+            let mut path = tables.clone();
+            path.push(name.to_owned());
+            keys.insert(path.join("."));
+        }
+    }
+    keys
+}
+
+/// The dotted paths of every value in a TOML table; arrays of tables by their own name.
+fn toml_keys(table: &toml::Table, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) => toml_keys(inner, &path, out),
+            _ => {
+                out.insert(path);
+            }
+        }
+    }
+}
+
+/// The README's config block names every key the config accepts (so the defaults it writes
+/// out cannot drift from the code by omission: `the_readme_config_block_is_the_defaults` checks
+/// the values, this checks that none is missing), and `[[partition.topic]]` is documented.
+#[test]
+fn the_readme_config_block_names_every_key() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("```toml\n# strand.toml")
+        .expect("README config block")
+        + 8;
+    let block = &readme[start..start + readme[start..].find("```").unwrap()];
+    let mut documented = std::collections::BTreeSet::new();
+    toml_keys(&toml::from_str(block).unwrap(), "", &mut documented);
+    let accepted = accepted_keys();
+    assert!(
+        accepted.len() > 50,
+        "the Debug walk found too few keys: {accepted:?}"
+    );
+    assert!(
+        accepted.contains("system.sharding.io_memory"),
+        "{accepted:?}"
+    );
+    assert!(accepted.contains("cluster.tls.ca_file"), "{accepted:?}");
+    let missing: Vec<&String> = accepted
+        .iter()
+        .filter(|k| !documented.contains(*k))
+        .filter(|k| *k != "partition.topic" || !block.contains("[[partition.topic]]"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "keys missing from the README block: {missing:?}"
+    );
+}
+
 #[test]
 fn unknown_keys_are_named() {
     assert_eq!(
@@ -627,5 +710,43 @@ fn cluster_metadata_names_the_primary_and_the_unreachable() {
         none.nodes
             .iter()
             .all(|n| n.role == ROLE_FOLLOWER && n.status == STATUS_HEALTHY)
+    );
+}
+
+/// The rules no other test reached, each refused with the message naming its key (issue 10,
+/// "Done when": config errors have tests that match the message naming the key).
+#[test]
+fn the_remaining_rules_name_their_keys() {
+    assert_eq!(
+        refuse_cluster("name = \"\""),
+        "config key `cluster.name`: must not be empty"
+    );
+    let long = "k".repeat(32);
+    let tls = format!(
+        "[cluster.auth]\nenabled = true\nshared_secret = \"{long}\"\n[cluster.tls]\nenabled = true"
+    );
+    assert_eq!(
+        refuse(&format!("{tls}\ncert_file = \"c.pem\"")),
+        "config key `cluster.tls.key_file`: is required when TLS is on without self_signed"
+    );
+    assert_eq!(
+        refuse(&format!(
+            "{tls}\ncert_file = \"c.pem\"\nkey_file = \"k.pem\""
+        )),
+        "config key `cluster.tls.ca_file`: is required when TLS is on without self_signed"
+    );
+    for key in ["close_grace", "handshake_grace"] {
+        assert_eq!(
+            refuse(&format!("[message_bus]\n{key} = \"0s\"")),
+            format!("config key `message_bus.{key}`: must not be zero")
+        );
+    }
+    assert_eq!(
+        refuse("[partition]\ncheckpoint_interval_ops = 7"),
+        "config key `partition.checkpoint_interval_ops`: 7 must be 0 (off) or at least 8"
+    );
+    assert_eq!(
+        refuse("[system]\npath = \"\""),
+        "config key `system.path`: must not be empty"
     );
 }

@@ -1,0 +1,240 @@
+//! Helpers for the end-to-end tests that run real `strand start` processes on loopback: a
+//! scratch directory, free ports, a cluster config, spawning and signalling nodes, and reading
+//! `/metrics`. Every wait is bounded.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Bound on every wait (generous: a loaded CI machine must not flake).
+pub const BOUND: Duration = Duration::from_secs(60);
+
+/// Clusters of one test binary run one at a time (the CI machine has 2 cores).
+pub static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Takes [`SERIAL`], also after another test panicked holding it.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("strand-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Ports the kernel hands out now (bound and released; another process could take one, which
+/// would fail the node's bind loudly, not silently).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+pub struct Node {
+    pub id: u8,
+    pub http: u16,
+    pub replica_port: u16,
+    pub dir: PathBuf,
+    pub child: Option<Child>,
+}
+
+/// A cluster of `n` nodes on `ports` (3 per node: tcp, http, tcp_replica), timeouts short
+/// enough for tests, `extra` appended (more sections).
+pub fn config(name: &str, n: usize, ports: &[u16], extra: &str) -> String {
+    let mut text = format!(
+        r#"
+[cluster]
+enabled = true
+name = "{name}"
+heartbeat_timeout = "2s"
+commit_broadcast_interval = "200ms"
+view_change_retransmit_interval = "200ms"
+view_change_status_timeout = "2s"
+request_start_view_retransmit_interval = "500ms"
+repair_retry_interval = "200ms"
+
+[message_bus]
+reconnect_period = "200ms"
+
+[metadata]
+journal_slots = 256
+checkpoint_interval_ops = 64
+
+[system.sharding]
+io_memory = "256 KiB"
+{extra}
+"#
+    );
+    for i in 0..n {
+        let p = &ports[i * 3..i * 3 + 3];
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"n{i}\"\nip = \"127.0.0.1\"\nreplica_id = {i}\n\
+             ports = {{ tcp = {}, http = {}, tcp_replica = {} }}\n",
+            p[0], p[1], p[2]
+        ));
+    }
+    text
+}
+
+/// The nodes of a cluster under `dir` on `ports` (not started).
+pub fn nodes(dir: &Path, n: u8, ports: &[u16]) -> Vec<Node> {
+    (0..n)
+        .map(|i| Node {
+            id: i,
+            http: ports[usize::from(i) * 3 + 1],
+            replica_port: ports[usize::from(i) * 3 + 2],
+            dir: dir.join(format!("node-{i}")),
+            child: None,
+        })
+        .collect()
+}
+
+/// Starts `node` (one unpinned shard, the test commit hook every 100 ms, decision 138) with
+/// `extra` arguments, its stderr appended to `log`.
+pub fn spawn(config: &Path, node: &mut Node, log: &Path, extra: &[&str]) {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_strand"))
+        .env("RUST_LOG", "info")
+        .env("STRAND_TEST_REGISTER_INTERVAL_MS", "100")
+        .args(["start", "--config"])
+        .arg(config)
+        .args([
+            "--replica-id",
+            &node.id.to_string(),
+            "--shards",
+            "1",
+            "--data-dir",
+        ])
+        .arg(&node.dir)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    node.child = Some(child);
+}
+
+/// Every sample of `/metrics` as `name{labels}` -> value, or `None` if the node does not
+/// answer.
+pub fn scrape(http: u16) -> Option<BTreeMap<String, u64>> {
+    let mut stream = TcpStream::connect(("127.0.0.1", http)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("strand_")) {
+        if let Some((name, value)) = line.rsplit_once(' ')
+            && let Ok(v) = value.parse()
+        {
+            out.insert(name.to_owned(), v);
+        }
+    }
+    out.contains_key("strand_view{plane=\"metadata\"}")
+        .then_some(out)
+}
+
+/// The metadata group's gauges and counters (names without `strand_`), or `None`.
+pub fn metrics(http: u16) -> Option<BTreeMap<String, u64>> {
+    let all = scrape(http)?;
+    Some(
+        all.into_iter()
+            .filter_map(|(k, v)| {
+                k.strip_suffix("{plane=\"metadata\"}")
+                    .map(|n| (n.trim_start_matches("strand_").to_owned(), v))
+            })
+            .collect(),
+    )
+}
+
+pub fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on our own unreaped child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+}
+
+/// SIGKILLs `node` and reaps it.
+pub fn kill(node: &mut Node) {
+    if let Some(mut child) = node.child.take() {
+        signal(&child, libc::SIGKILL);
+        child.wait().unwrap();
+    }
+}
+
+/// Polls until `done` holds for the metrics of `nodes`, within [`BOUND`].
+pub fn wait_until(
+    what: &str,
+    nodes: &[&Node],
+    logs: &Path,
+    mut done: impl FnMut(&[BTreeMap<String, u64>]) -> bool,
+) -> Vec<BTreeMap<String, u64>> {
+    let start = Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < BOUND {
+        let all: Option<Vec<_>> = nodes.iter().map(|n| metrics(n.http)).collect();
+        if let Some(all) = all {
+            if done(&all) {
+                return all;
+            }
+            last = all;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{what}: not within {BOUND:?}; last metrics {last:?}\nlogs:\n{}",
+        std::fs::read_to_string(logs).unwrap_or_default()
+    );
+}
+
+/// One normal primary, every node normal in the same view.
+pub fn one_primary(all: &[BTreeMap<String, u64>]) -> bool {
+    let views: std::collections::BTreeSet<u64> = all.iter().map(|m| m["view"]).collect();
+    all.iter().all(|m| m["status"] == 0)
+        && views.len() == 1
+        && all.iter().filter(|m| m["is_primary"] == 1).count() == 1
+}
+
+/// Runs `body`; whatever it did, SIGTERMs every live node, then asserts each exited 0 (after
+/// re-raising a panic of `body`).
+pub fn run_cluster(nodes: &mut [Node], logs: &Path, body: impl FnOnce(&mut [Node])) {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(nodes)));
+    for node in nodes.iter() {
+        if let Some(child) = node.child.as_ref() {
+            signal(child, libc::SIGTERM);
+        }
+    }
+    let mut statuses = Vec::new();
+    for node in nodes.iter_mut() {
+        if let Some(mut child) = node.child.take() {
+            statuses.push((node.id, child.wait().unwrap()));
+        }
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    for (id, status) in statuses {
+        assert!(
+            status.success(),
+            "n{id}: {status}\n{}",
+            std::fs::read_to_string(logs).unwrap_or_default()
+        );
+    }
+}
