@@ -37,6 +37,9 @@ pub struct Gauges {
     pub inbox_dropped_full: AtomicU64,
     /// Frames of another group that reached shard 0's metadata sink.
     pub inbox_dropped_foreign: AtomicU64,
+    /// Peers whose lane-0 connection is down, one bit per replica id (the pump's view; all
+    /// peers start connected, as in the core).
+    peers_down: AtomicU64,
 }
 
 impl Gauges {
@@ -60,6 +63,30 @@ impl Gauges {
         self.commit_min
             .store(replica.commit_min(), Ordering::Relaxed);
         self.op.store(replica.op(), Ordering::Relaxed);
+    }
+
+    /// The metadata primary of the view this node is in, while that view is normal (what
+    /// GetClusterMetadata names as leader); `None` during a view change or recovery.
+    pub fn metadata_primary(&self, replica_count: u8) -> Option<u8> {
+        if self.status.load(Ordering::Relaxed) != 0 || replica_count == 0 {
+            return None;
+        }
+        Some((self.view.load(Ordering::Relaxed) % u64::from(replica_count)) as u8)
+    }
+
+    /// Records a peer's lane-0 connection going up or down.
+    pub fn set_peer(&self, peer: u8, connected: bool) {
+        let bit = 1u64 << (peer % 64);
+        if connected {
+            self.peers_down.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            self.peers_down.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the pump last saw `peer`'s connection down.
+    pub fn peer_down(&self, peer: u8) -> bool {
+        self.peers_down.load(Ordering::Relaxed) & (1u64 << (peer % 64)) != 0
     }
 
     /// One durable metadata append and how long it took (write + fdatasync of slot and ring).
