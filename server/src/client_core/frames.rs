@@ -28,10 +28,15 @@ pub fn reply(request: &RequestHeader, status: u32, body: &[u8]) -> Frame {
     seal(h, body)
 }
 
-/// A Reply carrying a refusal as its operation's channel wants it (§4.1).
+/// A Reply carrying a refusal as its operation's channel wants it (§4.1): the header status
+/// for partition operations (the channel of the partition plane's pre-commit denials, as the
+/// core's own), else as [`refusal`] decides.
 pub fn refused(request: &RequestHeader, code: u32) -> Frame {
     let operation =
         wire::Operation::from_byte(request.operation).unwrap_or(wire::Operation::NonReplicated);
+    if operation.is_partition() {
+        return reply(request, code, &[]);
+    }
     let Refusal { status, body } = refusal(operation, code);
     reply(request, status, &body)
 }
