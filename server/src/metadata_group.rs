@@ -638,8 +638,10 @@ where
                     let header = request.header;
                     let result = replica.step(at, Input::Request(*request), &mut out);
                     // Every request gets an answer: when the core neither took it nor
-                    // answered it (a full request queue, a stale duplicate), the client hears
-                    // a transient refusal and resends.
+                    // answered it, the client hears why (decision 154): a full request queue
+                    // is transient (57, the SDK resends); a request the client table drops (the
+                    // same number with another body) or a malformed one is refused for good
+                    // (4, InvalidFormat), or the SDK would resend it forever.
                     let answered = out
                         .effects()
                         .iter()
@@ -652,13 +654,13 @@ where
                             ?ignored,
                             "metadata request neither taken nor answered"
                         );
-                        sink.reply(
-                            client,
-                            crate::client_core::frames::refused(
-                                &header,
-                                consensus::codes::TRANSIENT_NOT_COMMITTED,
-                            ),
-                        );
+                        let code = match ignored {
+                            consensus::Ignored::Refused | consensus::Ignored::Malformed => {
+                                crate::client::status::INVALID_FORMAT
+                            }
+                            _ => consensus::codes::TRANSIENT_NOT_COMMITTED,
+                        };
+                        sink.reply(client, crate::client_core::frames::refused(&header, code));
                     }
                     result
                 }

@@ -774,3 +774,19 @@ fn partition_requests_run_on_the_groups_shard() {
             .all(|s| owners[groups.iter().position(|g| *g == s.1).unwrap()] == s.0)
     );
 }
+
+#[test]
+fn a_conflicting_resend_is_refused_not_left_waiting() {
+    let node = Node::start();
+    let mut c = node.connect(0);
+    assert_eq!(c.login("iggy", "iggy").status(), 0);
+    let number = c.request;
+    let first = c.call(Operation::CreateStream, 0, &create_stream_body("one"));
+    assert_eq!(read_result(first.body()).unwrap().map(|_| ()), Ok(()));
+    // The same request number with another body: the client table drops it; the client
+    // still hears an answer, a terminal one (a transient one would be resent forever).
+    c.request = number;
+    let answer = c.call(Operation::CreateStream, 0, &create_stream_body("two"));
+    assert_eq!(read_result(answer.body()).unwrap(), Err(4));
+    assert_eq!(node.reader.view().state.streams.len(), 1);
+}
