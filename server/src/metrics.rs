@@ -105,6 +105,8 @@ pub struct Sources {
     pub gauges: Arc<Gauges>,
     /// Each shard's replica-plane counters, by shard id.
     pub planes: Vec<Arc<Counters>>,
+    /// The client plane's counters (every shard adds to them).
+    pub clients: Option<Arc<crate::client_core::Counters>>,
 }
 
 /// The Prometheus text of every metric.
@@ -184,6 +186,41 @@ pub fn render(sources: &Sources) -> String {
             );
         } else {
             let _ = writeln!(out, "strand_{base}{{{labels}plane=\"metadata\"}} {v}");
+        }
+    }
+    if let Some(c) = &sources.clients {
+        let _ = writeln!(
+            out,
+            "# HELP strand_client_connections_open client connections open now."
+        );
+        let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
+        let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
+        let client_counters: [(&str, &AtomicU64); 11] = [
+            ("client_connections_total", &c.accepted),
+            ("client_requests_total", &c.requests),
+            ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
+            (
+                "client_closed_total{reason=\"replica_command\"}",
+                &c.closed_replica_command,
+            ),
+            (
+                "client_closed_total{reason=\"undecodable\"}",
+                &c.closed_undecodable,
+            ),
+            ("client_replies_undeliverable_total", &c.undeliverable),
+            ("client_deadline_answers_total", &c.deadline),
+            ("client_mesh_refused_total", &c.mesh_refused),
+            ("client_logins_refused_total", &c.logins_refused),
+            ("client_shard_disagreements_total", &c.shard_disagreement),
+            ("client_remote_forgotten_total", &c.remote_forgotten),
+        ];
+        let mut typed = std::collections::HashSet::new();
+        for (name, value) in client_counters {
+            let base = name.split('{').next().unwrap_or(name);
+            if typed.insert(base) {
+                let _ = writeln!(out, "# TYPE strand_{base} counter");
+            }
+            let _ = writeln!(out, "strand_{name} {}", read(value));
         }
     }
     // The replica plane, per shard.

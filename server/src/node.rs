@@ -122,11 +122,12 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(|e| anyhow::anyhow!("hashing the root password: {e}"))?;
     let metadata_handle = machine.handle().clone();
+    let client_counters = Arc::new(client_core::Counters::default());
     let node_info = NodeInfo {
         config: Arc::new(config.clone()),
         reader: machine.reader(),
         gauges: gauges.clone(),
-        counters: Arc::new(client_core::Counters::default()),
+        counters: client_counters.clone(),
         started: std::time::SystemTime::now(),
     };
     let machine = Arc::new(Mutex::new(Some(machine)));
@@ -199,6 +200,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let sources = Sources {
         gauges: gauges.clone(),
         planes: planes.into_iter().map(|(_, counters)| counters).collect(),
+        clients: Some(client_counters),
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);

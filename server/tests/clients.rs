@@ -395,6 +395,11 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
         );
         assert_eq!(roles[primary], (nodes[primary].tcp, 0), "{roles:?}");
         assert!(!b.streams().contains(&"elsewhere".to_owned()));
+        let requests = raw_metric(nodes[backup].http, "strand_client_requests_total");
+        assert!(
+            requests >= 5,
+            "the backup counted its client requests: {requests}"
+        );
 
         // 4. A partition request on a node without partition groups: status 20, not silence.
         let mut body = vec![1, 1, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0, 1];
@@ -455,4 +460,21 @@ fn cluster_roles(body: &[u8]) -> Vec<(u16, u8)> {
         out.push((tcp, role));
     }
     out
+}
+
+/// One unlabelled metric's value from `/metrics`.
+fn raw_metric(http: u16, name: &str) -> u64 {
+    let mut stream = TcpStream::connect(("127.0.0.1", http)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
 }
