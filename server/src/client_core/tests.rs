@@ -130,6 +130,11 @@ struct Node {
 
 impl Node {
     fn start() -> Node {
+        Node::start_with(false)
+    }
+
+    /// `black_hole`: shard 0 takes metadata requests and drops them (no reply ever comes).
+    fn start_with(black_hole: bool) -> Node {
         let config = config();
         let shards = 2usize;
         let machine = MetadataStateMachine::new(&Genesis {
@@ -225,7 +230,9 @@ impl Node {
                         )
                         .await
                         .unwrap();
-                        {
+                        if black_hole {
+                            core.set_metadata(Box::new(|_| {}));
+                        } else {
                             let inbox = inbox.clone();
                             core.set_metadata(Box::new(move |r| inbox.push_request(r)));
                         }
@@ -789,4 +796,55 @@ fn a_conflicting_resend_is_refused_not_left_waiting() {
     let answer = c.call(Operation::CreateStream, 0, &create_stream_body("two"));
     assert_eq!(read_result(answer.body()).unwrap(), Err(4));
     assert_eq!(node.reader.view().state.streams.len(), 1);
+}
+
+/// Logins past the password check and waiting for their commit are bounded per shard (the
+/// next Register is answered 58 before any hashing), and a request whose reply never comes is
+/// answered 57 after the deadline, never left waiting.
+#[test]
+fn logins_in_flight_are_bounded_and_a_lost_reply_is_answered_at_the_deadline() {
+    let node = Node::start_with(true);
+    let mut waiting: Vec<Client> = (0..super::LOGINS_IN_FLIGHT_MAX)
+        .map(|i| {
+            let mut c = node.connect(0);
+            c.client += 0x100 * (i as u128 + 1);
+            let frame = request_frame(
+                c.client,
+                Operation::Register,
+                0,
+                0,
+                0,
+                &login_body(0x2C00, "iggy", "iggy"),
+            );
+            c.send_raw(&frame);
+            c
+        })
+        .collect();
+    // Once all of them were read, all are in flight (each is counted in the same executor
+    // turn that read it).
+    while node.counters.requests.load(Ordering::Relaxed) < waiting.len() as u64 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut extra = node.connect(0);
+    let frame = request_frame(
+        extra.client,
+        Operation::Register,
+        0,
+        0,
+        0,
+        &login_body(0x2C00, "iggy", "iggy"),
+    );
+    extra.send_raw(&frame);
+    let answer = extra.read().unwrap();
+    assert_eq!(read_result(answer.body()).unwrap(), Err(58));
+    assert_eq!(node.counters.logins_refused.load(Ordering::Relaxed), 1);
+    for c in waiting.iter_mut() {
+        let answer = c.read().expect("an answer, not silence");
+        assert_eq!(answer.operation(), Operation::Register.byte());
+        assert_eq!(read_result(answer.body()).unwrap(), Err(57));
+    }
+    assert_eq!(
+        node.counters.deadline.load(Ordering::Relaxed),
+        super::LOGINS_IN_FLIGHT_MAX as u64
+    );
 }
