@@ -519,6 +519,13 @@ fn login_succeeds_and_binds_a_session() {
     other.client = c.client;
     other.session = c.session;
     assert_eq!(other.call(Operation::NonReplicated, 201, &[]).status(), 0);
+    // Logout commits; the session is gone on every shard (status 40 for a read).
+    let answer = c.call(Operation::Logout, 0, &[]);
+    assert_eq!(answer.status(), 0);
+    assert_eq!(answer.operation(), Operation::Logout.byte());
+    assert!(answer.body().is_empty());
+    assert_eq!(c.call(Operation::NonReplicated, 201, &[]).status(), 40);
+    assert_eq!(other.call(Operation::NonReplicated, 201, &[]).status(), 40);
 }
 
 #[test]
@@ -847,4 +854,47 @@ fn logins_in_flight_are_bounded_and_a_lost_reply_is_answered_at_the_deadline() {
         node.counters.deadline.load(Ordering::Relaxed),
         super::LOGINS_IN_FLIGHT_MAX as u64
     );
+}
+
+/// A session this node has not committed yet (above its commit point) is transient (57): a
+/// login answered through another replica (decision 153); an unknown one at or below the
+/// commit point is refused as no session.
+#[test]
+fn an_unknown_session_above_the_commit_point_is_transient() {
+    let node = Node::start();
+    let mut c = node.connect(0);
+    assert_eq!(c.login("iggy", "iggy").status(), 0);
+    let committed = node.reader.sessions().op;
+    assert!(committed >= c.session);
+    let ahead = request_frame(
+        c.client,
+        Operation::NonReplicated,
+        201,
+        committed + 10,
+        1,
+        &[],
+    );
+    c.send_raw(&ahead);
+    assert_eq!(c.read().unwrap().status(), 57);
+    let stale = request_frame(
+        c.client + 1,
+        Operation::NonReplicated,
+        201,
+        committed,
+        1,
+        &[],
+    );
+    c.send_raw(&stale);
+    assert_eq!(c.read().unwrap().status(), 40);
+    // A replicated op with an unknown session at or below the commit point: NoSession.
+    let stale = request_frame(
+        c.client + 1,
+        Operation::CreateStream,
+        0,
+        committed,
+        1,
+        &name("x"),
+    );
+    c.send_raw(&stale);
+    assert_eq!(c.read().unwrap().reason(), 1);
 }
