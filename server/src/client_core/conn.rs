@@ -13,10 +13,11 @@ use wire::decode::{DecodeError, EvictionReason};
 use wire::header::{Layout, RequestHeader};
 use wire::{Command, HEADER_SIZE, Operation};
 
-use super::{ClientCore, Counters, LOGINS_IN_FLIGHT_MAX, PartitionRead, REQUEST_DEADLINE, frames};
+use super::{
+    ClientCore, Counters, LOGINS_IN_FLIGHT_MAX, PartitionRead, REQUEST_DEADLINE, frames, registry,
+};
 use crate::client::route::{NodeQuery, Route, route};
 use crate::client::status;
-use crate::groups::Refused;
 use crate::shard_msg::ShardMsg;
 
 /// Decrements a count when dropped (open connections, logins in flight).
@@ -240,25 +241,22 @@ impl ClientCore {
             return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
         };
         let target = self.group_shard(group);
-        let result = if target == self.shard {
-            self.partitions.submit(group, request)
+        if target == self.shard {
+            if let Err(refused) = self.partitions.submit(group, request) {
+                self.registry.forget(client, conn);
+                return self.partition_refusal(&header, refused);
+            }
         } else {
             let message = ShardMsg::Partition {
                 origin: self.shard,
                 group,
                 request: Box::new(request),
             };
-            (self.mesh)(target, Lane::Main, message).map_err(|_| {
+            if (self.mesh)(target, Lane::Main, message).is_err() {
+                self.registry.forget(client, conn);
                 Counters::add(&self.node.counters.mesh_refused);
-                Refused::NotPrimary {
-                    view: 0,
-                    primary: 0,
-                }
-            })
-        };
-        if let Err(refused) = result {
-            self.registry.forget(client, conn);
-            return self.partition_refusal(&header, refused);
+                return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+            }
         }
         self.await_reply(conn, &header, &slot).await
     }
@@ -308,8 +306,6 @@ impl ClientCore {
         }
     }
 }
-
-use super::registry;
 
 /// A Request whose header does not validate (wire.md §11.5): an operation byte the protocol
 /// does not define is evicted with InvalidRequestOperation, a replicated op without a session
