@@ -283,9 +283,10 @@ impl ClientCore {
                 read,
             } => {
                 let client = request.client.get();
-                self.registry.remember_remote(client, origin);
                 let frame = self.answer_read(&request, &read);
-                self.registry.reply(client, frame);
+                if (self.mesh)(origin, Lane::Reply, ShardMsg::Reply { client, frame }).is_err() {
+                    Counters::add(&self.node.counters.mesh_refused);
+                }
             }
         }
     }
