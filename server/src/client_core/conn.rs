@@ -242,7 +242,7 @@ impl ClientCore {
         };
         let target = self.group_shard(group);
         if target == self.shard {
-            if let Err(refused) = self.partitions.submit(group, request) {
+            if let Err(refused) = self.partitions().submit(group, request) {
                 self.registry.forget(client, conn);
                 return self.partition_refusal(&header, refused);
             }

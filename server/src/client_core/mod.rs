@@ -154,7 +154,7 @@ pub struct ClientCore {
     node: NodeInfo,
     max_message_size: usize,
     registry: Rc<Registry>,
-    partitions: Rc<dyn Partitions>,
+    partitions: RefCell<Rc<dyn Partitions>>,
     mesh: MeshSend,
     metadata: RefCell<Option<MetadataSubmit>>,
     logins: Cell<usize>,
@@ -182,7 +182,7 @@ impl ClientCore {
             node,
             max_message_size,
             registry,
-            partitions,
+            partitions: RefCell::new(partitions),
             mesh,
             metadata: RefCell::new(None),
             logins: Cell::new(0),
@@ -208,6 +208,17 @@ impl ClientCore {
     /// The sink the group pumps of this shard deliver replies to.
     pub fn reply_sink(&self) -> Rc<dyn ReplySink> {
         self.registry.clone()
+    }
+
+    /// Replaces the shard's partition host (one built after the core, since it needs the
+    /// core's [`ClientCore::reply_sink`]).
+    pub fn set_partitions(&self, partitions: Rc<dyn Partitions>) {
+        *self.partitions.borrow_mut() = partitions;
+    }
+
+    /// The shard's partition host.
+    fn partitions(&self) -> Rc<dyn Partitions> {
+        self.partitions.borrow().clone()
     }
 
     /// Shard 0: how requests reach the metadata pump (set once the pump runs).
@@ -272,7 +283,7 @@ impl ClientCore {
                 let client = request.header.client.get();
                 self.registry.remember_remote(client, origin);
                 let header = request.header;
-                if let Err(refused) = self.partitions.submit(group, *request) {
+                if let Err(refused) = self.partitions().submit(group, *request) {
                     let frame = self.partition_refusal(&header, refused);
                     self.registry.reply(client, frame);
                 }
@@ -312,7 +323,7 @@ impl ClientCore {
                 group,
                 partition,
                 request,
-            } => match self.partitions.poll(*group, *partition, request) {
+            } => match self.partitions().poll(*group, *partition, request) {
                 Ok(poll) => frames::reply(header, 0, &poll.body),
                 Err(code) => frames::refused(header, code),
             },
@@ -321,7 +332,7 @@ impl ClientCore {
                 partition,
                 consumer,
             } => match self
-                .partitions
+                .partitions()
                 .consumer_offset(*group, *partition, consumer)
             {
                 Ok(Some(offset)) => {

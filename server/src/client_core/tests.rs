@@ -183,24 +183,24 @@ impl Node {
                 let seen = seen.clone();
                 async move {
                     let mesh = Rc::new(ctx.mesh);
-                    let fake = Rc::new(FakePartitions {
-                        shard: ctx.id,
-                        sink: RefCell::new(None),
-                        seen,
-                    });
                     let core = {
                         let mesh = mesh.clone();
                         ClientCore::new(
                             ctx.id,
                             ctx.shards as u16,
                             info,
-                            fake.clone(),
+                            Rc::new(super::NoPartitions),
                             Box::new(move |to, lane, message| {
                                 mesh.try_send(to, lane, message).map_err(|e| e.body)
                             }),
                         )
                     };
-                    *fake.sink.borrow_mut() = Some(core.reply_sink());
+                    // The host is built after the core: it needs the core's reply sink.
+                    core.set_partitions(Rc::new(FakePartitions {
+                        shard: ctx.id,
+                        sink: RefCell::new(Some(core.reply_sink())),
+                        seen,
+                    }));
                     let mut pump = None;
                     if ctx.id == 0 {
                         let inbox = Rc::new(Inbox::new(gauges.clone()));
