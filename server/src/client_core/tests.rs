@@ -898,3 +898,33 @@ fn an_unknown_session_above_the_commit_point_is_transient() {
     c.send_raw(&stale);
     assert_eq!(c.read().unwrap().reason(), 1);
 }
+
+#[test]
+fn get_stats_and_cluster_metadata_answer_from_the_node() {
+    use crate::client::reply::{ClusterMetadata, Stats};
+    let node = Node::start();
+    let mut c = node.connect(1);
+    // Both need a session (status 40 before login).
+    assert_eq!(c.call(Operation::NonReplicated, 12, &[]).status(), 40);
+    assert_eq!(c.login("iggy", "iggy").status(), 0);
+    let answer = c.call(Operation::CreateStream, 0, &create_stream_body("s"));
+    assert_eq!(read_result(answer.body()).unwrap().map(|_| ()), Ok(()));
+    let answer = c.call(Operation::NonReplicated, 10, &[]);
+    assert_eq!(answer.status(), 0);
+    let stats = Stats::decode(answer.body()).unwrap();
+    assert_eq!(stats.streams_count, 1);
+    assert_eq!(stats.process_id, std::process::id());
+    assert_eq!(stats.threads_count, 2);
+    assert!(stats.clients_count >= 1);
+    let answer = c.call(Operation::NonReplicated, 12, &[]);
+    assert_eq!(answer.status(), 0);
+    let roster = ClusterMetadata::decode(answer.body()).unwrap();
+    assert_eq!(roster.name, "client-core-test");
+    assert_eq!(roster.nodes.len(), 1);
+    // The one node is the normal primary (the Gauges the pump publishes): the leader.
+    assert_eq!(roster.nodes[0].role, crate::client::answers::ROLE_LEADER);
+    assert_eq!(
+        roster.nodes[0].status,
+        crate::client::answers::STATUS_HEALTHY
+    );
+}
