@@ -426,6 +426,21 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
             spawn(&config_path, node, &logs);
         }
         let primary = wait_for_primary(&nodes, &logs);
+        // Every node booted from a snapshot (installed into the metadata state machine) and
+        // not from the journal alone.
+        let log = std::fs::read_to_string(&logs).unwrap();
+        let from_snapshot = log
+            .lines()
+            .filter(|l| l.contains("metadata group recovered from"))
+            .filter(|l| {
+                l.split("snapshot_op=")
+                    .nth(1)
+                    .and_then(|t| t.split_whitespace().next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|op| op > 0)
+            })
+            .count();
+        assert_eq!(from_snapshot, 3, "each restart installs its snapshot");
         let mut again = Client::connect(&nodes[primary], 0xA11CE + 1);
         again.login();
         assert_eq!(again.streams(), before);
