@@ -138,6 +138,12 @@ fn metrics(http: u16) -> Option<BTreeMap<String, u64>> {
 
 /// The primary's index once every node is normal in one view with exactly one primary.
 fn wait_for_primary(nodes: &[Node], logs: &Path) -> usize {
+    let all: Vec<&Node> = nodes.iter().collect();
+    all[wait_for_primary_of(&all, logs)].id as usize
+}
+
+/// The index in `nodes` of the one normal primary they agree on.
+fn wait_for_primary_of(nodes: &[&Node], logs: &Path) -> usize {
     let start = Instant::now();
     while start.elapsed() < BOUND {
         let all: Option<Vec<_>> = nodes.iter().map(|n| metrics(n.http)).collect();
@@ -445,6 +451,33 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
         again.login();
         assert_eq!(again.streams(), before);
         assert_eq!(again.topic().as_deref(), Some("events"));
+
+        // 6. SIGKILL the primary: a client that asks a survivor for the cluster metadata is
+        // sent to the new primary (the SDK's redirect), and writes succeed there.
+        let mut child = nodes[primary].child.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let survivors: Vec<&Node> = nodes.iter().filter(|n| n.id as usize != primary).collect();
+        let new_primary = survivors[wait_for_primary_of(&survivors, &logs)].id as usize;
+        assert_ne!(new_primary, primary);
+        let asked = survivors
+            .iter()
+            .find(|n| n.id as usize != new_primary)
+            .unwrap();
+        let mut c = Client::connect(asked, 0xC0FFEE);
+        c.login();
+        let roles = eventually("a survivor names the new leader", || {
+            let answer = c.read(12, &[]);
+            let roles = cluster_roles(answer.body());
+            (roles[new_primary].1 == 0).then_some(roles)
+        });
+        let leader_port = roles.iter().find(|(_, role)| *role == 0).unwrap().0;
+        let leader = nodes.iter().find(|n| n.tcp == leader_port).unwrap();
+        let mut c = Client::connect(leader, 0xC0FFEE + 1);
+        c.login();
+        let answer = c.metadata(CREATE_STREAM, &self::name("after-failover"), true);
+        assert_eq!(answer.result(), 0, "CreateStream on the new primary");
+        assert!(c.streams().contains(&"after-failover".to_owned()));
     }));
     kill_all(&mut nodes);
     if let Err(panic) = result {
