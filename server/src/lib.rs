@@ -6,12 +6,14 @@
 
 pub mod boot;
 pub mod client;
+pub mod client_core;
 pub mod config;
 pub mod groups;
 pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;
 pub mod partition;
+pub mod shard_msg;
 pub mod wiring;
 
 /// Exit status of a node stopped by a fatal failure (the core's `Effect::Fatal`, or a storage

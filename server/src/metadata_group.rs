@@ -78,6 +78,9 @@ pub enum Event {
     },
     /// A storage completion.
     Done(Completion),
+    /// A client request for the metadata group (the client core of this shard or, over the
+    /// mesh, of another). Bounded by the node's connections: each has one request in flight.
+    Request(Box<consensus::ClientRequest>),
     /// A peer's lane-0 connection came up or went down.
     Peer {
         /// The peer.
@@ -120,6 +123,11 @@ impl Inbox {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+
+    /// Queues a client request for the pump.
+    pub fn push_request(&self, request: consensus::ClientRequest) {
+        self.push(Event::Request(Box::new(request)));
     }
 
     fn pop(&self) -> Option<Event> {
@@ -473,6 +481,11 @@ pub struct Pump<S: Storage, M: StateMachine> {
     pub test_register_ticks: Option<u64>,
     /// `cluster.superblock_wedged_fatal_timeout` (`None`: disabled).
     pub superblock_wedged: Option<Duration>,
+    /// Where `Effect::Reply` frames go (the shard's client registry); `None`: dropped.
+    pub replies: Option<Rc<dyn crate::groups::ReplySink>>,
+    /// Where the committed sessions are published for every shard's session check (decision
+    /// 126), whenever they change at a commit.
+    pub sessions: Option<Arc<crate::metadata::view::MetadataHandle>>,
 }
 
 /// The environment variable that turns on [`Pump::test_register_ticks`] (milliseconds). Only
@@ -514,6 +527,8 @@ where
         gauges,
         test_register_ticks,
         superblock_wedged,
+        replies,
+        sessions,
     } = pump;
     let self_id = config.raw().replica;
     let replica_count = config.raw().replica_count;
@@ -531,6 +546,9 @@ where
         plane,
         queue: queue.clone(),
         fatal: fatal.clone(),
+        replies,
+        sessions,
+        published: None,
     };
     let mut out = Outbox::new();
     let start = Instant::now();
@@ -540,6 +558,7 @@ where
     // Down peers are reported at boot; the sink reports each later change.
     for peer in (0..replica_count).filter(|&p| p != self_id.0) {
         if !exec.plane.is_connected(peer, 0) {
+            gauges.set_peer(peer, false);
             let input = Input::PeerConnection {
                 peer: ReplicaId(peer),
                 connected: false,
@@ -614,14 +633,48 @@ where
                     }
                     replica.step(at, Input::Done(done), &mut out)
                 }
-                Event::Peer { peer, connected } => replica.step(
-                    at,
-                    Input::PeerConnection {
-                        peer: ReplicaId(peer),
-                        connected,
-                    },
-                    &mut out,
-                ),
+                Event::Request(request) => {
+                    let client = request.header.client.get();
+                    let header = request.header;
+                    let result = replica.step(at, Input::Request(*request), &mut out);
+                    // Every request gets an answer: when the core neither took it nor
+                    // answered it, the client hears why (decision 154): a full request queue
+                    // is transient (57, the SDK resends); a request the client table drops (the
+                    // same number with another body) or a malformed one is refused for good
+                    // (4, InvalidFormat), or the SDK would resend it forever.
+                    let answered = out
+                        .effects()
+                        .iter()
+                        .any(|e| matches!(e, Effect::Reply { client: c, .. } if c.0 == client));
+                    if let (Err(ignored), false) = (&result, answered)
+                        && let Some(sink) = &exec.replies
+                    {
+                        debug!(
+                            client,
+                            ?ignored,
+                            "metadata request neither taken nor answered"
+                        );
+                        let code = match ignored {
+                            consensus::Ignored::Refused | consensus::Ignored::Malformed => {
+                                crate::client::status::INVALID_FORMAT
+                            }
+                            _ => consensus::codes::TRANSIENT_NOT_COMMITTED,
+                        };
+                        sink.reply(client, crate::client_core::frames::refused(&header, code));
+                    }
+                    result
+                }
+                Event::Peer { peer, connected } => {
+                    gauges.set_peer(peer, connected);
+                    replica.step(
+                        at,
+                        Input::PeerConnection {
+                            peer: ReplicaId(peer),
+                            connected,
+                        },
+                        &mut out,
+                    )
+                }
             };
             exec.run(&replica, &mut out);
             if fatal.borrow().is_some() {
@@ -660,10 +713,37 @@ struct Executor {
     plane: Rc<Plane>,
     queue: Rc<StorageQueue>,
     fatal: Rc<RefCell<Option<String>>>,
+    replies: Option<Rc<dyn crate::groups::ReplySink>>,
+    sessions: Option<Arc<crate::metadata::view::MetadataHandle>>,
+    /// The commit point the sessions were last published at.
+    published: Option<u64>,
 }
 
 impl Executor {
+    /// Publishes the committed sessions when the commit point moved, before
+    /// the step's replies go out: a client that reads its Register's reply finds its session
+    /// on every shard.
+    fn publish_sessions<M: Checkpointable>(&mut self, replica: &Replica<M>) {
+        let Some(handle) = &self.sessions else {
+            return;
+        };
+        let commit = replica.commit_min();
+        if self.published == Some(commit) {
+            return;
+        }
+        // Published at every commit (metadata commits are rare): `Sessions::op` tells the
+        // session check how far this node's table reaches (decision 153).
+        handle.publish_sessions(crate::metadata::view::Sessions::from_table(
+            commit,
+            replica
+                .sessions()
+                .map(|(client, session, user)| (client.0, session, user)),
+        ));
+        self.published = Some(commit);
+    }
+
     fn run<M: Checkpointable>(&mut self, replica: &Replica<M>, out: &mut Outbox) {
+        self.publish_sessions(replica);
         for effect in out.drain() {
             if self.fatal.borrow().is_some() {
                 // Nothing after a fatal effect runs.
@@ -701,10 +781,10 @@ impl Executor {
                         prepare,
                     });
                 }
-                Effect::Reply { client, .. } => {
-                    // No client plane yet: nothing can be waiting for it.
-                    debug!(client = client.0, "reply dropped: no client plane");
-                }
+                Effect::Reply { client, frame } => match &self.replies {
+                    Some(sink) => sink.reply(client.0, frame),
+                    None => debug!(client = client.0, "reply dropped: no client plane"),
+                },
                 Effect::Fatal(reason) => {
                     error!(%reason, "consensus fatal; stopping the node");
                     self.fatal

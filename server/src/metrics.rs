@@ -39,6 +39,9 @@ pub struct Gauges {
     pub inbox_dropped_full: AtomicU64,
     /// Frames of another group that reached shard 0's metadata sink.
     pub inbox_dropped_foreign: AtomicU64,
+    /// Peers whose lane-0 connection is down, one bit per replica id (the pump's view; all
+    /// peers start connected, as in the core).
+    peers_down: AtomicU64,
 }
 
 impl Gauges {
@@ -66,6 +69,30 @@ impl Gauges {
             .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
     }
 
+    /// The metadata primary of the view this node is in, while that view is normal (what
+    /// GetClusterMetadata names as leader); `None` during a view change or recovery.
+    pub fn metadata_primary(&self, replica_count: u8) -> Option<u8> {
+        if self.status.load(Ordering::Relaxed) != 0 || replica_count == 0 {
+            return None;
+        }
+        Some((self.view.load(Ordering::Relaxed) % u64::from(replica_count)) as u8)
+    }
+
+    /// Records a peer's lane-0 connection going up or down.
+    pub fn set_peer(&self, peer: u8, connected: bool) {
+        let bit = 1u64 << (peer % 64);
+        if connected {
+            self.peers_down.fetch_and(!bit, Ordering::Relaxed);
+        } else {
+            self.peers_down.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the pump last saw `peer`'s connection down.
+    pub fn peer_down(&self, peer: u8) -> bool {
+        self.peers_down.load(Ordering::Relaxed) & (1u64 << (peer % 64)) != 0
+    }
+
     /// One durable metadata append and how long it took (write + fdatasync of slot and ring).
     pub fn record_append(&self, took: Duration) {
         self.appends.fetch_add(1, Ordering::Relaxed);
@@ -82,6 +109,8 @@ pub struct Sources {
     pub gauges: Arc<Gauges>,
     /// Each shard's replica-plane counters, by shard id.
     pub planes: Vec<Arc<Counters>>,
+    /// The client plane's counters (every shard adds to them).
+    pub clients: Option<Arc<crate::client_core::Counters>>,
 }
 
 /// The Prometheus text of every metric.
@@ -168,6 +197,41 @@ pub fn render(sources: &Sources) -> String {
             let _ = writeln!(out, "strand_{base}{{{labels}plane=\"metadata\"}} {v}");
         }
     }
+    if let Some(c) = &sources.clients {
+        let _ = writeln!(
+            out,
+            "# HELP strand_client_connections_open client connections open now."
+        );
+        let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
+        let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
+        let client_counters: [(&str, &AtomicU64); 11] = [
+            ("client_connections_total", &c.accepted),
+            ("client_requests_total", &c.requests),
+            ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
+            (
+                "client_closed_total{reason=\"replica_command\"}",
+                &c.closed_replica_command,
+            ),
+            (
+                "client_closed_total{reason=\"undecodable\"}",
+                &c.closed_undecodable,
+            ),
+            ("client_replies_undeliverable_total", &c.undeliverable),
+            ("client_deadline_answers_total", &c.deadline),
+            ("client_mesh_refused_total", &c.mesh_refused),
+            ("client_logins_refused_total", &c.logins_refused),
+            ("client_shard_disagreements_total", &c.shard_disagreement),
+            ("client_remote_forgotten_total", &c.remote_forgotten),
+        ];
+        let mut typed = std::collections::HashSet::new();
+        for (name, value) in client_counters {
+            let base = name.split('{').next().unwrap_or(name);
+            if typed.insert(base) {
+                let _ = writeln!(out, "# TYPE strand_{base} counter");
+            }
+            let _ = writeln!(out, "strand_{name} {}", read(value));
+        }
+    }
     // The replica plane, per shard.
     let mut seen = std::collections::HashSet::new();
     for (shard, counters) in sources.planes.iter().enumerate() {
@@ -244,6 +308,7 @@ mod readme_tests {
         let text = render(&Sources {
             gauges: Arc::new(Gauges::default()),
             planes: vec![Arc::new(Counters::default())],
+            clients: Some(Arc::new(crate::client_core::Counters::default())),
         });
         let names: std::collections::BTreeSet<&str> = text
             .lines()

@@ -11,9 +11,13 @@ use anyhow::Context;
 use journal::FileStorage;
 use journal::dma::DmaStorage;
 use server::boot::{self, MetadataBoot, Stamp};
+use server::client_core::{self, ClientCore, NoPartitions, NodeInfo};
+use server::metadata::view::MetadataHandle;
+use server::metadata::{Genesis, MetadataStateMachine, password::HashParams};
 use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
-use shard::net::plane::{Handed, NodeShared};
+use server::shard_msg::ShardMsg;
+use shard::net::plane::NodeShared;
 use shard::net::{Counters, NetConfig, Plane, Sink};
 use shard::{Lane, MeshCapacity, Runtime, RuntimeConfig, ShardContext, Sharding};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -117,6 +121,25 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let close_bound = config.message_bus.close_peer_timeout;
     let slots = config.metadata.journal_slots;
     let superblock_wedged = config.cluster.superblock_wedged_fatal_timeout;
+    // The metadata state machine's genesis (the root user) is built here, once, and moves to
+    // shard 0 at boot; its read handle goes to every shard (decision 126).
+    let machine = MetadataStateMachine::new(&Genesis {
+        cluster_id: stamp.cluster_id,
+        root: config.metadata.root.clone(),
+        params: HashParams::DEFAULT,
+    })
+    .map_err(|e| anyhow::anyhow!("hashing the root password: {e}"))?;
+    let metadata_handle = machine.handle().clone();
+    let client_counters = Arc::new(client_core::Counters::default());
+    let node_info = NodeInfo {
+        config: Arc::new(config.clone()),
+        reader: machine.reader(),
+        gauges: gauges.clone(),
+        counters: client_counters.clone(),
+        started: std::time::SystemTime::now(),
+    };
+    let machine = Arc::new(Mutex::new(Some(machine)));
+    let clients = SocketAddr::new(node.ip, node.ports.tcp);
     let test_register_ticks = match std::env::var(metadata::TEST_REGISTER_ENV) {
         Ok(ms) => {
             let ms: u64 = ms.parse().with_context(|| {
@@ -135,7 +158,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         let gauges = gauges.clone();
         let fatal = fatal.clone();
         let data = data.clone();
-        move |ctx: ShardContext<Handed>| {
+        move |ctx: ShardContext<ShardMsg>| {
             let shard = Shard {
                 net: net.clone(),
                 shared: shared.clone(),
@@ -151,6 +174,10 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 test_register_ticks,
                 superblock_wedged,
                 rejoin: args.rejoin,
+                machine: machine.clone(),
+                metadata_handle: metadata_handle.clone(),
+                node_info: node_info.clone(),
+                clients,
             };
             shard.run(ctx)
         }
@@ -182,6 +209,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let sources = Sources {
         gauges: gauges.clone(),
         planes: planes.into_iter().map(|(_, counters)| counters).collect(),
+        clients: Some(client_counters),
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
@@ -191,6 +219,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         shards = runtime.stats().shards(),
         registered_io_buffers = registered,
         replicas = %listen,
+        clients = %clients,
         metrics = %format!("http://{metrics_addr}/metrics"),
         "strand node ready; SIGTERM or SIGINT stops it"
     );
@@ -260,6 +289,14 @@ struct Shard {
     test_register_ticks: Option<u64>,
     superblock_wedged: Option<Duration>,
     rejoin: bool,
+    /// The metadata state machine, taken by shard 0 at boot.
+    machine: Arc<Mutex<Option<MetadataStateMachine>>>,
+    /// Where shard 0's pump publishes committed sessions.
+    metadata_handle: Arc<MetadataHandle>,
+    /// What every shard's client core shares.
+    node_info: NodeInfo,
+    /// The client port (`ports.tcp`), bound by every shard.
+    clients: SocketAddr,
 }
 
 impl Shard {
@@ -269,7 +306,7 @@ impl Shard {
         }
     }
 
-    async fn run(self, ctx: ShardContext<Handed>) {
+    async fn run(self, ctx: ShardContext<ShardMsg>) {
         let id = usize::from(ctx.id);
         let inbox = Rc::new(Inbox::new(self.gauges.clone()));
         let sink: Rc<dyn Sink> = if id == 0 {
@@ -288,9 +325,30 @@ impl Shard {
             let mesh = mesh.clone();
             plane.set_handoff(Box::new(move |target, handed| {
                 let target = u16::try_from(target).expect("shard ids fit u16");
-                mesh.try_send(target, Lane::Main, handed)
-                    .map_err(|e| e.body)
+                mesh.try_send(target, Lane::Main, ShardMsg::Handed(handed))
+                    .map_err(|e| match e.body {
+                        ShardMsg::Handed(handed) => handed,
+                        _ => unreachable!("sent a Handed"),
+                    })
             }));
+        }
+        // The client core of this shard; partition groups are not hosted yet, so partition
+        // requests are answered as for an unknown partition (client-plane.md §2.4).
+        let core = {
+            let mesh = mesh.clone();
+            ClientCore::new(
+                ctx.id,
+                u16::try_from(ctx.shards).expect("shard count fits u16"),
+                self.node_info.clone(),
+                Rc::new(NoPartitions),
+                Box::new(move |to, lane, message| {
+                    mesh.try_send(to, lane, message).map_err(|e| e.body)
+                }),
+            )
+        };
+        if id == 0 {
+            let inbox = inbox.clone();
+            core.set_metadata(Box::new(move |request| inbox.push_request(request)));
         }
         // Shard 0 boots the metadata group first: a refusal stops the node before it listens.
         let metadata = if id == 0 {
@@ -316,15 +374,26 @@ impl Shard {
                 }
             }
         }
+        match glommio::net::TcpListener::bind(self.clients) {
+            Ok(listener) => core.serve(listener, ctx.stop.clone()),
+            Err(e) => {
+                self.report(Err(format!(
+                    "binding the client port on {} (shard {id}): {e}",
+                    self.clients
+                )));
+                return;
+            }
+        }
         plane.start_connector();
         self.report(Ok((id, plane.counters().clone())));
         let pump = metadata.map(|booted| match booted {
-            Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
-            Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
+            Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),
+            Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),
         });
         // The shard's mesh pump: connections handed over by the accepting shard.
         let mut adopt = Adopt {
             plane: plane.clone(),
+            core: core.clone(),
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
         if let Some(pump) = pump
@@ -345,10 +414,11 @@ impl Shard {
     /// main thread stops the node on it).
     fn spawn_pump<S: journal::Storage + 'static>(
         &self,
-        boot: MetadataBoot<S, PlaceholderMachine>,
+        boot: MetadataBoot<S, MetadataStateMachine>,
         plane: &Rc<Plane>,
         inbox: &Rc<Inbox>,
         stop: &shard::StopSignal,
+        core: &Rc<ClientCore>,
     ) -> glommio::task::JoinHandle<Outcome> {
         let run = metadata::run(Pump {
             config: self.consensus.clone(),
@@ -359,6 +429,8 @@ impl Shard {
             gauges: self.gauges.clone(),
             test_register_ticks: self.test_register_ticks,
             superblock_wedged: self.superblock_wedged,
+            replies: Some(core.reply_sink()),
+            sessions: Some(self.metadata_handle.clone()),
         });
         let fatal = self.fatal.clone();
         glommio::spawn_local(async move {
@@ -396,20 +468,20 @@ impl Shard {
         storage: S,
         dir: &Path,
         backend: &'static str,
-    ) -> Result<MetadataBoot<S, PlaceholderMachine>, String> {
+    ) -> Result<MetadataBoot<S, MetadataStateMachine>, String> {
         let journal = journal::JournalConfig {
             slot_count: u64::from(self.slots),
             slot_size: boot::METADATA_SLOT_SIZE,
         };
-        let mut boot = boot::recover(
-            storage,
-            dir,
-            self.identity,
-            journal,
-            PlaceholderMachine::default(),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let machine = self
+            .machine
+            .lock()
+            .ok()
+            .and_then(|mut m| m.take())
+            .ok_or("the metadata state machine was already taken")?;
+        let mut boot = boot::recover(storage, dir, self.identity, journal, machine)
+            .await
+            .map_err(|e| e.to_string())?;
         if self.rejoin {
             boot::mark_lost_state(&mut boot, dir)
                 .await
@@ -436,14 +508,9 @@ impl Shard {
 /// variants' size difference costs nothing).
 #[allow(clippy::large_enum_variant)]
 enum Booted {
-    Dma(MetadataBoot<DmaStorage, PlaceholderMachine>),
-    File(MetadataBoot<FileStorage, PlaceholderMachine>),
+    Dma(MetadataBoot<DmaStorage, MetadataStateMachine>),
+    File(MetadataBoot<FileStorage, MetadataStateMachine>),
 }
-
-/// The metadata state machine until the real one (streams, topics, users) is wired: the core's
-/// digest machine, which folds every committed body into a running digest. Named so that no
-/// one mistakes it for the product.
-type PlaceholderMachine = consensus::DigestStateMachine;
 
 /// Whether `O_DIRECT` opens in `dir` (tmpfs refuses it); without it the journal still
 /// `fdatasync`s every write.
@@ -465,17 +532,24 @@ fn direct_io_works(dir: &Path) -> bool {
     ok
 }
 
-/// The mesh pump's handler: adopt connections handed over by the accepting shard.
+/// The mesh pump's handler: adopt connections handed over by the accepting shard; the client
+/// core's cross-shard requests and replies.
 struct Adopt {
     plane: Rc<Plane>,
+    core: Rc<ClientCore>,
 }
 
-impl shard::pump::Handler<Handed> for Adopt {
+impl shard::pump::Handler<ShardMsg> for Adopt {
     fn on_tick(&mut self) {}
-    fn on_main(&mut self, envelope: shard::Envelope<Handed>) {
-        self.plane.adopt(envelope.body);
+    fn on_main(&mut self, envelope: shard::Envelope<ShardMsg>) {
+        match envelope.body {
+            ShardMsg::Handed(handed) => self.plane.adopt(handed),
+            other => self.core.on_mesh(other),
+        }
     }
-    fn on_reply(&mut self, _: shard::Envelope<Handed>) {}
+    fn on_reply(&mut self, envelope: shard::Envelope<ShardMsg>) {
+        self.core.on_mesh(envelope.body);
+    }
 }
 
 /// `strand dev`: N child nodes on loopback from the embedded config.
@@ -519,8 +593,8 @@ pub fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!(
-        "{} nodes started (the metadata group replicates; no client plane yet); Ctrl-C stops \
-         them",
+        "{} nodes started (log in as root, iggy/iggy unless IGGY_ROOT_USERNAME / \
+         IGGY_ROOT_PASSWORD say otherwise); Ctrl-C stops them",
         args.replicas
     );
     // Wait for a signal, or for a node to end on its own (then stop the rest and fail).

@@ -289,6 +289,7 @@ impl<T: Send + 'static> MeshPort<T> {
             loopback: Lane::ALL.map(|_| RefCell::new(VecDeque::new())),
             loopback_waker: Lane::ALL.map(|_| Cell::new(None)),
             next: Lane::ALL.map(|_| Cell::new(0)),
+            ring_wakers: Lane::ALL.map(|_| (0..shards).map(|_| Arc::default()).collect()),
             counters: self.counters,
         }
     }
@@ -310,7 +311,57 @@ pub struct Mesh<T: Send + 'static> {
     loopback_waker: [Cell<Option<Waker>>; LANES],
     /// Where the next receive starts looking, so no source starves another.
     next: [Cell<usize>; LANES],
+    /// One waker per remote ring, registered with glommio at most once per wait (see
+    /// [`RingWaker`]).
+    ring_wakers: [Vec<Arc<RingWaker>>; LANES],
     counters: Arc<MeshCounters>,
+}
+
+/// The waker a pending receive on one remote ring registers with glommio.
+///
+/// glommio keeps every waker a pending `recv` registers until a message arrives on that ring
+/// (and then wakes only as many as there are messages), and a task's waker count is an `i16`.
+/// A receiver polled on every tick while its rings stay empty would pile up one waker per poll
+/// and abort the executor after 32768 of them (two minutes of an idle two-shard node). So a
+/// ring is polled through glommio only while it is not armed, or after this waker fired; in
+/// between, a poll just records the task to wake.
+#[derive(Default)]
+struct RingWaker {
+    /// A registration is outstanding in glommio.
+    armed: std::sync::atomic::AtomicBool,
+    /// glommio woke the registration: the ring may hold a message (or closed).
+    fired: std::sync::atomic::AtomicBool,
+    /// The task waiting on the ring now.
+    task: std::sync::Mutex<Option<Waker>>,
+}
+
+impl RingWaker {
+    fn wait_with(&self, waker: &Waker) {
+        // `try_recv` polls with the no-op waker: it must not replace the waiting task's.
+        if waker.will_wake(Waker::noop()) {
+            return;
+        }
+        if let Ok(mut task) = self.task.lock()
+            && !task.as_ref().is_some_and(|t| t.will_wake(waker))
+        {
+            *task = Some(waker.clone());
+        }
+    }
+}
+
+impl std::task::Wake for RingWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, std::sync::atomic::Ordering::Release);
+        self.armed
+            .store(false, std::sync::atomic::Ordering::Release);
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
 }
 
 impl<T: Send + 'static> std::fmt::Debug for Mesh<T> {
@@ -439,7 +490,21 @@ impl<T: Send + 'static> Mesh<T> {
                 let receiver = self.receivers[l][source]
                     .as_ref()
                     .expect("a ring from every shard");
-                let polled = std::pin::pin!(receiver.recv()).poll(cx);
+                let ring = &self.ring_wakers[l][source];
+                ring.wait_with(cx.waker());
+                if ring.armed.load(std::sync::atomic::Ordering::Acquire)
+                    && !ring.fired.swap(false, std::sync::atomic::Ordering::AcqRel)
+                {
+                    // Registered and not woken since: nothing arrived, nothing to register.
+                    open = true;
+                    continue;
+                }
+                let waker = Waker::from(ring.clone());
+                let mut ring_cx = std::task::Context::from_waker(&waker);
+                let polled = std::pin::pin!(receiver.recv()).poll(&mut ring_cx);
+                if polled.is_pending() {
+                    ring.armed.store(true, std::sync::atomic::Ordering::Release);
+                }
                 open |= !matches!(polled, Poll::Ready(None));
                 polled
             };
@@ -521,5 +586,55 @@ mod tests {
         assert_eq!(counters.dropped(1, Lane::Main, DropReason::Misdelivered), 1);
         assert_eq!(counters.received(1, Lane::Main), 1);
         assert_eq!(counters.dropped_total(), 1);
+    }
+
+    /// A receiving task polled again and again while its remote rings stay empty (the pump's
+    /// idle wait re-polls on every tick) must not pile up waker references: glommio keeps
+    /// every waker a pending receive registers until a message arrives, and a task's waker
+    /// count is an i16, so 32768 idle polls used to abort the shard (about two minutes of an
+    /// idle two-shard node). 40,000 polls, then a message still wakes the receiver.
+    #[test]
+    fn idle_polls_do_not_accumulate_wakers() {
+        crate::runtime::raise_memlock_limit().unwrap();
+        let (ports, _) = build::<u32>(2, MeshCapacity { main: 4, reply: 4 });
+        let (polled_tx, polled_rx) = std::sync::mpsc::channel::<()>();
+        let polled_rx = std::sync::Mutex::new(polled_rx);
+        let polled_rx = std::sync::Arc::new(polled_rx);
+        let threads: Vec<_> = ports
+            .into_iter()
+            .map(|port| {
+                let polled_tx = polled_tx.clone();
+                let polled_rx = polled_rx.clone();
+                LocalExecutorBuilder::new(Placement::Unbound)
+                    .io_memory(64 << 10)
+                    .spawn(move || async move {
+                        let mesh = port.connect().await;
+                        if mesh.id() == 0 {
+                            for _ in 0..40_000 {
+                                std::future::poll_fn(|cx| {
+                                    for lane in Lane::ALL {
+                                        assert!(mesh.poll_lane(lane, cx).is_pending());
+                                    }
+                                    Poll::Ready(())
+                                })
+                                .await;
+                                assert!(mesh.try_recv(Lane::Main).is_none());
+                            }
+                            polled_tx.send(()).unwrap();
+                            mesh.recv(Lane::Main).await.map(|e| e.body)
+                        } else {
+                            let rx = polled_rx.lock().unwrap();
+                            rx.recv().unwrap();
+                            drop(rx);
+                            mesh.try_send(0, Lane::Main, 9).unwrap();
+                            None
+                        }
+                    })
+                    .unwrap()
+            })
+            .collect();
+        drop(polled_tx);
+        let results: Vec<Option<u32>> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(results[0], Some(9));
     }
 }

@@ -539,3 +539,15 @@ impl StateMachine for MetadataStateMachine {
         Ok(())
     }
 }
+
+impl crate::metadata_group::Checkpointable for MetadataStateMachine {
+    /// The applied state as the METADATA_SNAPSHOT artifact (the core emits a checkpoint at
+    /// `commit_min`, when this state is exactly at `commit_op`).
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<Artifact> {
+        vec![Artifact {
+            kind: ArtifactKind::METADATA_SNAPSHOT,
+            frontier: commit_op,
+            bytes: self.snapshot(),
+        }]
+    }
+}

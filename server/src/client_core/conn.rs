@@ -1,0 +1,330 @@
+//! One client connection: read a frame, answer it, read the next (lockstep, §1).
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+
+use consensus::ClientRequest;
+use consensus::Frame;
+use consensus::codes::{TRANSIENT_NOT_ACCEPTED, TRANSIENT_NOT_COMMITTED};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+use shard::Lane;
+use wire::decode::{DecodeError, EvictionReason};
+use wire::header::{Layout, RequestHeader};
+use wire::{Command, HEADER_SIZE, Operation};
+
+use super::{
+    ClientCore, Counters, LOGINS_IN_FLIGHT_MAX, PartitionRead, REQUEST_DEADLINE, frames, registry,
+};
+use crate::client::route::{NodeQuery, Route, route};
+use crate::client::status;
+use crate::shard_msg::ShardMsg;
+
+/// Decrements a count when dropped (open connections, logins in flight).
+struct Open<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Login<'a>(&'a ClientCore);
+
+impl Drop for Login<'_> {
+    fn drop(&mut self) {
+        self.0.logins.set(self.0.logins.get() - 1);
+    }
+}
+
+/// Serves one connection until the peer closes it or breaks the framing.
+pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
+    let counters = core.node.counters.clone();
+    counters.open.fetch_add(1, Ordering::Relaxed);
+    let _open = Open(&counters.open);
+    let conn = core.next_conn.get();
+    core.next_conn.set(conn + 1);
+    let mut header = [0u8; HEADER_SIZE];
+    loop {
+        if stream.read_exact(&mut header).await.is_err() {
+            return; // closed by the peer (or reset)
+        }
+        let size = match wire::framer::frame_size(&header, core.max_message_size) {
+            Ok(Some(size)) => size,
+            Ok(None) => unreachable!("a whole header is in"),
+            Err(error) => {
+                Counters::add(&counters.closed_framing);
+                tracing::debug!(%error, "client frame refused; closing the connection");
+                return;
+            }
+        };
+        if header[60] != Command::Request.byte() {
+            Counters::add(&counters.closed_replica_command);
+            tracing::debug!(
+                command = header[60],
+                "a non-Request command on the client port; closing the connection"
+            );
+            return;
+        }
+        let mut frame = vec![0u8; size];
+        frame[..HEADER_SIZE].copy_from_slice(&header);
+        if stream.read_exact(&mut frame[HEADER_SIZE..]).await.is_err() {
+            return;
+        }
+        Counters::add(&counters.requests);
+        let Some(answer) = core.handle(conn, &frame).await else {
+            Counters::add(&counters.closed_undecodable);
+            return;
+        };
+        if stream.write_all(answer.bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl ClientCore {
+    /// The answer to one Request frame; `None` closes the connection (nothing can be
+    /// addressed to a client id 0).
+    pub(super) async fn handle(&self, conn: u64, frame: &[u8]) -> Option<Frame> {
+        let (header, body) = match wire::decode::decode_request(frame, self.max_message_size) {
+            Ok((header, body)) => (*header, body),
+            Err(error) => return refuse_undecodable(frame, error),
+        };
+        let operation = Operation::from_byte(header.operation)?;
+        let client = header.client.get();
+        let session = header.session.get();
+        // A stamped request checksum must match the body (client-plane.md §2.3).
+        let stamped = header.request_checksum.get();
+        if stamped != 0 && stamped != u128::from(xxhash_rust::xxh3::xxh3_64(body)) {
+            return Some(frames::refused(&header, status::INVALID_FORMAT));
+        }
+        let user = {
+            let sessions = self.node.reader.sessions();
+            let user = sessions.user(client, session);
+            // A session number is the commit op of its Register: one above what this node has
+            // committed is a login this node has not applied yet (a Register answered by
+            // another replica). Transient, not an eviction: the SDK resends (decision 153).
+            if user.is_none()
+                && session != 0
+                && operation != Operation::Register
+                && session > sessions.op
+            {
+                return Some(frames::refused(&header, TRANSIENT_NOT_COMMITTED));
+            }
+            user
+        };
+        if operation == Operation::Register && self.logins.get() >= LOGINS_IN_FLIGHT_MAX {
+            Counters::add(&self.node.counters.logins_refused);
+            return Some(frames::refused(&header, TRANSIENT_NOT_ACCEPTED));
+        }
+        let legacy_code = u32::from_le_bytes(
+            header.reserved[..4]
+                .try_into()
+                .expect("the reserved region is 60 bytes"),
+        );
+        let round_robin = self.round_robin.get();
+        self.round_robin.set(round_robin.wrapping_add(1));
+        let decided = {
+            let view = self.node.reader.view();
+            route(operation, legacy_code, body, user, &view, round_robin)
+        };
+        match decided {
+            Route::Reply(refusal) => Some(frames::from_refusal(&header, &refusal)),
+            Route::Evict(reason, window) => Some(frames::eviction(client, reason, window)),
+            Route::Register { user_id, body } => {
+                self.logins.set(self.logins.get() + 1);
+                let _login = Login(self);
+                let mut request = ClientRequest { header, body };
+                request.header.user_id.set(user_id);
+                // The Argon2id check just ran on this executor: let the shard's other tasks in.
+                glommio::executor().yield_now().await;
+                Some(self.metadata_call(conn, request).await)
+            }
+            Route::Metadata(_) => {
+                let mut request = ClientRequest {
+                    header,
+                    body: body.to_vec(),
+                };
+                // `route` evicts every replicated op without a session.
+                request.header.user_id.set(user?);
+                Some(self.metadata_call(conn, request).await)
+            }
+            Route::Partition { group, .. } => {
+                let mut request = ClientRequest {
+                    header,
+                    body: body.to_vec(),
+                };
+                request.header.user_id.set(user?);
+                Some(self.partition_call(conn, group, request).await)
+            }
+            Route::Poll {
+                group,
+                partition,
+                request,
+            } => Some(
+                self.read_call(
+                    conn,
+                    &header,
+                    group,
+                    PartitionRead::Poll {
+                        group,
+                        partition,
+                        request,
+                    },
+                )
+                .await,
+            ),
+            Route::ConsumerOffset {
+                group,
+                partition,
+                consumer,
+            } => Some(
+                self.read_call(
+                    conn,
+                    &header,
+                    group,
+                    PartitionRead::Offset {
+                        group,
+                        partition,
+                        consumer,
+                    },
+                )
+                .await,
+            ),
+            Route::Node(NodeQuery::ClusterMetadata) => {
+                Some(frames::reply(&header, 0, &self.cluster_metadata()))
+            }
+            Route::Node(NodeQuery::Stats) => Some(frames::reply(&header, 0, &self.stats())),
+        }
+    }
+
+    /// Submits to the metadata group (shard 0's pump, directly or over the mesh) and waits.
+    async fn metadata_call(&self, conn: u64, request: ClientRequest) -> Frame {
+        let header = request.header;
+        let client = header.client.get();
+        let Some(slot) = self.registry.wait_for(client, conn) else {
+            return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+        };
+        let sent = if self.shard == 0 {
+            match self.metadata.borrow().as_ref() {
+                Some(submit) => {
+                    submit(request);
+                    true
+                }
+                None => false,
+            }
+        } else {
+            let message = ShardMsg::Metadata {
+                origin: self.shard,
+                request: Box::new(request),
+            };
+            (self.mesh)(0, Lane::Main, message).is_ok()
+        };
+        if !sent {
+            self.registry.forget(client, conn);
+            Counters::add(&self.node.counters.mesh_refused);
+            return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+        }
+        self.await_reply(conn, &header, &slot).await
+    }
+
+    /// Submits to the partition group's shard and waits.
+    async fn partition_call(
+        &self,
+        conn: u64,
+        group: wire::GroupId,
+        request: ClientRequest,
+    ) -> Frame {
+        let header = request.header;
+        let client = header.client.get();
+        let Some(slot) = self.registry.wait_for(client, conn) else {
+            return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+        };
+        let target = self.group_shard(group);
+        if target == self.shard {
+            if let Err(refused) = self.partitions().submit(group, request) {
+                self.registry.forget(client, conn);
+                return self.partition_refusal(&header, refused);
+            }
+        } else {
+            let message = ShardMsg::Partition {
+                origin: self.shard,
+                group,
+                request: Box::new(request),
+            };
+            if (self.mesh)(target, Lane::Main, message).is_err() {
+                self.registry.forget(client, conn);
+                Counters::add(&self.node.counters.mesh_refused);
+                return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+            }
+        }
+        self.await_reply(conn, &header, &slot).await
+    }
+
+    /// Answers a partition read here, or on the group's shard over the mesh.
+    async fn read_call(
+        &self,
+        conn: u64,
+        header: &RequestHeader,
+        group: wire::GroupId,
+        read: PartitionRead,
+    ) -> Frame {
+        let target = self.group_shard(group);
+        if target == self.shard {
+            return self.answer_read(header, &read);
+        }
+        let client = header.client.get();
+        let Some(slot) = self.registry.wait_for(client, conn) else {
+            return frames::refused(header, TRANSIENT_NOT_ACCEPTED);
+        };
+        let message = ShardMsg::Read {
+            origin: self.shard,
+            request: Box::new(*header),
+            read: Box::new(read),
+        };
+        if (self.mesh)(target, Lane::Main, message).is_err() {
+            self.registry.forget(client, conn);
+            Counters::add(&self.node.counters.mesh_refused);
+            return frames::refused(header, TRANSIENT_NOT_ACCEPTED);
+        }
+        self.await_reply(conn, header, &slot).await
+    }
+
+    async fn await_reply(&self, conn: u64, header: &RequestHeader, slot: &registry::Slot) -> Frame {
+        let reply = futures_lite::future::or(async { Some(slot.wait().await) }, async {
+            glommio::timer::sleep(REQUEST_DEADLINE).await;
+            None
+        })
+        .await;
+        match reply {
+            Some(frame) => frame,
+            None => {
+                self.registry.forget(header.client.get(), conn);
+                Counters::add(&self.node.counters.deadline);
+                frames::refused(header, TRANSIENT_NOT_COMMITTED)
+            }
+        }
+    }
+}
+
+/// A Request whose header does not validate (wire.md §11.5): an operation byte the protocol
+/// does not define is evicted with InvalidRequestOperation, a replicated op without a session
+/// with NoSession (client-plane.md §2.4), anything else malformed with InvalidRequestBody;
+/// a client id 0 cannot be addressed and closes the connection.
+fn refuse_undecodable(frame: &[u8], error: DecodeError) -> Option<Frame> {
+    let header = RequestHeader::view(frame.first_chunk::<HEADER_SIZE>()?)?;
+    let client = header.client.get();
+    if client == 0 {
+        tracing::debug!(%error, "client request with client id 0; closing");
+        return None;
+    }
+    let reason = match error {
+        DecodeError::UnknownOperation(_) | DecodeError::ZeroField { field: "operation" } => {
+            EvictionReason::InvalidRequestOperation
+        }
+        DecodeError::ZeroField { field: "session" } => EvictionReason::NoSession,
+        _ => EvictionReason::InvalidRequestBody,
+    };
+    tracing::debug!(%error, client, "client request refused");
+    Some(frames::eviction(client, reason, None))
+}
