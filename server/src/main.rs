@@ -42,6 +42,11 @@ enum Command {
     /// Decode wire bytes for operators.
     #[command(subcommand)]
     Inspect(inspect::Inspect),
+    /// The load harness: baselines, then producers and consumers against --address or a
+    /// --spawn'ed local cluster, then a report (JSON, SVG chart, latency distributions).
+    ///
+    /// Needs the client plane: against this build's nodes it fails at the first connection.
+    Bench(server::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -86,6 +91,10 @@ fn main() -> ExitCode {
         Command::Start(args) => node::start(args),
         Command::Dev(args) => node::dev(args),
         Command::Inspect(what) => inspect::run(what, &mut std::io::stdout().lock()),
+        Command::Bench(args) => std::env::current_exe()
+            .map_err(anyhow::Error::from)
+            .and_then(|exe| server::bench::main(args, &exe, &mut std::io::stdout().lock()))
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(verdict) => verdict,
