@@ -241,6 +241,21 @@ pub struct PolledBatch {
     pub origin_us: u64,
 }
 
+/// Where a poll reads: stream, topic, partition, from `offset`, at most `count` messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PollAt {
+    /// Stream id.
+    pub stream: u32,
+    /// Topic id.
+    pub topic: u32,
+    /// Partition id.
+    pub partition: u32,
+    /// First offset wanted.
+    pub offset: u64,
+    /// At most this many messages.
+    pub count: u32,
+}
+
 /// A logged-in (or not yet) connection.
 pub struct Connection {
     stream: TcpStream,
@@ -477,13 +492,16 @@ impl Connection {
     pub fn poll(
         &mut self,
         consumer: u32,
-        stream: u32,
-        topic: u32,
-        partition: u32,
-        offset: u64,
-        count: u32,
+        at: PollAt,
         mut each: impl FnMut(PolledBatch),
     ) -> Result<PollHead> {
+        let PollAt {
+            stream,
+            topic,
+            partition,
+            offset,
+            count,
+        } = at;
         let op = Operation::NonReplicated;
         let request = Request::PollMessages(PollMessages {
             consumer: crate::client::codec::Consumer {

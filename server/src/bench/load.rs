@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::client::{Connection, SendFrame, now_us};
+use super::client::{Connection, PollAt, SendFrame, now_us};
 
 /// Timeline resolution.
 pub const TICK: Duration = Duration::from_millis(250);
@@ -519,33 +519,32 @@ fn consume(
         let mut got = 0u64;
         for (i, &q) in mine.iter().enumerate() {
             let mut error = None;
-            let result = conn.poll(
-                c + 1,
-                layout.stream,
-                layout.topic,
-                q,
-                next[i],
-                workload.batch,
-                |batch| {
-                    if batch.base_offset != next[i] {
-                        error.get_or_insert(format!(
-                            "partition {q}: batch at offset {} where {} was next",
-                            batch.base_offset, next[i]
-                        ));
-                    }
-                    next[i] = batch.base_offset + u64::from(batch.messages);
-                    let latency = now_us().saturating_sub(batch.origin_us);
-                    worker.latency.saturating_record(latency.max(1));
-                    worker.series.record(latency);
-                    worker.messages += u64::from(batch.messages);
-                    worker.batches += 1;
-                    got += u64::from(batch.messages);
-                    shared
-                        .counters
-                        .consumed
-                        .fetch_add(u64::from(batch.messages), Ordering::Relaxed);
-                },
-            );
+            let at = PollAt {
+                stream: layout.stream,
+                topic: layout.topic,
+                partition: q,
+                offset: next[i],
+                count: workload.batch,
+            };
+            let result = conn.poll(c + 1, at, |batch| {
+                if batch.base_offset != next[i] {
+                    error.get_or_insert(format!(
+                        "partition {q}: batch at offset {} where {} was next",
+                        batch.base_offset, next[i]
+                    ));
+                }
+                next[i] = batch.base_offset + u64::from(batch.messages);
+                let latency = now_us().saturating_sub(batch.origin_us);
+                worker.latency.saturating_record(latency.max(1));
+                worker.series.record(latency);
+                worker.messages += u64::from(batch.messages);
+                worker.batches += 1;
+                got += u64::from(batch.messages);
+                shared
+                    .counters
+                    .consumed
+                    .fetch_add(u64::from(batch.messages), Ordering::Relaxed);
+            });
             if let Err(e) = result {
                 shared.fail(who, e);
                 return None;

@@ -342,13 +342,14 @@ pub fn svg(report: &Report) -> String {
         );
         decade += 1.0;
     }
-    let series: [(&str, fn(&TimelinePoint) -> Option<u64>, &str); 4] = [
-        ("producer p50", |p| p.producer_p50_us, "#1f77b4"),
-        ("producer p99", |p| p.producer_p99_us, "#ff7f0e"),
-        ("consumer p50", |p| p.consumer_p50_us, "#2ca02c"),
-        ("consumer p99", |p| p.consumer_p99_us, "#d62728"),
+    type Get = fn(&TimelinePoint) -> Option<u64>;
+    let series: [(Get, &str); 4] = [
+        (|p| p.producer_p50_us, "#1f77b4"),
+        (|p| p.producer_p99_us, "#ff7f0e"),
+        (|p| p.consumer_p50_us, "#2ca02c"),
+        (|p| p.consumer_p99_us, "#d62728"),
     ];
-    for (_, get, colour) in &series {
+    for (get, colour) in &series {
         line(
             &mut out,
             points

@@ -240,7 +240,9 @@ fn answer(
                 return status::RESOURCE_NOT_FOUND;
             };
             *sends += 1;
-            if (*sends <= 2 || *sends % 1024 == 0) && wire::batch::verify(send.batch).is_err() {
+            if (*sends <= 2 || sends.is_multiple_of(1024))
+                && wire::batch::verify(send.batch).is_err()
+            {
                 state.rejected.fetch_add(1, Ordering::Relaxed);
                 return status::INVALID_FORMAT;
             }
