@@ -30,6 +30,9 @@ pub const COMMIT: &str = match option_env!("STRAND_COMMIT") {
     None => "unknown",
 };
 
+/// Bound on the wait for a new topic's partitions to answer.
+pub const READY_BOUND: Duration = Duration::from_secs(30);
+
 /// `strand bench` flags.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -426,6 +429,34 @@ fn prepare(
             args.partitions,
             partitions.len()
         );
+    }
+    // A partition's group may need a moment after CreateTopic commits: wait until each one
+    // answers a poll (which adds nothing), so the load's first sends are not refusals.
+    for &partition in &partitions {
+        let started = std::time::Instant::now();
+        loop {
+            let at = client::PollAt {
+                stream,
+                topic,
+                partition,
+                offset: 0,
+                count: 1,
+            };
+            match conn.poll(1, at, |_| {}) {
+                Ok(_) => break,
+                Err(e) if started.elapsed() < READY_BOUND => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "partition {partition} did not answer a poll within {READY_BOUND:?}"
+                        )
+                    });
+                }
+            }
+        }
     }
     Ok((
         Layout {
