@@ -19,14 +19,14 @@ fn main() {
     };
     println!("cargo:rustc-env=STRAND_COMMIT={commit}");
     // HEAD, the branch it names and packed-refs: any commit or checkout touches one of them.
-    for path in ["HEAD", "packed-refs"] {
-        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+    // Only paths that exist: cargo takes a missing one as changed and would rebuild every time.
+    let mut paths = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    paths.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for path in paths {
+        if let Some(p) = git(&["rev-parse", "--git-path", &path])
+            && std::path::Path::new(&p).exists()
+        {
             println!("cargo:rerun-if-changed={p}");
         }
-    }
-    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"])
-        && let Some(p) = git(&["rev-parse", "--git-path", &branch])
-    {
-        println!("cargo:rerun-if-changed={p}");
     }
 }
