@@ -33,7 +33,7 @@ const REPLY_STATUS: usize = 216;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The server ended the session (client-plane.md §4.2).
     #[error("evicted by the server, reason {0}")]

@@ -304,6 +304,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         }
         (None, None) => bail!("strand bench needs --address HOST:PORT or --spawn N"),
     };
+    note(terminal, &baseline_line(&baseline));
     let target = Target {
         addr: target_addr,
         username: args.username.clone(),
@@ -523,6 +524,25 @@ fn with_progress<T>(
     }
 }
 
+fn baseline_line(b: &baseline::Baseline) -> String {
+    let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
+    format!(
+        "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s ({}), \
+         fdatasync p50 {} us, at {} bytes per write",
+        b.loopback_mb_s,
+        b.rtt_us_p50,
+        b.rtt_us_p99,
+        opt(b.disk_write_mb_s),
+        match b.disk_direct_io {
+            Some(true) => "O_DIRECT",
+            Some(false) => "page cache, O_DIRECT refused",
+            None => "not measured",
+        },
+        opt(b.fdatasync_us_p50),
+        b.write_size
+    )
+}
+
 /// The end-of-run summary.
 pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
@@ -541,12 +561,8 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
     )?;
     writeln!(
         out,
-        "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s, fdatasync p50 {} us; ceiling {} MB/s",
-        r.baseline.loopback_mb_s,
-        r.baseline.rtt_us_p50,
-        r.baseline.rtt_us_p99,
-        opt(r.baseline.disk_write_mb_s),
-        opt(r.baseline.fdatasync_us_p50),
+        "{}; ceiling {} MB/s",
+        baseline_line(&r.baseline),
         opt(r.ceiling_mb_s)
     )?;
     let lat = |l: &Latency| {
