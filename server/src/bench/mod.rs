@@ -482,16 +482,22 @@ fn with_progress<T>(
 ) -> T {
     use std::sync::atomic::Ordering;
     let size = workload.message_size as f64;
+    let consumers = workload.consumers;
     let line = |c: &load::Counters, t: Duration| {
         let produced = c.produced.load(Ordering::Relaxed);
         let consumed = c.consumed.load(Ordering::Relaxed);
         let secs = t.as_secs_f64().max(1e-9);
-        format!(
-            "{:6.1} s  produced {produced} msgs ({:.1} MB/s)  consumed {consumed} msgs ({:.1} MB/s)",
-            secs,
+        let mut text = format!(
+            "{secs:6.1} s  produced {produced} msgs ({:.1} MB/s)",
             produced as f64 * size / 1e6 / secs,
-            consumed as f64 * size / 1e6 / secs,
-        )
+        );
+        if consumers > 0 {
+            text.push_str(&format!(
+                "  consumed {consumed} msgs ({:.1} MB/s)",
+                consumed as f64 * size / 1e6 / secs
+            ));
+        }
+        text
     };
     if terminal {
         let bar = match workload.stop {
