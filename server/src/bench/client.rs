@@ -275,8 +275,7 @@ impl Connection {
         let stream = loop {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
                 Ok(stream) => break stream,
-                Err(e) if started.elapsed() < patience => {
-                    let _ = e;
+                Err(_) if started.elapsed() < patience => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => return Err(e.into()),

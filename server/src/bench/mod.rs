@@ -259,7 +259,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                 ),
             };
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            note(terminal, "measuring baselines (loopback, round trip, disk)");
+            note("measuring baselines (loopback, round trip, disk)");
             let baseline = baseline::measure(write_size, Some(&dir), budget);
             let baseline = match baseline {
                 Ok(b) => b,
@@ -270,23 +270,22 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                     return Err(e).context("measuring the baselines");
                 }
             };
-            note(
-                terminal,
-                &format!("starting {n} node(s) in {}", dir.display()),
-            );
+            note(&format!("starting {n} node(s) in {}", dir.display()));
             let mut cluster = cluster::Cluster::start(
                 exe,
                 n,
                 args.ack.unwrap_or(AckArg::Disk).as_str(),
-                dir,
+                dir.clone(),
                 remove,
-            )?;
+            )
+            .inspect_err(|_| {
+                if remove {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            })?;
             let primary = cluster.wait_primary(cluster::PRIMARY_BOUND)?;
             let addr = cluster.client_addr(primary);
-            note(
-                terminal,
-                &format!("node {primary} is primary; clients at {addr}"),
-            );
+            note(&format!("node {primary} is primary; clients at {addr}"));
             (
                 Some(cluster),
                 addr,
@@ -297,14 +296,14 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         }
         (None, Some(address)) => {
             let addr = resolve(address)?;
-            note(terminal, "measuring baselines (loopback, round trip)");
+            note("measuring baselines (loopback, round trip)");
             let baseline =
                 baseline::measure(write_size, None, budget).context("measuring the baselines")?;
             (None, addr, None, "unknown".to_string(), baseline)
         }
         (None, None) => bail!("strand bench needs --address HOST:PORT or --spawn N"),
     };
-    note(terminal, &baseline_line(&baseline));
+    note(&baseline_line(&baseline));
     let target = Target {
         addr: target_addr,
         username: args.username.clone(),
@@ -445,8 +444,7 @@ fn prepare(
             };
             match conn.poll(1, at, |_| {}) {
                 Ok(_) => break,
-                Err(e) if started.elapsed() < READY_BOUND => {
-                    let _ = e;
+                Err(_) if started.elapsed() < READY_BOUND => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(e) => {
@@ -469,8 +467,7 @@ fn prepare(
     ))
 }
 
-fn note(terminal: bool, text: &str) {
-    let _ = terminal;
+fn note(text: &str) {
     eprintln!("strand bench: {text}");
 }
 
