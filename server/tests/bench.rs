@@ -85,7 +85,10 @@ fn ordered(json: &serde_json::Value, prefix: &str) {
 }
 
 fn run_against_sink(out: &Path, extra: &[&str]) -> (report::Report, Sink) {
-    let sink = Sink::spawn("127.0.0.1:0").unwrap();
+    run_against(Sink::spawn("127.0.0.1:0").unwrap(), out, extra)
+}
+
+fn run_against(sink: Sink, out: &Path, extra: &[&str]) -> (report::Report, Sink) {
     let addr = sink.addr().to_string();
     let out_s = out.to_str().unwrap();
     let mut args = vec![
@@ -198,6 +201,30 @@ fn the_harness_against_the_sink_writes_a_sane_report() {
             "no {row} row:\n{text}"
         );
     }
+}
+
+/// A node that answers 57/58 (not committed / not accepted yet) gets the same request again,
+/// as the SDK does; nothing is lost or doubled, and the report counts the repeats.
+#[test]
+fn transient_refusals_are_repeated_not_fatal() {
+    let out = scratch("transient");
+    let sink = Sink::spawn_refusing("127.0.0.1:0", 3).unwrap();
+    let (report, sink) = run_against(sink, &out, &["--messages", "5000"]);
+    assert_eq!(report.messages, 5000);
+    let appended: u64 = (0..3).map(|p| sink.appended(p)).sum();
+    assert_eq!(
+        appended, 5000,
+        "a refused send was not appended, its repeat was"
+    );
+    assert_eq!(report.consumer.unwrap().messages, 5000);
+    assert!(sink.refused() >= 3 * 5, "{}", sink.refused());
+    // The setup connection's repeats are not the load's; every worker was refused 3 times
+    // (Register, then its first sends or polls).
+    assert!(
+        report.transient_retries >= 4 * 3,
+        "{}",
+        report.transient_retries
+    );
 }
 
 #[test]

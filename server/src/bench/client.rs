@@ -16,7 +16,8 @@ use wire::{Command, HEADER_SIZE, Operation, Sender};
 
 use crate::client::codec::{Identifier, Name, Options, Partitioning, PollingStrategy};
 use crate::client::reply::{
-    ClusterMetadata, LoginReply, PollHead, StreamDetails, TopicDetails, read_result,
+    ClusterMetadata, LoginReply, PollHead, StreamDetails, TopicDetails, has_result_section,
+    read_result,
 };
 use crate::client::request::{
     ClientVersion, CreateTopic, Credentials, Login, PROTOCOL_VERSION, PollMessages, Request,
@@ -25,6 +26,13 @@ use crate::client::request::{
 
 /// The largest reply a client accepts: the reference's frame limit (client-plane.md §1).
 pub const REPLY_MAX: usize = wire::MAX_MESSAGE_SIZE_DEFAULT;
+
+/// The transient refusal codes (client-plane.md §4.1).
+pub const TRANSIENT: [u32; 2] = [57, 58];
+/// Pause between repeats of a transiently refused request.
+pub const TRANSIENT_PAUSE: Duration = Duration::from_millis(20);
+/// How long a request is repeated while refused transiently (the SDK's 30 s).
+pub const TRANSIENT_BOUND: Duration = Duration::from_secs(30);
 
 const REPLY_OPERATION: usize = 208;
 const REPLY_STATUS: usize = 216;
@@ -266,6 +274,7 @@ pub struct Connection {
     header: [u8; HEADER_SIZE],
     body: Vec<u8>,
     out: Vec<u8>,
+    transient_retries: u64,
 }
 
 impl Connection {
@@ -291,6 +300,7 @@ impl Connection {
             header: [0; HEADER_SIZE],
             body: Vec::new(),
             out: Vec::new(),
+            transient_retries: 0,
         })
     }
 
@@ -312,13 +322,50 @@ impl Connection {
         }
     }
 
-    /// Writes `frame` and reads the reply; returns the status-checked reply body.
+    /// Writes `frame` and reads the reply; returns the status-checked reply body. A transient
+    /// refusal (57 TransientNotCommitted, 58 TransientNotAccepted, in the header status or the
+    /// result section, client-plane.md §4.1) repeats the same frame every
+    /// [`TRANSIENT_PAUSE`] for up to [`TRANSIENT_BOUND`], as the SDK does; a refused request
+    /// was not applied, so the repeat does not duplicate it.
     pub fn round_trip(&mut self, frame: &[u8], operation: Operation) -> Result<&[u8]> {
-        self.stream.write_all(frame)?;
-        self.read_reply(operation)
+        let started = std::time::Instant::now();
+        loop {
+            self.stream.write_all(frame)?;
+            let code = match self.read_reply_len(operation) {
+                Ok(len) => {
+                    let code = match has_result_section(operation) {
+                        true => match read_result(&self.body[..len]) {
+                            Ok(Err(code)) if TRANSIENT.contains(&code) => Some(code),
+                            _ => None,
+                        },
+                        false => None,
+                    };
+                    match code {
+                        Some(code) => code,
+                        None => return Ok(&self.body[..len]),
+                    }
+                }
+                Err(ClientError::Status { status, .. }) if TRANSIENT.contains(&status) => status,
+                Err(e) => return Err(e),
+            };
+            if started.elapsed() > TRANSIENT_BOUND {
+                return Err(ClientError::Status {
+                    operation,
+                    status: code,
+                });
+            }
+            self.transient_retries += 1;
+            std::thread::sleep(TRANSIENT_PAUSE);
+        }
     }
 
-    fn read_reply(&mut self, operation: Operation) -> Result<&[u8]> {
+    /// Transient refusals repeated so far on this connection.
+    pub fn transient_retries(&self) -> u64 {
+        self.transient_retries
+    }
+
+    /// Reads one reply into `self.body`; its body's length.
+    fn read_reply_len(&mut self, operation: Operation) -> Result<usize> {
         self.stream.read_exact(&mut self.header)?;
         let size = u32::from_le_bytes(self.header[48..52].try_into().expect("4 bytes")) as usize;
         if !(HEADER_SIZE..=REPLY_MAX).contains(&size) {
@@ -350,7 +397,7 @@ impl Connection {
         if status != 0 {
             return Err(ClientError::Status { operation, status });
         }
-        Ok(&self.body[..len])
+        Ok(len)
     }
 
     /// Sends `request` (encoded into the connection's buffer) and reads the reply body.
@@ -521,10 +568,9 @@ impl Connection {
         let fields = self.fields(op, crate::client::request::code::POLL_MESSAGES);
         let header = request_header(fields, &frame[HEADER_SIZE..]);
         frame[..HEADER_SIZE].copy_from_slice(&header);
-        let result = self.stream.write_all(&frame);
+        let result = self.round_trip(&frame, op).map(<[u8]>::len);
         self.out = frame;
-        result?;
-        let body = self.read_reply(op)?;
+        let body = &self.body[..result?];
         let (head, mut rest) = PollHead::decode(body).map_err(|e| malformed(op, e))?;
         let mut messages = 0u64;
         while !rest.is_empty() {

@@ -81,6 +81,8 @@ pub struct Side {
     pub elapsed: Duration,
     /// Per-batch latency, µs.
     pub latency: Histogram<u64>,
+    /// Transient refusals (57/58) repeated.
+    pub transient_retries: u64,
 }
 
 /// One timeline point.
@@ -165,6 +167,7 @@ impl Series {
 }
 
 struct Worker {
+    transient_retries: u64,
     latency: Histogram<u64>,
     series: Series,
     messages: u64,
@@ -292,6 +295,7 @@ pub fn run(
                 .max()
                 .unwrap_or_default(),
             latency,
+            transient_retries: workers.iter().map(|w| w.transient_retries).sum(),
         }
     };
     let producer = side(&producer_workers);
@@ -420,6 +424,7 @@ fn produce(
         )
     });
     let mut worker = Worker {
+        transient_retries: 0,
         latency: histogram(),
         series: Series::new(started),
         messages: 0,
@@ -468,6 +473,7 @@ fn produce(
             .fetch_add(u64::from(frame.messages), Ordering::Relaxed);
     }
     worker.finished = Instant::now();
+    worker.transient_retries = conn.transient_retries();
     Some(worker)
 }
 
@@ -505,6 +511,7 @@ fn consume(
         .collect();
     let mut next = vec![0u64; mine.len()];
     let mut worker = Worker {
+        transient_retries: 0,
         latency: histogram(),
         series: Series::new(started),
         messages: 0,
@@ -591,5 +598,6 @@ fn consume(
         std::thread::sleep(Duration::from_micros(200));
     }
     worker.finished = Instant::now();
+    worker.transient_retries = conn.transient_retries();
     Some(worker)
 }

@@ -366,6 +366,8 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         throughput_msgs_s: msgs_s,
         throughput_mb_s: mb_s,
         latency_us: Latency::of(&outcome.producer.latency),
+        transient_retries: outcome.producer.transient_retries
+            + outcome.consumer.as_ref().map_or(0, |c| c.transient_retries),
         ceiling_mb_s: ceiling,
         ratio_to_ceiling: ceiling.map(|c| ratio(mb_s, c)),
         ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),

@@ -107,6 +107,8 @@ pub struct Report {
     pub throughput_mb_s: f64,
     /// Producer per-batch latency, µs.
     pub latency_us: Latency,
+    /// Requests repeated after a transient refusal (57/58), producers and consumers.
+    pub transient_retries: u64,
     /// Same-run baselines.
     pub baseline: Baseline,
     /// min(loopback, disk) / replicas (loopback alone without a disk figure).

@@ -41,6 +41,10 @@ struct State {
     partitions: Mutex<Vec<Arc<Partition>>>,
     /// Batches that failed verification (a client framing bug).
     rejected: AtomicU64,
+    /// Refuse this many requests of each connection transiently first (tests).
+    refuse_first: u64,
+    /// Transient refusals answered.
+    refused: AtomicU64,
 }
 
 /// A running sink; its threads end with the process (it is a benchmark and test fixture).
@@ -52,9 +56,19 @@ pub struct Sink {
 impl Sink {
     /// Binds `addr` (port 0 for any) and serves every connection on its own thread.
     pub fn spawn(addr: &str) -> std::io::Result<Sink> {
+        Sink::spawn_refusing(addr, 0)
+    }
+
+    /// As [`Sink::spawn`], but each connection's first `refuse_first` requests (Register and
+    /// partition requests) are refused transiently first: a Register with the result
+    /// `[1][0][57]`, a send or poll with status 58 (client-plane.md §4.1).
+    pub fn spawn_refusing(addr: &str, refuse_first: u64) -> std::io::Result<Sink> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            refuse_first,
+            ..State::default()
+        });
         let shared = state.clone();
         std::thread::Builder::new()
             .name("bench-sink".into())
@@ -82,6 +96,11 @@ impl Sink {
         self.state.rejected.load(Ordering::Relaxed)
     }
 
+    /// Transient refusals answered so far.
+    pub fn refused(&self) -> u64 {
+        self.state.refused.load(Ordering::Relaxed)
+    }
+
     /// Messages appended to `partition` so far.
     pub fn appended(&self, partition: u32) -> u64 {
         let parts = self.state.partitions.lock().expect("not poisoned");
@@ -97,6 +116,7 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: &State) -> std::io::Res
     let mut out = Vec::new();
     let mut body = Vec::new();
     let mut sends = 0u64;
+    let mut refused = 0u64;
     loop {
         frame.resize(HEADER_SIZE, 0);
         match stream.read_exact(&mut frame[..HEADER_SIZE]) {
@@ -125,6 +145,18 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: &State) -> std::io::Res
                 Answer::Status(code) => code,
                 Answer::Evict(_) => return Ok(()),
             },
+            Ok(request) if refused < state.refuse_first => {
+                refused += 1;
+                state.refused.fetch_add(1, Ordering::Relaxed);
+                match request {
+                    Request::Register(_) => {
+                        body.extend_from_slice(&crate::client::reply::result_rejected(57));
+                        0
+                    }
+                    Request::SendMessages(_) | Request::PollMessages(_) => 58,
+                    _ => answer(&request, addr, state, &mut sends, &mut body),
+                }
+            }
             Ok(request) => answer(&request, addr, state, &mut sends, &mut body),
         };
         out.clear();

@@ -215,6 +215,7 @@ fn compare_prints_both_reports_and_their_ratio() {
         messages: 1,
         throughput_msgs_s: mb * 1000.0,
         throughput_mb_s: mb,
+        transient_retries: 0,
         latency_us: report::Latency {
             p50: 1,
             p90: 2,
