@@ -227,6 +227,29 @@ fn transient_refusals_are_repeated_not_fatal() {
     );
 }
 
+/// The SDK reads a reply's operation only to pick the body framing; a CreateTopic answered as
+/// CreateTopicWithAssignments (64, same framing) is accepted, one that changes the framing is
+/// not.
+#[test]
+fn a_reply_echoing_an_operation_of_the_same_framing_is_accepted() {
+    let out = scratch("echo");
+    let sink = Sink::spawn_with("127.0.0.1:0", 0, Some(64)).unwrap();
+    let (report, _sink) = run_against(sink, &out, &["--messages", "1000"]);
+    assert_eq!(report.messages, 1000);
+    let sink = Sink::spawn_with("127.0.0.1:0", 0, Some(160)).unwrap();
+    let args = parse(&[
+        "--address",
+        &sink.addr().to_string(),
+        "--baseline-seconds",
+        "0.05",
+    ]);
+    let error = bench::run(&args, Path::new(env!("CARGO_BIN_EXE_strand"))).unwrap_err();
+    assert!(
+        format!("{error:#}").contains("reply echoes operation 160"),
+        "{error:#}"
+    );
+}
+
 #[test]
 fn a_rate_limited_run_offers_what_it_was_told() {
     let out = scratch("rate");

@@ -275,6 +275,7 @@ pub struct Connection {
     body: Vec<u8>,
     out: Vec<u8>,
     transient_retries: u64,
+    foreign_echoes: u64,
 }
 
 impl Connection {
@@ -301,6 +302,7 @@ impl Connection {
             body: Vec::new(),
             out: Vec::new(),
             transient_retries: 0,
+            foreign_echoes: 0,
         })
     }
 
@@ -359,6 +361,12 @@ impl Connection {
         }
     }
 
+    /// Replies so far that echoed another operation of the same framing than the request's
+    /// (client-plane.md §1.3 asks for the request's own).
+    pub fn foreign_echoes(&self) -> u64 {
+        self.foreign_echoes
+    }
+
     /// Transient refusals repeated so far on this connection.
     pub fn transient_retries(&self) -> u64 {
         self.transient_retries
@@ -382,12 +390,20 @@ impl Connection {
             _ => return Err(malformed(operation, format!("command {}", self.header[60]))),
         }
         // The fields the SDK reads (client-plane.md §1.3): operation at 208, status at 216.
+        // The SDK only uses the echoed operation to pick the body framing (§3), so, like it,
+        // accept another operation whose framing is the same (a CreateTopic answered as its
+        // server-prepared CreateTopicWithAssignments, 64); a framing change is an error.
         let echoed = self.header[REPLY_OPERATION];
         if echoed != operation.byte() {
-            return Err(malformed(
-                operation,
-                format!("reply echoes operation {echoed}"),
-            ));
+            let same_framing = Operation::from_byte(echoed)
+                .is_some_and(|e| has_result_section(e) == has_result_section(operation));
+            if !same_framing {
+                return Err(malformed(
+                    operation,
+                    format!("reply echoes operation {echoed}"),
+                ));
+            }
+            self.foreign_echoes += 1;
         }
         let status = u32::from_le_bytes(
             self.header[REPLY_STATUS..REPLY_STATUS + 4]

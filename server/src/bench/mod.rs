@@ -425,6 +425,11 @@ fn prepare(
     let (topic, partitions) = conn
         .create_topic(stream, "load", args.partitions)
         .with_context(|| format!("creating topic load with {} partitions", args.partitions))?;
+    if conn.foreign_echoes() > 0 {
+        note(
+            "the node answered a request with another operation than the request's (client-plane.md §1.3 says echo it); accepted as the SDK does, the framing being the same",
+        );
+    }
     if partitions.len() != args.partitions as usize {
         bail!(
             "asked for {} partitions, the topic has {}",

@@ -43,6 +43,8 @@ struct State {
     rejected: AtomicU64,
     /// Refuse this many requests of each connection transiently first (tests).
     refuse_first: u64,
+    /// Answer CreateTopic with this operation byte instead of its own (tests).
+    create_topic_echo: Option<u8>,
     /// Transient refusals answered.
     refused: AtomicU64,
 }
@@ -63,10 +65,21 @@ impl Sink {
     /// partition requests) are refused transiently first: a Register with the result
     /// `[1][0][57]`, a send or poll with status 58 (client-plane.md §4.1).
     pub fn spawn_refusing(addr: &str, refuse_first: u64) -> std::io::Result<Sink> {
+        Sink::spawn_with(addr, refuse_first, None)
+    }
+
+    /// As [`Sink::spawn_refusing`], and CreateTopic answered with the operation byte
+    /// `create_topic_echo` when given (a node that echoes its server-prepared operation).
+    pub fn spawn_with(
+        addr: &str,
+        refuse_first: u64,
+        create_topic_echo: Option<u8>,
+    ) -> std::io::Result<Sink> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
             refuse_first,
+            create_topic_echo,
             ..State::default()
         });
         let shared = state.clone();
@@ -171,7 +184,10 @@ fn serve(mut stream: TcpStream, addr: SocketAddr, state: &State) -> std::io::Res
         );
         reply.client.set(client);
         reply.request.set(request_no);
-        reply.operation = op_byte;
+        reply.operation = match (operation, state.create_topic_echo) {
+            (Operation::CreateTopic, Some(echo)) => echo,
+            _ => op_byte,
+        };
         reply.status.set(status);
         if status != 0 {
             body.clear();
