@@ -327,9 +327,9 @@ fn cli_refusals_name_the_flag() {
 }
 
 /// `--spawn 1`: the baselines include the disk, the node starts from the generated config and
-/// becomes primary, and then either the load runs (a node with the client plane) and the
-/// report says `acked disk`, or, on a node without a client listener yet, the run fails at
-/// the client port with that named. The given --data-dir is kept; the node is stopped either
+/// becomes primary, and then either the load runs (a node with the client plane and partition
+/// groups) and the report says `acked disk`, or, on a node without them yet, the run fails
+/// naming which. The given --data-dir is kept; the node is stopped either
 /// way.
 #[test]
 fn spawn_starts_a_cluster_and_reaches_its_client_port() {
@@ -367,8 +367,13 @@ fn spawn_starts_a_cluster_and_reaches_its_client_port() {
         assert!(json["baseline"]["disk_write_mb_s"].as_f64().unwrap() > 0.0);
         assert_eq!(json["messages"], 2000);
     } else {
-        assert!(stderr.contains("connecting to 127.0.0.1:"), "{stderr}");
-        eprintln!("no client plane on this build's nodes yet: {stderr}");
+        // The two states of a node not fully wired yet, and only those: no client listener,
+        // or a client listener without partition groups. Once both are on main, this branch
+        // is a failure (tighten the test to `assert!(output.status.success())`).
+        let no_client_plane = stderr.contains("connecting to 127.0.0.1:");
+        let no_partitions = stderr.contains("did not answer a poll");
+        assert!(no_client_plane || no_partitions, "{stderr}");
+        eprintln!("the node does not serve the load yet: {stderr}");
     }
     // The node was stopped: its log ends and no process holds the data directory's lock.
     let log = std::fs::read_to_string(dir.join("cluster/node-0.log")).unwrap();
