@@ -238,11 +238,38 @@ impl SendFrame {
     }
 }
 
+/// The `offset_delta`s of the first and last of `count` message frames tiling `batch` (the
+/// batch header skipped), or `None` if they do not tile it. A poll may return part of a
+/// stored batch: its header keeps the stored `base_offset` and the frames their deltas
+/// (client-plane.md §8.3), so the offsets come from the frames, not from the header's count.
+pub fn frame_deltas(batch: &[u8], count: u32) -> Option<(u32, u32)> {
+    // Frame fields (client-plane.md §8.1): offset_delta at 24, user_headers_length at 32,
+    // payload_length at 36, after a 48-byte head.
+    let u32_at = |b: &[u8], at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut at = wire::batch::HEADER_SIZE;
+    let (mut first, mut last) = (None, 0);
+    for _ in 0..count {
+        let frame = batch.get(at..)?;
+        let delta = u32_at(frame, 24)?;
+        first.get_or_insert(delta);
+        last = delta;
+        let len = wire::batch::FRAME_HEADER_SIZE
+            .checked_add(u32_at(frame, 32)? as usize)?
+            .checked_add(u32_at(frame, 36)? as usize)?;
+        at = at.checked_add(len)?;
+    }
+    (at == batch.len()).then_some((first?, last))
+}
+
 /// One batch of a poll reply, as the consumer accounts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolledBatch {
     /// Offset of its first message.
-    pub base_offset: u64,
+    pub first_offset: u64,
+    /// The offset after its last message.
+    pub end_offset: u64,
     /// Messages in it.
     pub messages: u32,
     /// The producer's `origin_timestamp` (µs).
@@ -596,8 +623,11 @@ impl Connection {
                 return Err(malformed(op, format!("batch_length {}", batch.length)));
             }
             messages += u64::from(batch.message_count);
+            let (first, last) = frame_deltas(&rest[..len], batch.message_count)
+                .ok_or_else(|| malformed(op, "message frames do not tile the batch"))?;
             each(PolledBatch {
-                base_offset: batch.base_offset,
+                first_offset: batch.base_offset + u64::from(first),
+                end_offset: batch.base_offset + u64::from(last) + 1,
                 messages: batch.message_count,
                 origin_us: batch.origin_timestamp,
             });

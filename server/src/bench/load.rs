@@ -534,13 +534,13 @@ fn consume(
                 count: workload.batch,
             };
             let result = conn.poll(c + 1, at, |batch| {
-                if batch.base_offset != next[i] {
+                if batch.first_offset != next[i] {
                     error.get_or_insert(format!(
                         "partition {q}: batch at offset {} where {} was next",
-                        batch.base_offset, next[i]
+                        batch.first_offset, next[i]
                     ));
                 }
-                next[i] = batch.base_offset + u64::from(batch.messages);
+                next[i] = batch.end_offset;
                 let latency = now_us().saturating_sub(batch.origin_us);
                 worker.latency.saturating_record(latency.max(1));
                 worker.series.record(latency);

@@ -247,3 +247,24 @@ fn compare_prints_both_reports_and_their_ratio() {
     );
     assert!(text.contains("aaa") && text.contains("bbb"));
 }
+
+#[test]
+fn polled_offsets_come_from_the_frames() {
+    // A stored batch of 5 messages at base 100; a poll that returns messages 2..=3 keeps the
+    // base and the frames' deltas (client-plane.md §8.3).
+    let whole = wire::batch::build(0, 100, 1, 1, &[b"a", b"bb", b"ccc", b"dddd", b"e"]);
+    assert_eq!(client::frame_deltas(&whole, 5), Some((0, 4)));
+    let frame = |i: usize| {
+        let sizes = [1usize, 2, 3, 4, 1];
+        let start = 256 + (0..i).map(|k| 48 + sizes[k]).sum::<usize>();
+        start..start + 48 + sizes[i]
+    };
+    let mut part = whole[..256].to_vec();
+    part.extend_from_slice(&whole[frame(2)]);
+    part.extend_from_slice(&whole[frame(3)]);
+    assert_eq!(client::frame_deltas(&part, 2), Some((2, 3)));
+    // Frames that do not tile the bytes, or fewer than counted.
+    assert_eq!(client::frame_deltas(&part, 3), None);
+    assert_eq!(client::frame_deltas(&part, 1), None);
+    assert_eq!(client::frame_deltas(&part[..part.len() - 1], 2), None);
+}
