@@ -268,3 +268,32 @@ fn polled_offsets_come_from_the_frames() {
     assert_eq!(client::frame_deltas(&part, 1), None);
     assert_eq!(client::frame_deltas(&part[..part.len() - 1], 2), None);
 }
+
+#[test]
+fn the_spawn_config_loads_for_each_ack_and_size() {
+    for ack in [AckArg::Disk, AckArg::Memory] {
+        for n in [1u16, 3, 9] {
+            let nodes: Vec<cluster::NodePorts> = (0..n)
+                .map(|i| cluster::NodePorts {
+                    tcp: 20_000 + 3 * i,
+                    http: 20_001 + 3 * i,
+                    tcp_replica: 20_002 + 3 * i,
+                })
+                .collect();
+            let text = cluster::config_text(&nodes, ack.as_str());
+            let overrides = crate::config::Overrides {
+                replica_id: u64::from(n - 1),
+                shards: Some(1),
+                available_cpus: vec![0],
+                ..crate::config::Overrides::default()
+            };
+            let config = crate::config::load(&text, &overrides)
+                .unwrap_or_else(|e| panic!("{} x {n}: {e}", ack.as_str()));
+            let expected = match ack {
+                AckArg::Disk => crate::config::Ack::Disk,
+                AckArg::Memory => crate::config::Ack::Memory,
+            };
+            assert_eq!(config.partition.ack, expected);
+        }
+    }
+}
