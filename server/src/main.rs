@@ -45,7 +45,8 @@ enum Command {
     /// The load harness: baselines, then producers and consumers against --address or a
     /// --spawn'ed local cluster, then a report (JSON, SVG chart, latency distributions).
     ///
-    /// Needs the client plane: against this build's nodes it fails at the first connection.
+    /// The nodes must serve the client plane and partition groups; a run against nodes that
+    /// do not names the step that failed (connecting, or a partition not answering).
     Bench(server::bench::BenchArgs),
 }
 
