@@ -4,6 +4,7 @@
 //! client plane's codecs ([`client`]); the metadata state machine and its lock-free read handle
 //! ([`metadata`]); the partition plane's poll and consumer-offset logic ([`partition`]).
 
+pub mod bench;
 pub mod boot;
 pub mod client;
 pub mod client_core;

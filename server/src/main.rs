@@ -43,6 +43,12 @@ enum Command {
     /// Decode wire bytes and data directories for operators.
     #[command(subcommand)]
     Inspect(inspect::Inspect),
+    /// The load harness: baselines, then producers and consumers against --address or a
+    /// --spawn'ed local cluster, then a report (JSON, SVG chart, latency distributions).
+    ///
+    /// The nodes must serve the client plane and partition groups; a run against nodes that
+    /// do not names the step that failed (connecting, or a partition not answering).
+    Bench(server::bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -93,6 +99,10 @@ fn main() -> ExitCode {
         Command::Start(args) => node::start(args),
         Command::Dev(args) => node::dev(args),
         Command::Inspect(what) => inspect::run(what, &mut std::io::stdout().lock()),
+        Command::Bench(args) => std::env::current_exe()
+            .map_err(anyhow::Error::from)
+            .and_then(|exe| server::bench::main(args, &exe, &mut std::io::stdout().lock()))
+            .map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(verdict) => verdict,

@@ -1,0 +1,242 @@
+//! Same-run baselines (issue 12 item 2, decision 182): loopback TCP bandwidth at the batch
+//! size, a small-message round trip, and in the data directory the synced sequential write
+//! bandwidth at the batch size (`O_DIRECT` + `fdatasync` per write) with the `fdatasync`
+//! latency. Each probe is bounded in time and bytes; none asserts anything about speed.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// The baselines of one run (the report's `baseline` object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Baseline {
+    /// Loopback TCP bandwidth, MB/s (10^6 bytes), writes of `write_size` bytes.
+    pub loopback_mb_s: f64,
+    /// Round trip of a 64-byte message on one loopback connection, p50 (µs).
+    pub rtt_us_p50: f64,
+    /// The same, p99 (µs).
+    pub rtt_us_p99: f64,
+    /// Synced sequential write bandwidth in the data directory, MB/s (`null` without a data
+    /// directory, that is against `--address`).
+    pub disk_write_mb_s: Option<f64>,
+    /// `fdatasync` after one such write, p50 (µs).
+    pub fdatasync_us_p50: Option<f64>,
+    /// Whether the disk probe opened with `O_DIRECT` (tmpfs refuses it; then the page cache
+    /// carries the writes and every one is still `fdatasync`ed).
+    pub disk_direct_io: Option<bool>,
+    /// Bytes per write of the loopback and disk probes (the SendMessages frame of one batch;
+    /// the disk probe rounds it up to 4096).
+    pub write_size: usize,
+}
+
+/// How long each bandwidth probe runs, and the round-trip count.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Time per bandwidth probe.
+    pub time: Duration,
+    /// Round trips measured.
+    pub round_trips: u32,
+    /// At most this many bytes written by the disk probe.
+    pub disk_bytes_max: u64,
+}
+
+impl Budget {
+    /// One second per probe, 2000 round trips, at most 2 GiB on disk.
+    pub fn standard(time: Duration) -> Budget {
+        Budget {
+            time,
+            round_trips: 2000,
+            disk_bytes_max: 2 << 30,
+        }
+    }
+}
+
+/// Runs every probe: the disk one only when `data_dir` is given.
+pub fn measure(
+    write_size: usize,
+    data_dir: Option<&Path>,
+    budget: Budget,
+) -> std::io::Result<Baseline> {
+    let loopback_mb_s = loopback(write_size, budget.time)?;
+    let (rtt_us_p50, rtt_us_p99) = round_trip(64, budget.round_trips)?;
+    let disk = match data_dir {
+        Some(dir) => Some(disk(dir, write_size, budget)?),
+        None => None,
+    };
+    Ok(Baseline {
+        loopback_mb_s,
+        rtt_us_p50,
+        rtt_us_p99,
+        disk_write_mb_s: disk.as_ref().map(|d| d.write_mb_s),
+        fdatasync_us_p50: disk.as_ref().map(|d| d.fdatasync_us_p50),
+        disk_direct_io: disk.as_ref().map(|d| d.direct_io),
+        write_size,
+    })
+}
+
+/// Loopback TCP bandwidth: one connection, writes of `chunk` bytes for `time`, MB/s counted
+/// from the first write to the receiver's end of stream.
+pub fn loopback(chunk: usize, time: Duration) -> std::io::Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let receiver = std::thread::spawn(move || -> std::io::Result<(u64, Instant)> {
+        let (mut stream, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            match stream.read(&mut buf)? {
+                0 => return Ok((total, Instant::now())),
+                n => total += n as u64,
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let data = vec![0x5au8; chunk.max(1)];
+    let started = Instant::now();
+    while started.elapsed() < time {
+        stream.write_all(&data)?;
+    }
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let (total, ended) = receiver
+        .join()
+        .map_err(|_| std::io::Error::other("loopback receiver panicked"))??;
+    Ok(mb_per_s(total, ended - started))
+}
+
+/// Round trip of `size`-byte messages echoed on one loopback connection: (p50, p99) in µs.
+pub fn round_trip(size: usize, count: u32) -> std::io::Result<(f64, f64)> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut buf = vec![0u8; size];
+        loop {
+            match stream.read_exact(&mut buf) {
+                Ok(()) => stream.write_all(&buf)?,
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    let mut buf = vec![1u8; size];
+    let mut histogram = nanos_histogram();
+    for _ in 0..count.max(1) {
+        let started = Instant::now();
+        stream.write_all(&buf)?;
+        stream.read_exact(&mut buf)?;
+        histogram.saturating_record(started.elapsed().as_nanos() as u64);
+    }
+    drop(stream);
+    echo.join()
+        .map_err(|_| std::io::Error::other("echo thread panicked"))??;
+    Ok((
+        histogram.value_at_quantile(0.5) as f64 / 1000.0,
+        histogram.value_at_quantile(0.99) as f64 / 1000.0,
+    ))
+}
+
+/// What the disk probe measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiskProbe {
+    /// MB/s over write + `fdatasync` pairs.
+    pub write_mb_s: f64,
+    /// `fdatasync` p50, µs.
+    pub fdatasync_us_p50: f64,
+    /// Opened with `O_DIRECT`.
+    pub direct_io: bool,
+    /// Writes made.
+    pub writes: u64,
+}
+
+/// The direct-I/O alignment the probe uses (the logical block of any disk here divides it).
+const ALIGN: usize = 4096;
+
+/// Sequential writes of `write_size` (rounded up to 4096) bytes to a new file in `dir`, each
+/// followed by `fdatasync`, for `budget.time` or `budget.disk_bytes_max` bytes (at least 4
+/// writes); the file is removed after.
+pub fn disk(dir: &Path, write_size: usize, budget: Budget) -> std::io::Result<DiskProbe> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(".strand-bench-disk-probe");
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(flags)
+            .open(&path)
+    };
+    let (mut file, direct_io) = match open(libc::O_DIRECT) {
+        Ok(file) => (file, true),
+        Err(_) => (open(0)?, false),
+    };
+    let size = write_size.max(1).div_ceil(ALIGN) * ALIGN;
+    // An aligned window into an over-allocated buffer: O_DIRECT needs the address aligned,
+    // and this gets it without unsafe.
+    let mut backing = vec![0xa5u8; size + ALIGN];
+    let skip = backing.as_ptr().align_offset(ALIGN);
+    let buf = &mut backing[skip..skip + size];
+    buf.iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i % 253) as u8);
+    let mut syncs = nanos_histogram();
+    let mut written = 0u64;
+    let mut writes = 0u64;
+    let started = Instant::now();
+    let result = (|| -> std::io::Result<()> {
+        while writes < 4
+            || (started.elapsed() < budget.time && written + size as u64 <= budget.disk_bytes_max)
+        {
+            file.write_all(buf)?;
+            let synced = Instant::now();
+            file.sync_data()?;
+            syncs.saturating_record(synced.elapsed().as_nanos() as u64);
+            written += size as u64;
+            writes += 1;
+        }
+        Ok(())
+    })();
+    let elapsed = started.elapsed();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    result?;
+    Ok(DiskProbe {
+        write_mb_s: mb_per_s(written, elapsed),
+        fdatasync_us_p50: syncs.value_at_quantile(0.5) as f64 / 1000.0,
+        direct_io,
+        writes,
+    })
+}
+
+fn nanos_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
+}
+
+/// Bytes over time in MB/s (10^6 bytes).
+pub fn mb_per_s(bytes: u64, time: Duration) -> f64 {
+    let secs = time.as_secs_f64();
+    if secs <= 0.0 {
+        0.0
+    } else {
+        bytes as f64 / 1e6 / secs
+    }
+}
+
+/// The ceiling of issue 12 item 2: every user byte crosses loopback R times and is written R
+/// times to the same disk, so min(loopback, disk) / R; without a disk figure, loopback / R.
+pub fn ceiling_mb_s(baseline: &Baseline, replicas: Option<u32>) -> Option<f64> {
+    let replicas = f64::from(replicas.filter(|r| *r > 0)?);
+    let floor = match baseline.disk_write_mb_s {
+        Some(disk) => baseline.loopback_mb_s.min(disk),
+        None => baseline.loopback_mb_s,
+    };
+    Some(floor / replicas)
+}

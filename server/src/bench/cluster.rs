@@ -1,0 +1,223 @@
+//! `--spawn N`: N child `strand start` processes on loopback from a generated config (the
+//! `strand dev` settings, ports the kernel hands out, `partition.ack` as asked), each with its
+//! own data directory and log file; waits until the metadata group has exactly one primary
+//! (from `/metrics`), and stops them all when dropped (decision 186).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::config;
+
+/// Bound on the wait for a primary.
+pub const PRIMARY_BOUND: Duration = Duration::from_secs(60);
+
+/// One node's ports.
+#[derive(Debug, Clone, Copy)]
+pub struct NodePorts {
+    /// Client plane.
+    pub tcp: u16,
+    /// `/metrics`.
+    pub http: u16,
+    /// Replica plane.
+    pub tcp_replica: u16,
+}
+
+/// A running local cluster; dropping it stops the nodes and removes a temporary directory.
+pub struct Cluster {
+    children: Vec<Child>,
+    /// The nodes' ports, by replica id.
+    pub nodes: Vec<NodePorts>,
+    /// The cluster's directory (config, node-i/, node-i.log).
+    pub dir: PathBuf,
+    remove: bool,
+}
+
+/// Ports the kernel hands out now (bound and released; a node that loses one to another
+/// process fails its bind loudly).
+fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect()
+}
+
+/// The config text of an `n`-node cluster on `nodes`, acknowledging as `ack` says.
+pub fn config_text(nodes: &[NodePorts], ack: &str) -> String {
+    let mut text = config::DEV_CONFIG.to_string();
+    text.push_str(&format!("\n[partition]\nack = \"{ack}\"\n"));
+    for (i, p) in nodes.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[[cluster.nodes]]\nname = \"bench-{i}\"\nip = \"127.0.0.1\"\nreplica_id = {i}\n\
+             ports = {{ tcp = {}, http = {}, tcp_replica = {} }}\n",
+            p.tcp, p.http, p.tcp_replica
+        ));
+    }
+    text
+}
+
+impl Cluster {
+    /// Starts `replicas` nodes of `exe` under `dir` (removed when dropped if `remove`).
+    pub fn start(
+        exe: &Path,
+        replicas: u8,
+        ack: &str,
+        dir: PathBuf,
+        remove: bool,
+    ) -> anyhow::Result<Cluster> {
+        let ports = free_ports(3 * usize::from(replicas))?;
+        let nodes: Vec<NodePorts> = ports
+            .chunks(3)
+            .map(|p| NodePorts {
+                tcp: p[0],
+                http: p[1],
+                tcp_replica: p[2],
+            })
+            .collect();
+        let text = config_text(&nodes, ack);
+        for i in 0..replicas {
+            let overrides = config::Overrides {
+                replica_id: u64::from(i),
+                shards: Some(1),
+                available_cpus: shard::cores::thread_allowed_cpus()?,
+                ..config::Overrides::default()
+            };
+            config::load(&text, &overrides).context("the generated bench config")?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut cluster = Cluster {
+            children: Vec::new(),
+            nodes,
+            dir,
+            remove,
+        };
+        let config_path = cluster.dir.join("strand-bench.toml");
+        std::fs::write(&config_path, &text)
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        for i in 0..replicas {
+            let data = cluster.dir.join(format!("node-{i}"));
+            std::fs::create_dir_all(&data)?;
+            let log_path = cluster.dir.join(format!("node-{i}.log"));
+            let log = std::fs::File::create(&log_path)
+                .with_context(|| format!("creating {}", log_path.display()))?;
+            let child = Command::new(exe)
+                .arg("start")
+                .arg("--config")
+                .arg(&config_path)
+                .args([
+                    "--replica-id",
+                    &i.to_string(),
+                    "--shards",
+                    "1",
+                    "--data-dir",
+                ])
+                .arg(&data)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting node {i} ({})", exe.display()))?;
+            cluster.children.push(child);
+        }
+        Ok(cluster)
+    }
+
+    /// Waits until exactly one node reports itself the metadata group's normal primary;
+    /// returns its replica id. Fails if a node exits or the bound passes.
+    pub fn wait_primary(&mut self, bound: Duration) -> anyhow::Result<usize> {
+        let started = Instant::now();
+        loop {
+            for (i, child) in self.children.iter_mut().enumerate() {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "node {i} exited ({status}) before the cluster formed; see {}",
+                        self.dir.join(format!("node-{i}.log")).display()
+                    );
+                }
+            }
+            let primaries: Vec<usize> = self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| metric(n.http, "strand_is_primary{plane=\"metadata\"}") == Some(1))
+                .map(|(i, _)| i)
+                .collect();
+            if let [one] = primaries[..] {
+                return Ok(one);
+            }
+            if started.elapsed() > bound {
+                bail!(
+                    "no single primary within {bound:?} (primaries: {primaries:?}); logs in {}",
+                    self.dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Node `i`'s client address.
+    pub fn client_addr(&self, i: usize) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.nodes[i].tcp))
+    }
+
+    /// SIGTERM to every node, then waits (SIGKILL after 10 s); true if all exited 0.
+    pub fn stop(&mut self) -> bool {
+        for child in &mut self.children {
+            if matches!(child.try_wait(), Ok(None))
+                && let Ok(pid) = i32::try_from(child.id())
+            {
+                // SAFETY: kill(2) on our own child's pid, not reaped yet (try_wait said it is
+                // running), so the pid still names it.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        let mut clean = true;
+        for child in &mut self.children {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break Some(status),
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        break child.wait().ok();
+                    }
+                }
+            };
+            clean &= status.is_some_and(|s| s.success());
+        }
+        self.children.clear();
+        clean
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// One gauge of a node's `/metrics`, or `None` if it does not answer or lacks it.
+pub fn metric(http: u16, name: &str) -> Option<u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", http)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}

@@ -1,0 +1,611 @@
+//! `strand bench`: the bundled load harness (issue 12). It measures its baselines first
+//! ([`baseline`]: loopback bandwidth, a small round trip, and with `--spawn` the disk's synced
+//! write bandwidth in the data directory), starts a local cluster if asked ([`cluster`]),
+//! creates a stream and a topic, runs producers and consumers over its own client ([`client`],
+//! [`load`]), and writes the report ([`report`]: JSON, SVG chart, HDR distributions). A sink
+//! server ([`sink`]) answers the client at once, to show what the client alone can offer.
+
+pub mod baseline;
+pub mod client;
+pub mod cluster;
+pub mod load;
+pub mod report;
+pub mod sink;
+
+use std::io::IsTerminal;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
+
+use self::client::Connection;
+use self::load::{Layout, Stop, Target, Workload};
+use self::report::{ConsumerReport, Latency, Report};
+
+/// The build's git commit (set by `server/build.rs`; `unknown` outside a git checkout).
+pub const COMMIT: &str = match option_env!("STRAND_COMMIT") {
+    Some(commit) => commit,
+    None => "unknown",
+};
+
+/// Bound on the wait for a new topic's partitions to answer.
+pub const READY_BOUND: Duration = Duration::from_secs(30);
+
+/// `strand bench` flags.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    /// `compare A.json B.json`.
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// `strand bench` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Print two reports side by side, with B / A for every figure.
+    Compare {
+        /// The first report.
+        a: PathBuf,
+        /// The second report.
+        b: PathBuf,
+    },
+}
+
+/// How a spawned cluster acknowledges a SendMessages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AckArg {
+    /// After a quorum of replicas has it on disk.
+    Disk,
+    /// After a quorum has it in memory.
+    Memory,
+}
+
+impl AckArg {
+    /// The `partition.ack` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AckArg::Disk => "disk",
+            AckArg::Memory => "memory",
+        }
+    }
+}
+
+/// The flags of a run.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Producer connections (each sends whole batches, lockstep).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub producers: u32,
+    /// Consumer connections (each polls its partitions by offset and reads everything back).
+    #[arg(long, value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub consumers: u32,
+    /// Partitions of the benchmark topic.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub partitions: u32,
+    /// Payload bytes per message.
+    #[arg(long, value_name = "BYTES", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+    pub message_size: u32,
+    /// Messages per SendMessages batch.
+    #[arg(long, value_name = "N", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub batch: u32,
+    /// Stop after N messages in all (rounded up to whole batches).
+    #[arg(long, value_name = "N", conflicts_with = "duration")]
+    pub messages: Option<u64>,
+    /// Stop after S seconds (default 10 when --messages is not given).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// A fixed offered load in messages per second over all producers (default: as fast as
+    /// acknowledgements allow). Latency is then measured from each batch's scheduled time.
+    #[arg(long, value_name = "MSGS_PER_S")]
+    pub rate: Option<f64>,
+    /// A running node's client address (HOST:PORT); with --sink, where the sink listens.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "spawn")]
+    pub address: Option<String>,
+    /// Start a local N-node cluster (child `strand start` processes) and run against it.
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=i64::from(crate::config::DEV_REPLICAS_MAX)))]
+    pub spawn: Option<u8>,
+    /// How the spawned cluster acknowledges (partition.ack; default disk).
+    #[arg(long, value_enum)]
+    pub ack: Option<AckArg>,
+    /// The spawned cluster's directory (kept); default a temporary one, removed after.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Write report.json, chart.svg and the latency distributions here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seconds each bandwidth baseline runs.
+    #[arg(long, value_name = "S", default_value_t = 1.0)]
+    pub baseline_seconds: f64,
+    /// Username to log in with.
+    #[arg(long, default_value = crate::metadata::ROOT_DEFAULT)]
+    pub username: String,
+    /// Password to log in with.
+    #[arg(long, default_value = crate::metadata::ROOT_DEFAULT)]
+    pub password: String,
+    /// Serve the sink (answers every request at once) on --address (default 127.0.0.1:8090)
+    /// until killed, instead of running a load.
+    #[arg(long, conflicts_with_all = ["spawn", "out"])]
+    pub sink: bool,
+}
+
+/// Bytes of one SendMessages frame for `batch` messages of `message_size` bytes (explicit
+/// partitioning, numeric ids): header, envelope, batch header, frames.
+pub fn send_frame_size(message_size: u32, batch: u32) -> u64 {
+    const ENVELOPE: u64 = 4 + 6 + 6 + 6 + 4;
+    wire::HEADER_SIZE as u64
+        + ENVELOPE
+        + wire::batch::HEADER_SIZE as u64
+        + u64::from(batch) * (wire::batch::FRAME_HEADER_SIZE as u64 + u64::from(message_size))
+}
+
+/// Checks the cross-flag rules clap does not: names the flags in every error.
+pub fn validate(args: &RunArgs) -> anyhow::Result<()> {
+    if args.sink {
+        return Ok(());
+    }
+    if args.address.is_none() && args.spawn.is_none() {
+        bail!("strand bench needs --address HOST:PORT (a running cluster) or --spawn N");
+    }
+    if args.spawn.is_none() {
+        if let Some(ack) = args.ack {
+            bail!(
+                "--ack {} sets how a --spawn'ed cluster acknowledges; against --address the \
+                 cluster's own config decides",
+                ack.as_str()
+            );
+        }
+        if args.data_dir.is_some() {
+            bail!("--data-dir is where a --spawn'ed cluster keeps its data; it needs --spawn");
+        }
+    }
+    let frame = send_frame_size(args.message_size, args.batch);
+    if frame > wire::MAX_MESSAGE_SIZE_DEFAULT as u64 {
+        bail!(
+            "--batch {} x --message-size {} makes a {frame}-byte SendMessages frame, above the \
+             {}-byte frame limit",
+            args.batch,
+            args.message_size,
+            wire::MAX_MESSAGE_SIZE_DEFAULT
+        );
+    }
+    if let Some(d) = args.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        bail!("--duration must be a positive number of seconds, got {d}");
+    }
+    if args.messages == Some(0) {
+        bail!("--messages must be at least 1");
+    }
+    if let Some(r) = args.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        bail!("--rate must be a positive number of messages per second, got {r}");
+    }
+    if !(args.baseline_seconds.is_finite() && args.baseline_seconds > 0.0) {
+        bail!(
+            "--baseline-seconds must be positive, got {}",
+            args.baseline_seconds
+        );
+    }
+    Ok(())
+}
+
+/// `strand bench`: runs it, writing progress to stderr and the summary to `out`. `exe` is
+/// the `strand` binary the cluster nodes are started from.
+pub fn main(args: BenchArgs, exe: &Path, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    match args.command {
+        Some(BenchCommand::Compare { a, b }) => {
+            let read = |p: &Path| -> anyhow::Result<Report> {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+            };
+            let (ra, rb) = (read(&a)?, read(&b)?);
+            write!(
+                out,
+                "{}",
+                report::compare(&ra, &rb, &a.display().to_string(), &b.display().to_string())
+            )?;
+            Ok(())
+        }
+        None => {
+            let args = args.run;
+            validate(&args)?;
+            if args.sink {
+                let addr = args.address.as_deref().unwrap_or("127.0.0.1:8090");
+                let sink = sink::Sink::spawn(addr).with_context(|| format!("binding {addr}"))?;
+                writeln!(out, "sink listening on {}", sink.addr())?;
+                out.flush()?;
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            let report = run(&args, exe)?;
+            summary(&report, out)?;
+            Ok(())
+        }
+    }
+}
+
+/// A run with baselines, optional local cluster, load and report; writes the files under
+/// `--out` and returns the report.
+pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
+    validate(args)?;
+    let terminal = std::io::stderr().is_terminal();
+    let write_size = send_frame_size(args.message_size, args.batch) as usize;
+    let budget = baseline::Budget::standard(Duration::from_secs_f64(args.baseline_seconds));
+    let (mut cluster, target_addr, replicas, acked, baseline) = match (args.spawn, &args.address) {
+        (Some(n), _) => {
+            let (dir, remove) = match &args.data_dir {
+                Some(dir) => (dir.clone(), false),
+                None => (
+                    std::env::temp_dir().join(format!(
+                        "strand-bench-{}-{}",
+                        std::process::id(),
+                        client::now_us()
+                    )),
+                    true,
+                ),
+            };
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            note("measuring baselines (loopback, round trip, disk)");
+            let baseline = baseline::measure(write_size, Some(&dir), budget);
+            let baseline = match baseline {
+                Ok(b) => b,
+                Err(e) => {
+                    if remove {
+                        let _ = std::fs::remove_dir_all(&dir);
+                    }
+                    return Err(e).context("measuring the baselines");
+                }
+            };
+            note(&format!("starting {n} node(s) in {}", dir.display()));
+            let mut cluster = cluster::Cluster::start(
+                exe,
+                n,
+                args.ack.unwrap_or(AckArg::Disk).as_str(),
+                dir.clone(),
+                remove,
+            )
+            .inspect_err(|_| {
+                if remove {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            })?;
+            let primary = cluster.wait_primary(cluster::PRIMARY_BOUND)?;
+            let addr = cluster.client_addr(primary);
+            note(&format!("node {primary} is primary; clients at {addr}"));
+            (
+                Some(cluster),
+                addr,
+                Some(u32::from(n)),
+                args.ack.unwrap_or(AckArg::Disk).as_str().to_string(),
+                baseline,
+            )
+        }
+        (None, Some(address)) => {
+            let addr = resolve(address)?;
+            note("measuring baselines (loopback, round trip)");
+            let baseline =
+                baseline::measure(write_size, None, budget).context("measuring the baselines")?;
+            (None, addr, None, "unknown".to_string(), baseline)
+        }
+        (None, None) => bail!("strand bench needs --address HOST:PORT or --spawn N"),
+    };
+    note(&baseline_line(&baseline));
+    let target = Target {
+        addr: target_addr,
+        username: args.username.clone(),
+        password: args.password.clone(),
+    };
+    let (layout, replicas) = prepare(&target, args, replicas)?;
+    let workload = Workload {
+        producers: args.producers,
+        consumers: args.consumers,
+        partitions: args.partitions,
+        message_size: args.message_size as usize,
+        batch: args.batch,
+        stop: match (args.messages, args.duration) {
+            (Some(n), _) => Stop::Messages(n),
+            (None, Some(d)) => Stop::Duration(Duration::from_secs_f64(d)),
+            (None, None) => Stop::Duration(Duration::from_secs(10)),
+        },
+        rate: args.rate,
+    };
+    let started_at_us = client::now_us();
+    let outcome = with_progress(terminal, &workload, |progress| {
+        load::run(&target, &workload, &layout, progress)
+    })?;
+    if let Some(cluster) = cluster.as_mut()
+        && !cluster.stop()
+    {
+        eprintln!(
+            "strand bench: a node exited unclean at the end; logs in {}",
+            cluster.dir.display()
+        );
+    }
+    drop(cluster);
+    let (msgs_s, mb_s) = report::rates(&outcome.producer, workload.message_size);
+    let ceiling = baseline::ceiling_mb_s(&baseline, replicas);
+    let ratio = |v: f64, of: f64| if of > 0.0 { v / of } else { 0.0 };
+    let consumer = outcome.consumer.as_ref().map(|side| {
+        let (msgs_s, mb_s) = report::rates(side, workload.message_size);
+        ConsumerReport {
+            throughput_msgs_s: msgs_s,
+            throughput_mb_s: mb_s,
+            latency_us: Latency::of(&side.latency),
+            messages: side.messages,
+            ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),
+        }
+    });
+    let report = Report {
+        commit: COMMIT.to_string(),
+        started_at_us,
+        replicas,
+        acked,
+        target: target_addr.to_string(),
+        message_size: workload.message_size,
+        batch: workload.batch,
+        producers: workload.producers,
+        consumers: workload.consumers,
+        partitions: workload.partitions,
+        rate_msgs_s: workload.rate,
+        duration_s: outcome.producer.elapsed.as_secs_f64(),
+        messages: outcome.producer.messages,
+        throughput_msgs_s: msgs_s,
+        throughput_mb_s: mb_s,
+        latency_us: Latency::of(&outcome.producer.latency),
+        transient_retries: outcome.producer.transient_retries
+            + outcome.consumer.as_ref().map_or(0, |c| c.transient_retries),
+        ceiling_mb_s: ceiling,
+        ratio_to_ceiling: ceiling.map(|c| ratio(mb_s, c)),
+        ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),
+        baseline,
+        consumer,
+        timeline: report::timeline(&outcome.timeline, workload.message_size),
+    };
+    if let Some(dir) = &args.out {
+        report::write(
+            dir,
+            &report,
+            &outcome.producer.latency,
+            outcome.consumer.as_ref().map(|c| &c.latency),
+        )?;
+    }
+    Ok(report)
+}
+
+fn resolve(address: &str) -> anyhow::Result<SocketAddr> {
+    address
+        .to_socket_addrs()
+        .with_context(|| format!("--address {address}"))?
+        .next()
+        .with_context(|| format!("--address {address} resolves to nothing"))
+}
+
+/// Logs in, learns the replica count if the target says it (GetClusterMetadata), and creates
+/// the benchmark's stream and topic.
+fn prepare(
+    target: &Target,
+    args: &RunArgs,
+    replicas: Option<u32>,
+) -> anyhow::Result<(Layout, Option<u32>)> {
+    let mut conn =
+        Connection::connect(target.addr, Duration::from_secs(10)).with_context(|| {
+            format!(
+                "connecting to {} (is the node's client plane serving?)",
+                target.addr
+            )
+        })?;
+    conn.login(&target.username, &target.password)
+        .with_context(|| format!("logging in to {} as {}", target.addr, target.username))?;
+    let replicas = match replicas {
+        Some(r) => Some(r),
+        None => conn
+            .cluster_metadata()
+            .ok()
+            .map(|m| m.nodes.len() as u32)
+            .filter(|n| *n > 0),
+    };
+    let name = format!("bench-{}-{}", std::process::id(), client::now_us());
+    let stream = conn
+        .create_stream(&name)
+        .with_context(|| format!("creating stream {name}"))?;
+    let (topic, partitions) = conn
+        .create_topic(stream, "load", args.partitions)
+        .with_context(|| format!("creating topic load with {} partitions", args.partitions))?;
+    if conn.foreign_echoes() > 0 {
+        note(
+            "the node answered a request with another operation than the request's (client-plane.md §1.3 says echo it); accepted as the SDK does, the framing being the same",
+        );
+    }
+    if partitions.len() != args.partitions as usize {
+        bail!(
+            "asked for {} partitions, the topic has {}",
+            args.partitions,
+            partitions.len()
+        );
+    }
+    // A partition's group may need a moment after CreateTopic commits: wait until each one
+    // answers a poll (which adds nothing), so the load's first sends are not refusals.
+    for &partition in &partitions {
+        let started = std::time::Instant::now();
+        loop {
+            let at = client::PollAt {
+                stream,
+                topic,
+                partition,
+                offset: 0,
+                count: 1,
+            };
+            match conn.poll(1, at, |_| {}) {
+                Ok(_) => break,
+                Err(_) if started.elapsed() < READY_BOUND => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "partition {partition} did not answer a poll within {READY_BOUND:?}"
+                        )
+                    });
+                }
+            }
+        }
+    }
+    Ok((
+        Layout {
+            stream,
+            topic,
+            partitions,
+        },
+        replicas,
+    ))
+}
+
+fn note(text: &str) {
+    eprintln!("strand bench: {text}");
+}
+
+/// Live progress: an indicatif bar on a terminal, a plain line a second otherwise.
+fn with_progress<T>(
+    terminal: bool,
+    workload: &Workload,
+    body: impl FnOnce(&mut dyn FnMut(&load::Counters, Duration)) -> T,
+) -> T {
+    use std::sync::atomic::Ordering;
+    let size = workload.message_size as f64;
+    let consumers = workload.consumers;
+    let line = |c: &load::Counters, t: Duration| {
+        let produced = c.produced.load(Ordering::Relaxed);
+        let consumed = c.consumed.load(Ordering::Relaxed);
+        let secs = t.as_secs_f64().max(1e-9);
+        let mut text = format!(
+            "{secs:6.1} s  produced {produced} msgs ({:.1} MB/s)",
+            produced as f64 * size / 1e6 / secs,
+        );
+        if consumers > 0 {
+            text.push_str(&format!(
+                "  consumed {consumed} msgs ({:.1} MB/s)",
+                consumed as f64 * size / 1e6 / secs
+            ));
+        }
+        text
+    };
+    if terminal {
+        let bar = match workload.stop {
+            Stop::Duration(d) => indicatif::ProgressBar::new(d.as_millis() as u64),
+            Stop::Messages(n) => indicatif::ProgressBar::new(n),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {msg}").expect("a valid template"),
+        );
+        let stop = workload.stop;
+        let mut update = |c: &load::Counters, t: Duration| {
+            bar.set_position(match stop {
+                Stop::Duration(_) => t.as_millis() as u64,
+                Stop::Messages(_) => c.produced.load(Ordering::Relaxed),
+            });
+            bar.set_message(line(c, t));
+        };
+        let result = body(&mut update);
+        bar.finish();
+        result
+    } else {
+        let mut last = Duration::ZERO;
+        let mut update = |c: &load::Counters, t: Duration| {
+            if t >= last + Duration::from_secs(1) {
+                last = t;
+                eprintln!("strand bench: {}", line(c, t));
+            }
+        };
+        body(&mut update)
+    }
+}
+
+fn baseline_line(b: &baseline::Baseline) -> String {
+    let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
+    format!(
+        "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s ({}), \
+         fdatasync p50 {} us, at {} bytes per write",
+        b.loopback_mb_s,
+        b.rtt_us_p50,
+        b.rtt_us_p99,
+        opt(b.disk_write_mb_s),
+        match b.disk_direct_io {
+            Some(true) => "O_DIRECT",
+            Some(false) => "page cache, O_DIRECT refused",
+            None => "not measured",
+        },
+        opt(b.fdatasync_us_p50),
+        b.write_size
+    )
+}
+
+/// The end-of-run summary.
+pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
+    writeln!(
+        out,
+        "strand bench {}: {} replica(s), acked {}, {} producer(s), {} consumer(s), {} partition(s), {} x {} B",
+        r.commit,
+        r.replicas
+            .map_or_else(|| "?".to_string(), |n| n.to_string()),
+        r.acked,
+        r.producers,
+        r.consumers,
+        r.partitions,
+        r.batch,
+        r.message_size
+    )?;
+    writeln!(
+        out,
+        "{}; ceiling {} MB/s",
+        baseline_line(&r.baseline),
+        opt(r.ceiling_mb_s)
+    )?;
+    let lat = |l: &Latency| {
+        format!(
+            "p50 {} p90 {} p99 {} p99.9 {} max {} us",
+            l.p50, l.p90, l.p99, l.p999, l.max
+        )
+    };
+    writeln!(
+        out,
+        "producers: {} msgs in {:.2} s, {:.0} msgs/s, {:.1} MB/s (ratio to ceiling {}, to loopback {:.3}); per batch {}",
+        r.messages,
+        r.duration_s,
+        r.throughput_msgs_s,
+        r.throughput_mb_s,
+        r.ratio_to_ceiling
+            .map_or_else(|| "n/a".to_string(), |v| format!("{v:.3}")),
+        r.ratio_to_loopback,
+        lat(&r.latency_us)
+    )?;
+    if let Some(c) = &r.consumer {
+        writeln!(
+            out,
+            "consumers: {} msgs, {:.0} msgs/s, {:.1} MB/s (ratio to loopback {:.3}); end to end per batch {}",
+            c.messages,
+            c.throughput_msgs_s,
+            c.throughput_mb_s,
+            c.ratio_to_loopback,
+            lat(&c.latency_us)
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,565 @@
+//! The report of one run (issue 12 item 3): the JSON file, the chart (a hand-written SVG,
+//! decision 184), the HDR percentile distributions, and `compare`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::baseline::Baseline;
+use super::load::{Point, Side};
+
+/// Per-batch latency percentiles, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    /// p50.
+    pub p50: u64,
+    /// p90.
+    pub p90: u64,
+    /// p99.
+    pub p99: u64,
+    /// p99.9.
+    pub p999: u64,
+    /// max.
+    pub max: u64,
+}
+
+impl Latency {
+    /// From a histogram in µs.
+    pub fn of(h: &Histogram<u64>) -> Latency {
+        Latency {
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// The consumers' figures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerReport {
+    /// Messages read per second.
+    pub throughput_msgs_s: f64,
+    /// Payload MB (10^6 bytes) read per second.
+    pub throughput_mb_s: f64,
+    /// End-to-end per-batch latency (origin timestamp to read), µs.
+    pub latency_us: Latency,
+    /// Messages read.
+    pub messages: u64,
+    /// `throughput_mb_s` over the loopback baseline.
+    pub ratio_to_loopback: f64,
+}
+
+/// One timeline point as written.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Seconds since the start.
+    pub t_s: f64,
+    /// Producer payload MB/s in the interval.
+    pub produced_mb_s: f64,
+    /// Consumer payload MB/s in the interval.
+    pub consumed_mb_s: f64,
+    /// Producer p50 (µs) in the interval.
+    pub producer_p50_us: Option<u64>,
+    /// Producer p99 (µs) in the interval.
+    pub producer_p99_us: Option<u64>,
+    /// Consumer p50 (µs) in the interval.
+    pub consumer_p50_us: Option<u64>,
+    /// Consumer p99 (µs) in the interval.
+    pub consumer_p99_us: Option<u64>,
+}
+
+/// The JSON report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The build's git hash.
+    pub commit: String,
+    /// When the load started (µs since the epoch).
+    pub started_at_us: u64,
+    /// Replicas in the cluster (`null` when the target does not say).
+    pub replicas: Option<u32>,
+    /// `"disk"`, `"memory"`, or `"unknown"` against `--address`.
+    pub acked: String,
+    /// Where the load went (`host:port` of the node used).
+    pub target: String,
+    /// Payload bytes per message.
+    pub message_size: usize,
+    /// Messages per batch.
+    pub batch: u32,
+    /// Producer connections.
+    pub producers: u32,
+    /// Consumer connections.
+    pub consumers: u32,
+    /// Partitions.
+    pub partitions: u32,
+    /// Offered load (messages/s), `null` for as fast as acknowledgements allow.
+    pub rate_msgs_s: Option<f64>,
+    /// Producer wall time, seconds.
+    pub duration_s: f64,
+    /// Messages acknowledged to producers.
+    pub messages: u64,
+    /// Producer messages per second.
+    pub throughput_msgs_s: f64,
+    /// Producer payload MB (10^6 bytes) per second.
+    pub throughput_mb_s: f64,
+    /// Producer per-batch latency, µs.
+    pub latency_us: Latency,
+    /// Requests repeated after a transient refusal (57/58), producers and consumers.
+    pub transient_retries: u64,
+    /// Same-run baselines.
+    pub baseline: Baseline,
+    /// min(loopback, disk) / replicas (loopback alone without a disk figure).
+    pub ceiling_mb_s: Option<f64>,
+    /// `throughput_mb_s / ceiling_mb_s`.
+    pub ratio_to_ceiling: Option<f64>,
+    /// `throughput_mb_s / baseline.loopback_mb_s`.
+    pub ratio_to_loopback: f64,
+    /// The consumers (`null` with none).
+    pub consumer: Option<ConsumerReport>,
+    /// Every 250 ms.
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// Messages and MB per second of a side.
+pub fn rates(side: &Side, message_size: usize) -> (f64, f64) {
+    let secs = side.elapsed.as_secs_f64();
+    if secs <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let msgs = side.messages as f64 / secs;
+    (msgs, msgs * message_size as f64 / 1e6)
+}
+
+/// Converts the load's timeline.
+pub fn timeline(points: &[Point], message_size: usize) -> Vec<TimelinePoint> {
+    let mb = |msgs: f64| msgs * message_size as f64 / 1e6;
+    points
+        .iter()
+        .map(|p| TimelinePoint {
+            t_s: p.t_s,
+            produced_mb_s: mb(p.produced_msgs_s),
+            consumed_mb_s: mb(p.consumed_msgs_s),
+            producer_p50_us: p.producer_p50_us,
+            producer_p99_us: p.producer_p99_us,
+            consumer_p50_us: p.consumer_p50_us,
+            consumer_p99_us: p.consumer_p99_us,
+        })
+        .collect()
+}
+
+/// File names under `--out`.
+pub const JSON: &str = "report.json";
+/// The chart.
+pub const SVG: &str = "chart.svg";
+/// Producer latency distribution.
+pub const PRODUCER_HGRM: &str = "producer-latency.hgrm";
+/// Consumer latency distribution.
+pub const CONSUMER_HGRM: &str = "consumer-latency.hgrm";
+
+/// Writes the JSON, the chart and the distributions under `dir`.
+pub fn write(
+    dir: &Path,
+    report: &Report,
+    producer: &Histogram<u64>,
+    consumer: Option<&Histogram<u64>>,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let json = serde_json::to_string_pretty(report)?;
+    let path = dir.join(JSON);
+    std::fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join(SVG);
+    std::fs::write(&path, svg(report)).with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join(PRODUCER_HGRM);
+    std::fs::write(&path, distribution(producer))
+        .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(consumer) = consumer {
+        let path = dir.join(CONSUMER_HGRM);
+        std::fs::write(&path, distribution(consumer))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The percentile distribution in the HdrHistogram text layout (µs).
+pub fn distribution(h: &Histogram<u64>) -> String {
+    let mut out = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    for v in h.iter_quantiles(2) {
+        let q = v.quantile_iterated_to();
+        let inverse = if q < 1.0 {
+            1.0 / (1.0 - q)
+        } else {
+            f64::INFINITY
+        };
+        let _ = writeln!(
+            out,
+            "{:12.3} {:14.12} {:10} {:14.2}",
+            v.value_iterated_to() as f64,
+            q,
+            v.count_since_last_iteration(),
+            inverse
+        );
+    }
+    let _ = writeln!(
+        out,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]\n#[Max     = {:12.3}, Total count    = {:12}]",
+        h.mean(),
+        h.stdev(),
+        h.max() as f64,
+        h.len()
+    );
+    out
+}
+
+/// A two-panel line chart: payload MB/s over time (producers, consumers) above per-batch
+/// latency p50 and p99 over time (µs, log scale) below.
+pub fn svg(report: &Report) -> String {
+    const W: f64 = 900.0;
+    const PANEL: f64 = 260.0;
+    const LEFT: f64 = 80.0;
+    const RIGHT: f64 = 20.0;
+    const TOP: f64 = 44.0;
+    const GAP: f64 = 70.0;
+    let h = TOP + PANEL + GAP + PANEL + 50.0;
+    let points = &report.timeline;
+    let t_max = points.iter().map(|p| p.t_s).fold(0.0, f64::max).max(1e-3);
+    let x = |t: f64| LEFT + (W - LEFT - RIGHT) * t / t_max;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="{LEFT}" y="16" font-size="13">strand bench: {} replica(s), acked {}, {} x {} B batches, {} producer(s), {} consumer(s), {} partition(s)</text>"#,
+        report
+            .replicas
+            .map_or_else(|| "?".to_string(), |r| r.to_string()),
+        escape(&report.acked),
+        report.batch,
+        report.message_size,
+        report.producers,
+        report.consumers,
+        report.partitions,
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="32" fill="#555">commit {}; producers {:.1} MB/s, per-batch p99 {} us; loopback {:.0} MB/s, disk {} MB/s</text>"##,
+        escape(report.commit.get(..12).unwrap_or(&report.commit)),
+        report.throughput_mb_s,
+        report.latency_us.p99,
+        report.baseline.loopback_mb_s,
+        report
+            .baseline
+            .disk_write_mb_s
+            .map_or_else(|| "n/a".to_string(), |d| format!("{d:.0}")),
+    );
+    // Panel 1: throughput.
+    let top1 = TOP;
+    let mb_max = points
+        .iter()
+        .flat_map(|p| [p.produced_mb_s, p.consumed_mb_s])
+        .fold(0.0, f64::max)
+        .max(report.ceiling_mb_s.unwrap_or(0.0))
+        .max(1e-3)
+        * 1.1;
+    let y1 = |v: f64| top1 + PANEL - PANEL * v / mb_max;
+    axes(&mut out, top1, PANEL, LEFT, W - RIGHT, "payload MB/s");
+    for k in 0..=4 {
+        let v = mb_max * f64::from(k) / 4.0;
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{:.0}</text>"#,
+            LEFT - 6.0,
+            y1(v) + 4.0,
+            v
+        );
+    }
+    if let Some(c) = report.ceiling_mb_s {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="6 4"/><text x="{}" y="{:.1}" fill="#666" text-anchor="end">ceiling {c:.0} MB/s</text>"##,
+            W - RIGHT,
+            y1(c),
+            y1(c),
+            W - RIGHT - 4.0,
+            y1(c) - 4.0
+        );
+    }
+    line(
+        &mut out,
+        points.iter().map(|p| (x(p.t_s), y1(p.produced_mb_s))),
+        "#1f77b4",
+    );
+    if report.consumers > 0 {
+        line(
+            &mut out,
+            points.iter().map(|p| (x(p.t_s), y1(p.consumed_mb_s))),
+            "#2ca02c",
+        );
+    }
+    // Panel 2: latency, log scale.
+    let top2 = TOP + PANEL + GAP;
+    let lat: Vec<u64> = points
+        .iter()
+        .flat_map(|p| {
+            [
+                p.producer_p50_us,
+                p.producer_p99_us,
+                p.consumer_p50_us,
+                p.consumer_p99_us,
+            ]
+        })
+        .flatten()
+        .collect();
+    let lo = (lat.iter().copied().min().unwrap_or(1).max(1) as f64)
+        .log10()
+        .floor();
+    let hi = (lat.iter().copied().max().unwrap_or(10).max(10) as f64)
+        .log10()
+        .ceil()
+        .max(lo + 1.0);
+    let y2 = |v: u64| top2 + PANEL - PANEL * ((v.max(1) as f64).log10() - lo) / (hi - lo);
+    axes(
+        &mut out,
+        top2,
+        PANEL,
+        LEFT,
+        W - RIGHT,
+        "per-batch latency (µs, log)",
+    );
+    let mut decade = lo;
+    while decade <= hi {
+        let v = 10f64.powf(decade);
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 6.0,
+            y2(v as u64) + 4.0,
+            v as u64
+        );
+        decade += 1.0;
+    }
+    type Get = fn(&TimelinePoint) -> Option<u64>;
+    let series: [(Get, &str); 4] = [
+        (|p| p.producer_p50_us, "#1f77b4"),
+        (|p| p.producer_p99_us, "#ff7f0e"),
+        (|p| p.consumer_p50_us, "#2ca02c"),
+        (|p| p.consumer_p99_us, "#d62728"),
+    ];
+    for (get, colour) in &series {
+        line(
+            &mut out,
+            points
+                .iter()
+                .filter_map(|p| get(p).map(|v| (x(p.t_s), y2(v)))),
+            colour,
+        );
+    }
+    // Time axis labels and the legend.
+    for k in 0..=4 {
+        let t = t_max * f64::from(k) / 4.0;
+        for base in [top1 + PANEL, top2 + PANEL] {
+            let _ = writeln!(
+                out,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{t:.1} s</text>"#,
+                x(t),
+                base + 16.0
+            );
+        }
+    }
+    let legend: [(&str, &str); 6] = [
+        ("produced MB/s", "#1f77b4"),
+        ("consumed MB/s", "#2ca02c"),
+        ("producer p50", "#1f77b4"),
+        ("producer p99", "#ff7f0e"),
+        ("consumer p50", "#2ca02c"),
+        ("consumer p99", "#d62728"),
+    ];
+    for (i, (name, colour)) in legend.iter().enumerate() {
+        let lx = LEFT + 140.0 * i as f64;
+        let ly = h - 14.0;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{}">{name}</text>"#,
+            lx + 18.0,
+            lx + 22.0,
+            ly + 4.0
+        );
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+fn axes(out: &mut String, top: f64, height: f64, left: f64, right: f64, label: &str) {
+    let bottom = top + height;
+    let _ = writeln!(
+        out,
+        r##"<rect x="{left}" y="{top}" width="{}" height="{height}" fill="none" stroke="#333"/><text x="{}" y="{}" transform="rotate(-90 {} {})" text-anchor="middle">{}</text>"##,
+        right - left,
+        left - 55.0,
+        top + height / 2.0,
+        left - 55.0,
+        top + height / 2.0,
+        escape(label)
+    );
+    let _ = bottom;
+}
+
+fn line(out: &mut String, points: impl Iterator<Item = (f64, f64)>, colour: &str) {
+    let mut path = String::new();
+    for (x, y) in points {
+        let _ = write!(path, "{x:.1},{y:.1} ");
+    }
+    if !path.is_empty() {
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"#,
+            path.trim_end()
+        );
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// `strand bench compare A B`: the two reports' figures side by side, with B / A.
+pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let num = |v: f64| {
+        if v.abs() >= 100.0 {
+            format!("{v:.0}")
+        } else {
+            format!("{v:.3}")
+        }
+    };
+    let opt = |v: Option<f64>| v.map_or_else(|| "null".to_string(), num);
+    let mut row = |name: &str, x: String, y: String| rows.push((name.to_string(), x, y));
+    row("commit", a.commit.clone(), b.commit.clone());
+    row(
+        "replicas",
+        format!("{:?}", a.replicas),
+        format!("{:?}", b.replicas),
+    );
+    row("acked", a.acked.clone(), b.acked.clone());
+    row("workload", workload(a), workload(b));
+    row(
+        "throughput_msgs_s",
+        num(a.throughput_msgs_s),
+        num(b.throughput_msgs_s),
+    );
+    row(
+        "throughput_mb_s",
+        num(a.throughput_mb_s),
+        num(b.throughput_mb_s),
+    );
+    for (name, f) in LATENCIES {
+        row(
+            &format!("latency_us.{name}"),
+            f(&a.latency_us).to_string(),
+            f(&b.latency_us).to_string(),
+        );
+    }
+    row(
+        "baseline.loopback_mb_s",
+        num(a.baseline.loopback_mb_s),
+        num(b.baseline.loopback_mb_s),
+    );
+    row(
+        "baseline.rtt_us_p50",
+        num(a.baseline.rtt_us_p50),
+        num(b.baseline.rtt_us_p50),
+    );
+    row(
+        "baseline.rtt_us_p99",
+        num(a.baseline.rtt_us_p99),
+        num(b.baseline.rtt_us_p99),
+    );
+    row(
+        "baseline.disk_write_mb_s",
+        opt(a.baseline.disk_write_mb_s),
+        opt(b.baseline.disk_write_mb_s),
+    );
+    row(
+        "baseline.fdatasync_us_p50",
+        opt(a.baseline.fdatasync_us_p50),
+        opt(b.baseline.fdatasync_us_p50),
+    );
+    row("ceiling_mb_s", opt(a.ceiling_mb_s), opt(b.ceiling_mb_s));
+    row(
+        "ratio_to_ceiling",
+        opt(a.ratio_to_ceiling),
+        opt(b.ratio_to_ceiling),
+    );
+    row(
+        "ratio_to_loopback",
+        num(a.ratio_to_loopback),
+        num(b.ratio_to_loopback),
+    );
+    let c = |r: &Report, f: &dyn Fn(&ConsumerReport) -> String| {
+        r.consumer.as_ref().map_or_else(|| "null".to_string(), f)
+    };
+    row(
+        "consumer.throughput_msgs_s",
+        c(a, &|c| num(c.throughput_msgs_s)),
+        c(b, &|c| num(c.throughput_msgs_s)),
+    );
+    row(
+        "consumer.throughput_mb_s",
+        c(a, &|c| num(c.throughput_mb_s)),
+        c(b, &|c| num(c.throughput_mb_s)),
+    );
+    for (name, f) in LATENCIES {
+        row(
+            &format!("consumer.latency_us.{name}"),
+            c(a, &|c| f(&c.latency_us).to_string()),
+            c(b, &|c| f(&c.latency_us).to_string()),
+        );
+    }
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    let w1 = rows
+        .iter()
+        .map(|r| r.1.len())
+        .max()
+        .unwrap_or(0)
+        .max(a_name.len());
+    let w2 = rows
+        .iter()
+        .map(|r| r.2.len())
+        .max()
+        .unwrap_or(0)
+        .max(b_name.len());
+    let mut out = String::new();
+    let _ = writeln!(out, "{:w0$}  {:>w1$}  {:>w2$}  B/A", "", a_name, b_name);
+    for (name, x, y) in &rows {
+        let ratio = match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(x), Ok(y)) if x != 0.0 => format!("{:.2}", y / x),
+            _ => String::new(),
+        };
+        let _ = writeln!(out, "{name:w0$}  {x:>w1$}  {y:>w2$}  {ratio}");
+    }
+    out
+}
+
+type LatencyField = (&'static str, fn(&Latency) -> u64);
+const LATENCIES: [LatencyField; 5] = [
+    ("p50", |l| l.p50),
+    ("p90", |l| l.p90),
+    ("p99", |l| l.p99),
+    ("p999", |l| l.p999),
+    ("max", |l| l.max),
+];
+
+fn workload(r: &Report) -> String {
+    format!(
+        "{}p/{}c/{}part {}x{}B",
+        r.producers, r.consumers, r.partitions, r.batch, r.message_size
+    )
+}
