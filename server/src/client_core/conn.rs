@@ -297,13 +297,32 @@ impl ClientCore {
         })
         .await;
         match reply {
-            Some(frame) => frame,
+            Some(frame) => echo_operation(frame, header.operation),
             None => {
                 self.registry.forget(header.client.get(), conn);
                 Counters::add(&self.node.counters.deadline);
                 frames::refused(header, TRANSIENT_NOT_COMMITTED)
             }
         }
+    }
+}
+
+/// Offset of the operation byte in a Reply header (client-plane.md §1.3).
+const REPLY_OPERATION_AT: usize = 208;
+
+/// A reply as the client must see it: echoing the operation of its request (client-plane.md
+/// §1.3; the SDK picks the body framing by it). The core's reply carries the prepare's operation,
+/// which differs where the primary projected the request (CreateTopic is replicated as
+/// CreateTopicWithAssignments, 64); only then is the frame copied, with byte 208 rewritten (the
+/// client plane carries no frame checksum to reseal).
+fn echo_operation(frame: Frame, operation: u8) -> Frame {
+    match frame.bytes().get(REPLY_OPERATION_AT) {
+        Some(&sent) if sent != operation => {
+            let mut bytes = frame.bytes().to_vec();
+            bytes[REPLY_OPERATION_AT] = operation;
+            Frame::new(bytes)
+        }
+        _ => frame,
     }
 }
 

@@ -736,6 +736,9 @@ fn partition_requests_run_on_the_groups_shard() {
     assert_eq!(read_result(answer.body()).unwrap().map(|_| ()), Ok(()));
     let answer = c.call(Operation::CreateTopic, 0, &create_topic_body(0, 8, "t"));
     assert_eq!(read_result(answer.body()).unwrap().map(|_| ()), Ok(()));
+    // Replicated as CreateTopicWithAssignments (64), answered as the CreateTopic asked
+    // (client-plane.md §1.3: the SDK frames the body by the echoed operation).
+    assert_eq!(answer.operation(), Operation::CreateTopic.byte());
     let view = node.reader.view();
     let topic = view
         .topic(
