@@ -48,7 +48,6 @@ use journal::superblock::Superblock;
 use journal::wal::{GroupReplay, PartitionWal, WalConfig, WalError};
 use shard::mapping::{lane, shard_of};
 use shard::pump::TICK;
-use shard::runtime::StopSignal;
 use tracing::{debug, error, info, warn};
 use wire::GroupId;
 use wire::manifest::ArtifactKind;
@@ -74,12 +73,37 @@ pub const TURN_EVENTS_MAX: usize = 64;
 pub const INBOX_FRAMES_MAX: usize = 8192;
 
 /// WAL lsns a group may hold below the WAL's durable end before the reclaim it blocks is
-/// counted (`strand_reclaim_blocked_total`) and the shard forces its groups' segments synced.
+/// counted (`strand_reclaim_blocked_total`), the shard forces its segments synced and copies
+/// the group's held entries forward. About 4096 records of a busy shard: a few WAL files.
 pub const RECLAIM_LAG_WARN_LSNS: u64 = 4096;
 
 /// WAL lsns a group may hold before its own submissions are refused `Busy` (the WAL of the
 /// whole shard must not grow without bound behind one group; the others keep going).
 pub const RECLAIM_LAG_BUSY_LSNS: u64 = 16_384;
+
+/// Durable lsns between two reclaim passes when no checkpoint asks for one.
+const RECLAIM_EVERY_LSNS: u64 = 256;
+
+/// When a group holding the WAL back is acted on (decision 164).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReclaimLimits {
+    /// Counted, segments synced, entries copied forward beyond this many lsns.
+    pub warn_lsns: u64,
+    /// Refused `Busy` beyond this many.
+    pub busy_lsns: u64,
+    /// Copy a holding group's entries forward (off only in tests that watch a hold).
+    pub copy_forward: bool,
+}
+
+impl Default for ReclaimLimits {
+    fn default() -> Self {
+        ReclaimLimits {
+            warn_lsns: RECLAIM_LAG_WARN_LSNS,
+            busy_lsns: RECLAIM_LAG_BUSY_LSNS,
+            copy_forward: true,
+        }
+    }
+}
 
 /// The prefix of a group's files in the shard's partition directory.
 pub fn group_prefix(group: u64) -> String {
@@ -112,8 +136,14 @@ pub struct PartitionGauges {
     pub wal_bytes: AtomicU64,
     /// WAL lsns held below the durable end (what reclaim cannot free yet).
     pub wal_lag: AtomicU64,
-    /// Reclaims held back by a group lagging over [`RECLAIM_LAG_WARN_LSNS`].
+    /// Reclaims held back by a group lagging over [`ReclaimLimits::warn_lsns`].
     pub reclaim_blocked: AtomicU64,
+    /// Held entries copied forward to the WAL's head.
+    pub copied_forward: AtomicU64,
+    /// WAL files reclaimed.
+    pub wal_files_reclaimed: AtomicU64,
+    /// The lowest lsn the WAL holds.
+    pub wal_floor: AtomicU64,
     /// Groups refused `Busy` right now for holding the WAL.
     pub busy_groups: AtomicU64,
     /// Checkpoints durable.
@@ -391,6 +421,9 @@ struct StorageTask<S: Storage> {
     gauges: Arc<PartitionGauges>,
     busy: Rc<RefCell<BTreeSet<u64>>>,
     started: Instant,
+    limits: ReclaimLimits,
+    /// The durable lsn at the last reclaim.
+    last_reclaim_at: u64,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -445,7 +478,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 loop {
                     let op = {
                         let mut queues = self.queues.groups.borrow_mut();
-                        let Some(q) = queues.get_mut(&group) else { break };
+                        let Some(q) = queues.get_mut(&group) else {
+                            break;
+                        };
                         if matches!(q.front(), None | Some(StorageOp::Append { .. })) {
                             break;
                         }
@@ -458,11 +493,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     }
                 }
             }
-            self.queues
-                .groups
-                .borrow_mut()
-                .retain(|_, q| !q.is_empty());
-            if checkpointed {
+            self.queues.groups.borrow_mut().retain(|_, q| !q.is_empty());
+            if checkpointed || self.wal.durable_lsn() >= self.last_reclaim_at + RECLAIM_EVERY_LSNS {
                 self.reclaim().await;
             }
             if self.queues.is_idle() && self.wal.end_lag() > 0 {
@@ -490,7 +522,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     _ => None,
                 })
             };
-            let Some((group, op, frame)) = next else { break };
+            let Some((group, op, frame)) = next else {
+                break;
+            };
             let Some(disk) = self.groups.get(&group) else {
                 self.done(
                     group,
@@ -662,7 +696,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 offsets,
                 frontier,
             } => {
-                if let Err(e) = self.checkpoint(group, op, prepare, &offsets, frontier).await {
+                if let Err(e) = self
+                    .checkpoint(group, op, prepare, &offsets, frontier)
+                    .await
+                {
                     self.fail(format!("group {group:#x}: checkpoint at op {op}: {e}"));
                     return;
                 }
@@ -753,27 +790,40 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
 
     /// Reclaims the WAL up to what every group no longer needs: below the first record whose
     /// batch its group's segments have not synced (`ReclaimGuard`), and below every group's
-    /// entries from its checkpoint op up. A group holding the WAL back more than
-    /// [`RECLAIM_LAG_WARN_LSNS`] is counted and the segments are forced synced; more than
-    /// [`RECLAIM_LAG_BUSY_LSNS`], its submissions are refused `Busy` until it releases.
+    /// entries from its checkpoint op up (decision 164). The group holding the WAL back by
+    /// more than `limits.warn_lsns` is counted (`reclaim_blocked`), the segments are forced
+    /// synced, and that group's held entries are copied forward to the WAL's head (the same
+    /// frames again: replay keeps the newest record of an op), which releases the old files.
+    /// A group still holding more than `limits.busy_lsns` after that is refused `Busy` until
+    /// it releases.
     async fn reclaim(&mut self) {
+        self.last_reclaim_at = self.wal.durable_lsn();
         let floor = self.wal.floor();
         let durable = self.wal.durable_lsn();
-        let mut holds: Vec<(u64, u64)> = self
-            .groups
-            .iter()
-            .filter_map(|(g, d)| d.hold(floor).map(|lsn| (lsn, *g)))
-            .collect();
-        // Groups replayed but not booted keep their records.
-        holds.extend(
-            self.replay
-                .groups
-                .iter()
-                .filter(|(_, ops)| !ops.is_empty())
-                .map(|(g, _)| (floor, *g)),
-        );
-        holds.sort_unstable();
-        let mut limit = holds.first().map_or(durable + 1, |(lsn, _)| *lsn);
+        let holder = self.holds(floor).first().copied();
+        if let Some((lsn, group)) = holder
+            && durable.saturating_sub(lsn) > self.limits.warn_lsns
+        {
+            add(&self.gauges.reclaim_blocked, 1);
+            debug!(
+                group,
+                lsn, durable, "a lagging group holds the WAL's reclaim"
+            );
+            if let Err(e) = self.sync_segments().await {
+                self.fail(e);
+                return;
+            }
+            if self.limits.copy_forward
+                && let Err(e) = self.copy_forward(group).await
+            {
+                self.fail(format!(
+                    "group {group:#x}: copying held entries forward: {e}"
+                ));
+                return;
+            }
+        }
+        let durable = self.wal.durable_lsn();
+        let holds = self.holds(floor);
         let synced: BTreeMap<u64, u64> = self
             .groups
             .iter()
@@ -782,50 +832,95 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let guarded = self
             .guard
             .limit(|g| synced.get(&g).copied().unwrap_or(u64::MAX));
-        if guarded < limit && durable.saturating_sub(guarded) > RECLAIM_LAG_WARN_LSNS {
-            // Unsynced segments hold the WAL: a forced flush point (journal.md §4).
-            for (group, disk) in self.groups.iter_mut() {
-                if disk.log.synced_offset() < disk.log.next_offset()
-                    && let Err(e) = disk.log.sync().await
-                {
-                    let cause = format!("group {group:#x}: segments: {e}");
-                    self.fatal.borrow_mut().get_or_insert(cause);
-                    self.inbox.wake();
-                    return;
-                }
-            }
-        }
-        let synced: BTreeMap<u64, u64> = self
-            .groups
-            .iter()
-            .map(|(g, d)| (*g, d.log.synced_offset()))
-            .collect();
-        limit = limit.min(
-            self.guard
-                .limit(|g| synced.get(&g).copied().unwrap_or(u64::MAX)),
+        let limit = holds
+            .first()
+            .map_or(durable + 1, |(lsn, _)| *lsn)
+            .min(guarded);
+        self.gauges.wal_lag.store(
+            durable.saturating_sub(limit.saturating_sub(1)),
+            Ordering::Relaxed,
         );
-        let lag = durable.saturating_sub(limit.saturating_sub(1));
-        self.gauges.wal_lag.store(lag, Ordering::Relaxed);
         let busy: BTreeSet<u64> = holds
             .iter()
-            .filter(|(lsn, _)| durable.saturating_sub(*lsn) > RECLAIM_LAG_BUSY_LSNS)
+            .filter(|(lsn, _)| durable.saturating_sub(*lsn) > self.limits.busy_lsns)
             .map(|(_, group)| *group)
             .collect();
         self.gauges
             .busy_groups
             .store(busy.len() as u64, Ordering::Relaxed);
         *self.busy.borrow_mut() = busy;
-        if let Some((lsn, group)) = holds.first()
-            && durable.saturating_sub(*lsn) > RECLAIM_LAG_WARN_LSNS
-        {
-            add(&self.gauges.reclaim_blocked, 1);
-            debug!(group, lsn, durable, "a lagging group holds the WAL's reclaim");
+        if limit > floor {
+            match self.wal.reclaim(limit).await {
+                Ok(removed) => add(&self.gauges.wal_files_reclaimed, removed as u64),
+                Err(e) => warn!(error = %e, "WAL reclaim failed"),
+            }
         }
-        if limit > floor
-            && let Err(e) = self.wal.reclaim(limit).await
-        {
-            warn!(error = %e, "WAL reclaim failed");
+        self.gauges
+            .wal_floor
+            .store(self.wal.floor(), Ordering::Relaxed);
+    }
+
+    /// The lowest lsn each group still needs, lowest first (groups replayed but not booted
+    /// keep their records at the floor).
+    fn holds(&self, floor: u64) -> Vec<(u64, u64)> {
+        let mut holds: Vec<(u64, u64)> = self
+            .groups
+            .iter()
+            .filter_map(|(g, d)| d.hold(floor).map(|lsn| (lsn, *g)))
+            .collect();
+        holds.extend(
+            self.replay
+                .groups
+                .iter()
+                .filter(|(_, ops)| !ops.is_empty())
+                .map(|(g, _)| (floor, *g)),
+        );
+        holds.sort_unstable();
+        holds
+    }
+
+    /// Syncs every group's segments that hold unsynced batches (a forced flush point, journal.md
+    /// §4: WAL reclamation).
+    async fn sync_segments(&mut self) -> Result<(), String> {
+        for (group, disk) in self.groups.iter_mut() {
+            if disk.log.synced_offset() < disk.log.next_offset() {
+                disk.log
+                    .sync()
+                    .await
+                    .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+            }
         }
+        Ok(())
+    }
+
+    /// Appends `group`'s held entries again at the WAL's head, in op order, in one window.
+    async fn copy_forward(&mut self, group: u64) -> Result<(), WalError> {
+        let Some(disk) = self.groups.get(&group) else {
+            return Ok(());
+        };
+        let frames: Vec<(u64, Frame)> = disk
+            .frames
+            .iter()
+            .map(|(op, (_, f))| (*op, f.clone()))
+            .collect();
+        let mut moved = Vec::with_capacity(frames.len());
+        for (op, frame) in frames {
+            let now = self.now_us();
+            let mut lsn = self.wal.submit(group, frame.bytes(), now);
+            if matches!(lsn, Err(WalError::WindowFull { .. })) {
+                self.commit_window().await?;
+                lsn = self.wal.submit(group, frame.bytes(), now);
+            }
+            moved.push((op, lsn?, frame));
+        }
+        self.commit_window().await?;
+        add(&self.gauges.copied_forward, moved.len() as u64);
+        let disk = self.groups.get_mut(&group).expect("checked above");
+        for (op, lsn, frame) in moved {
+            self.guard.note(lsn, group, frame.bytes());
+            disk.frames.insert(op, (lsn, frame));
+        }
+        Ok(())
     }
 
     /// Boots one group's disk and hands the pump what the core recovers from.
@@ -880,7 +975,12 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             }
         };
         let mut superblock = boot.state.and_then(|_| core_state(&boot.superblock));
-        let faults = self.faults.faulty().get(&group).cloned().unwrap_or_default();
+        let faults = self
+            .faults
+            .faulty()
+            .get(&group)
+            .cloned()
+            .unwrap_or_default();
         let mut lost_state = false;
         for range in &faults {
             match range.last {
@@ -999,7 +1099,13 @@ impl Host {
     pub fn group_state(&self, group: GroupId) -> Option<(u32, Status, u64, u64, u64)> {
         self.groups.borrow().get(&group.0).map(|h| {
             let r = &h.replica;
-            (r.view(), r.status(), r.commit_min(), r.op(), r.next_offset())
+            (
+                r.view(),
+                r.status(),
+                r.commit_min(),
+                r.op(),
+                r.next_offset(),
+            )
         })
     }
 
@@ -1049,7 +1155,12 @@ impl Partitions for Host {
         Ok(())
     }
 
-    fn poll(&self, group: GroupId, partition: u32, request: &PollMessages) -> Result<PollReply, u32> {
+    fn poll(
+        &self,
+        group: GroupId,
+        partition: u32,
+        request: &PollMessages,
+    ) -> Result<PollReply, u32> {
         self.with_group(group, |r| r.state_machine().poll(partition, request))
             .map_err(refused_code)?
     }
@@ -1060,8 +1171,10 @@ impl Partitions for Host {
         partition: u32,
         consumer: &Consumer,
     ) -> Result<Option<ConsumerOffsetReply>, u32> {
-        self.with_group(group, |r| r.state_machine().consumer_offset(partition, consumer))
-            .map_err(refused_code)
+        self.with_group(group, |r| {
+            r.state_machine().consumer_offset(partition, consumer)
+        })
+        .map_err(refused_code)
     }
 }
 
@@ -1124,8 +1237,10 @@ pub struct Pump<S: Storage> {
     pub transport: Rc<dyn Transport>,
     /// Client replies.
     pub replies: Rc<dyn ReplySink>,
-    /// The node's stop flag.
-    pub stop: StopSignal,
+    /// The node's stop flag (`StopSignal::is_set` in a node).
+    pub stop: Box<dyn Fn() -> bool>,
+    /// When a group holding the WAL is acted on.
+    pub limits: ReclaimLimits,
 }
 
 /// Opens the shard's WAL and the groups with state on disk, then runs every partition group of
@@ -1141,6 +1256,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         transport,
         replies,
         stop,
+        limits,
     } = pump;
     // Groups with a superblock here, and their checkpoint op (durable outside the WAL).
     let mut on_disk: BTreeMap<u64, u64> = BTreeMap::new();
@@ -1199,6 +1315,8 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         gauges: host.gauges.clone(),
         busy: host.busy.clone(),
         started: Instant::now(),
+        limits,
+        last_reclaim_at: 0,
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -1212,7 +1330,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         pending_replies: Vec::new(),
     };
     let outcome = loop {
-        if stop.is_set() {
+        if stop() {
             break Outcome::Stopped;
         }
         if let Some(cause) = fatal.borrow().clone() {
