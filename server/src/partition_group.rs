@@ -1589,3 +1589,161 @@ impl Executor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use journal::MemStorage;
+    use journal::mem::FailOp;
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    use wire::{Command, Operation, PartitionKey, Sender};
+
+    fn group(partition: u32) -> u64 {
+        GroupId::partition(PartitionKey {
+            stream: 1,
+            topic: 1,
+            partition,
+        })
+        .unwrap()
+        .0
+    }
+
+    /// A sealed partition prepare of `op` in `group` (a StoreConsumerOffset body).
+    fn prepare(group: u64, op: u64) -> Frame {
+        let mut header = PrepareHeader::zeroed();
+        header.frame = FrameHeader::new(
+            Command::Prepare,
+            Sender {
+                cluster: 42,
+                replica: 0,
+                view: 1,
+            },
+        );
+        header.op.set(op);
+        header.commit.set(op - 1);
+        header.timestamp.set(1_000 + op);
+        header.operation = Operation::StoreConsumerOffset.byte();
+        header.group.set(group);
+        let body = vec![op as u8; 64];
+        wire::encode::finish_header(&mut header, &body).unwrap();
+        let mut frame = header.bytes().to_vec();
+        frame.extend_from_slice(&body);
+        Frame::new(frame)
+    }
+
+    /// Runs the storage task over `groups` groups with `appends` appends each, queued at once,
+    /// after `before` ran on the WAL's storage. Returns the events it sent back, the fatal
+    /// cause, the WAL's fdatasyncs during the run, and the gauges.
+    fn run_appends(
+        groups: u32,
+        appends: u64,
+        before: impl FnOnce(&MemStorage) + Send + 'static,
+    ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>) {
+        let out = Arc::new(std::sync::Mutex::new(None));
+        let result = out.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
+                let identity = journal::Identity {
+                    cluster: 42,
+                    replica_id: 0,
+                    replica_count: 3,
+                };
+                let booted = boot_shard(wal_disk.clone(), WalConfig::default(), &BTreeMap::new())
+                    .await
+                    .unwrap();
+                let gauges = Arc::new(PartitionGauges::default());
+                let inbox = Rc::new(Inbox::new(gauges.clone()));
+                let queues = Rc::new(Queues::default());
+                let fatal = Rc::new(RefCell::new(None));
+                let task = StorageTask {
+                    partitions: parts,
+                    identity,
+                    wal: booted.wal,
+                    guard: ReclaimGuard::default(),
+                    faults: booted.faults,
+                    replay: booted.replay,
+                    groups: BTreeMap::new(),
+                    queues: queues.clone(),
+                    inbox: inbox.clone(),
+                    fatal: fatal.clone(),
+                    gauges: gauges.clone(),
+                    busy: Rc::default(),
+                    started: Instant::now(),
+                    limits: ReclaimLimits::default(),
+                    last_reclaim_at: 0,
+                };
+                for p in 0..groups {
+                    queues.boot(group(p), FlushPolicy::default());
+                }
+                for op in 1..=appends {
+                    for p in 0..groups {
+                        let frame = prepare(group(p), op);
+                        queues.push(group(p), StorageOp::Append { op, frame });
+                    }
+                }
+                before(&wal_disk);
+                let syncs = wal_disk.counts().1;
+                queues.closed.set(true);
+                task.run().await;
+                let syncs = wal_disk.counts().1 - syncs;
+                let mut events = Vec::new();
+                while let Some(e) = inbox.pop() {
+                    events.push(e);
+                }
+                *result.lock().unwrap() = Some((events, fatal.borrow().clone(), syncs, gauges));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let taken = out.lock().unwrap().take();
+        taken.unwrap()
+    }
+
+    fn appended(events: &[Event]) -> Vec<(u64, u64)> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Done {
+                    group,
+                    completion: Completion::Appended { op, .. },
+                } => Some((*group, *op)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Appends of several groups queued together go into one WAL window: one write, one
+    /// `fdatasync` for all of them (plus the durable-end record written when the WAL goes
+    /// idle and at shutdown), and each group's completions come back in its op order.
+    #[test]
+    fn appends_of_many_groups_share_one_window_and_one_fdatasync() {
+        let (events, fatal, syncs, gauges) = run_appends(3, 10, |_| {});
+        assert_eq!(fatal, None);
+        let done = appended(&events);
+        assert_eq!(done.len(), 30);
+        for p in 0..3 {
+            let ops: Vec<u64> = done
+                .iter()
+                .filter(|(g, _)| *g == group(p))
+                .map(|(_, op)| *op)
+                .collect();
+            assert_eq!(ops, (1..=10).collect::<Vec<_>>(), "group {p} in op order");
+        }
+        assert_eq!(gauges.wal_commits.load(Ordering::Relaxed), 1);
+        assert_eq!(gauges.appends.load(Ordering::Relaxed), 30);
+        assert!(
+            syncs <= 3,
+            "{syncs} WAL fdatasyncs for 30 appends: one window, the durable-end records"
+        );
+    }
+
+    /// A window whose `fdatasync` fails acknowledges none of its appends, and the node stops.
+    #[test]
+    fn a_failed_window_sync_acknowledges_nothing() {
+        let (events, fatal, _, _) = run_appends(2, 5, |wal| wal.fail_next(FailOp::Sync));
+        assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
+        assert_eq!(appended(&events), Vec::new(), "no Appended before the sync returned");
+    }
+}
