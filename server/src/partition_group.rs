@@ -1744,6 +1744,10 @@ mod tests {
     fn a_failed_window_sync_acknowledges_nothing() {
         let (events, fatal, _, _) = run_appends(2, 5, |wal| wal.fail_next(FailOp::Sync));
         assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
-        assert_eq!(appended(&events), Vec::new(), "no Appended before the sync returned");
+        assert_eq!(
+            appended(&events),
+            Vec::new(),
+            "no Appended before the sync returned"
+        );
     }
 }

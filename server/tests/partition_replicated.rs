@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consensus::{ClientRequest, Frame, RawConfig, ReplicaId, Status};
+use consensus::{ClientRequest, Frame, RawConfig, ReplicaId};
 use journal::FileStorage;
 use journal::wal::WalConfig;
 use server::client::codec::{Consumer, Identifier, Name, Options, PollingStrategy};
@@ -156,6 +156,10 @@ fn storage(dir: &Path, sub: &str) -> FileStorage {
 
 impl Cluster {
     fn new(name: &str, n: u8, view: MetadataView) -> Cluster {
+        Cluster::new_with(name, n, view, 8)
+    }
+
+    fn new_with(name: &str, n: u8, view: MetadataView, checkpoint_interval: u64) -> Cluster {
         let handle = Arc::new(MetadataHandle::default());
         handle.publish(view);
         let net = Rc::new(Net::default());
@@ -172,7 +176,7 @@ impl Cluster {
                 window_us_max: 500,
             },
             limits: ReclaimLimits::default(),
-            checkpoint_interval: 8,
+            checkpoint_interval,
         };
         for r in 0..n {
             c.start(r);
@@ -226,6 +230,15 @@ impl Cluster {
         let node = self.nodes[r as usize].take().expect("running");
         node.stop.set(true);
         node.task.await.expect("the pump ends")
+    }
+
+    /// Ends `r`'s pump and storage task wherever they are (no shutdown flush): what its disk
+    /// holds is what the next start recovers.
+    async fn crash(&mut self, r: u8) {
+        self.net.hosts.borrow_mut()[r as usize] = None;
+        let node = self.nodes[r as usize].take().expect("running");
+        node.task.cancel();
+        let _ = node.task.await;
     }
 
     fn host(&self, r: u8) -> &Rc<Host> {
@@ -494,6 +507,51 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
                 .map(|o| o.stored_offset),
             Some(5)
         );
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
+/// A replica that crashes before its segments flushed (the topic flushes every 10^6 messages,
+/// no checkpoint ran) recovers every message it committed from its WAL alone.
+#[test]
+fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
+    run(|| async {
+        let mut c = Cluster::new_with("crash", 3, view(2, 1_000_000), 1_000);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 20).await;
+        // One more op per group whose prepare carries the commit point of the 20 above.
+        send_burst(&c, 2, 20, 1).await;
+        until("replica 2 applied them", || {
+            (0..2).all(|p| next_offset(c.host(2), p) >= 40)
+        })
+        .await;
+        assert_eq!(c.gauges(2).checkpoints.load(Ordering::Relaxed), 0);
+        c.crash(2).await;
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 recovered both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            let recovered = poll_all(c.host(2), p);
+            assert!(
+                recovered.0 >= 40,
+                "partition {p}: {} of the 40 committed messages recovered from the WAL",
+                recovered.0
+            );
+            assert_eq!(
+                &recovered.2[16..],
+                &poll_all(c.host(0), p).2[16..16 + recovered.2.len() - 16]
+            );
+        }
         for r in 0..3 {
             assert_eq!(c.stop(r).await, Outcome::Stopped);
         }
