@@ -13,6 +13,7 @@ pub mod metadata_group;
 pub mod metrics;
 pub mod partition;
 pub mod partition_group;
+pub mod routing;
 pub mod wiring;
 
 /// Exit status of a node stopped by a fatal failure (the core's `Effect::Fatal`, or a storage

@@ -78,6 +78,8 @@ pub struct Sources {
     pub gauges: Arc<Gauges>,
     /// Each shard's replica-plane counters, by shard id.
     pub planes: Vec<Arc<Counters>>,
+    /// The partition groups' gauges of every shard, by shard id.
+    pub partitions: Vec<Arc<crate::partition_group::PartitionGauges>>,
 }
 
 /// The Prometheus text of every metric.
@@ -159,6 +161,7 @@ pub fn render(sources: &Sources) -> String {
             let _ = writeln!(out, "strand_{base}{{{labels}plane=\"metadata\"}} {v}");
         }
     }
+    crate::partition_group::render_metrics(&mut out, &sources.partitions);
     // The replica plane, per shard.
     let mut seen = std::collections::HashSet::new();
     for (shard, counters) in sources.planes.iter().enumerate() {

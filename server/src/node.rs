@@ -11,9 +11,11 @@ use anyhow::Context;
 use journal::FileStorage;
 use journal::dma::DmaStorage;
 use server::boot::{self, MetadataBoot, Stamp};
-use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
+use server::metadata_group::{self as metadata, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
-use shard::net::plane::{Handed, NodeShared};
+use server::partition_group::{self as partitions, PartitionGauges};
+use server::routing::{MeshMessage, ShardSink};
+use shard::net::plane::NodeShared;
 use shard::net::{Counters, NetConfig, Plane, Sink};
 use shard::{Lane, MeshCapacity, Runtime, RuntimeConfig, ShardContext, Sharding};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -90,6 +92,16 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     net.validate(shards)
         .map_err(|e| anyhow::anyhow!("the replica plane's config: {e}"))?;
     let consensus_config = wiring::metadata_config(&config)?;
+    let partition_config = wiring::partition_config(&config)?;
+    let lanes = config.cluster.replica_lanes;
+    let partition_gauges: Arc<Vec<Arc<PartitionGauges>>> = Arc::new(
+        (0..shards)
+            .map(|_| Arc::new(PartitionGauges::default()))
+            .collect(),
+    );
+    // The committed metadata every shard reads its partition groups from (published by the
+    // metadata state machine once it is wired; the placeholder machine publishes nothing).
+    let metadata_handle = Arc::new(server::metadata::view::MetadataHandle::default());
     let runtime_config = RuntimeConfig {
         sharding: config.system.sharding.clone(),
         io_memory: config.system.io_memory,
@@ -127,7 +139,8 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         let gauges = gauges.clone();
         let fatal = fatal.clone();
         let data = data.clone();
-        move |ctx: ShardContext<Handed>| {
+        let partition_gauges = partition_gauges.clone();
+        move |ctx: ShardContext<MeshMessage>| {
             let shard = Shard {
                 net: net.clone(),
                 shared: shared.clone(),
@@ -142,6 +155,10 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 slots,
                 test_register_ticks,
                 superblock_wedged,
+                partition_core: partition_config.clone(),
+                partition_gauges: partition_gauges[usize::from(ctx.id)].clone(),
+                metadata: server::metadata::view::MetadataReader::new(metadata_handle.clone()),
+                lanes,
             };
             shard.run(ctx)
         }
@@ -173,6 +190,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let sources = Sources {
         gauges: gauges.clone(),
         planes: planes.into_iter().map(|(_, counters)| counters).collect(),
+        partitions: partition_gauges.to_vec(),
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
@@ -250,6 +268,10 @@ struct Shard {
     slots: u32,
     test_register_ticks: Option<u64>,
     superblock_wedged: Option<Duration>,
+    partition_core: consensus::RawConfig,
+    partition_gauges: Arc<PartitionGauges>,
+    metadata: server::metadata::view::MetadataReader,
+    lanes: u16,
 }
 
 impl Shard {
@@ -259,27 +281,36 @@ impl Shard {
         }
     }
 
-    async fn run(self, ctx: ShardContext<Handed>) {
+    async fn run(self, ctx: ShardContext<MeshMessage>) {
         let id = usize::from(ctx.id);
         let inbox = Rc::new(Inbox::new(self.gauges.clone()));
-        let sink: Rc<dyn Sink> = if id == 0 {
-            Rc::new(MetadataSink {
-                inbox: inbox.clone(),
-            })
-        } else {
-            // Partition groups are not hosted yet: their frames are counted and dropped.
-            Rc::new(ForeignSink {
-                gauges: self.gauges.clone(),
-            })
-        };
-        let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);
+        let shards = u16::try_from(ctx.shards).expect("shard counts fit u16");
+        let host = partitions::Host::new(ctx.id, shards, self.lanes, self.partition_gauges.clone());
         let mesh = Rc::new(ctx.mesh);
+        // Frames route by group: metadata, this shard's partition groups, another shard's
+        // (forwarded over the mesh), or unknown (decision 166).
+        let sink: Rc<dyn Sink> = Rc::new(ShardSink {
+            shard: ctx.id,
+            metadata: (id == 0).then(|| MetadataSink {
+                inbox: inbox.clone(),
+            }),
+            partitions: host.clone(),
+            forward: {
+                let mesh = mesh.clone();
+                Box::new(move |target, message| mesh.try_send(target, Lane::Main, message).is_ok())
+            },
+            gauges: self.gauges.clone(),
+        });
+        let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);
         {
             let mesh = mesh.clone();
             plane.set_handoff(Box::new(move |target, handed| {
                 let target = u16::try_from(target).expect("shard ids fit u16");
-                mesh.try_send(target, Lane::Main, handed)
-                    .map_err(|e| e.body)
+                mesh.try_send(target, Lane::Main, MeshMessage::Handed(handed))
+                    .map_err(|e| match e.body {
+                        MeshMessage::Handed(handed) => handed,
+                        MeshMessage::Frame { .. } => unreachable!("a connection was sent"),
+                    })
             }));
         }
         // Shard 0 boots the metadata group first: a refusal stops the node before it listens.
@@ -312,15 +343,26 @@ impl Shard {
             Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
             Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop),
         });
-        // The shard's mesh pump: connections handed over by the accepting shard.
+        let partition_pump = self.spawn_partitions(id, &host, &plane, &ctx.stop);
+        // The shard's mesh pump: connections handed over by the accepting shard, frames of
+        // this shard's groups forwarded by another.
         let mut adopt = Adopt {
             plane: plane.clone(),
+            partitions: host.clone(),
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
         if let Some(pump) = pump
             && pump.await == Some(Outcome::Stopped)
         {
             info!("metadata replica stopped");
+        }
+        if let Some(pump) = partition_pump
+            && pump.await == Some(partitions::Outcome::Stopped)
+        {
+            info!(
+                shard = id,
+                "partition groups stopped; committed data flushed"
+            );
         }
         let left = plane.drain(self.close_bound).await;
         info!(
@@ -361,6 +403,92 @@ impl Shard {
             outcome
         })
         .detach()
+    }
+
+    /// Spawns the shard's partition pump over `DIR/shard-N/{wal,partitions}` (decision 161), on
+    /// the DMA backend where `O_DIRECT` opens, else std; a fatal outcome is reported at once.
+    fn spawn_partitions(
+        &self,
+        id: usize,
+        host: &Rc<partitions::Host>,
+        plane: &Rc<Plane>,
+        stop: &shard::StopSignal,
+    ) -> Option<glommio::task::JoinHandle<partitions::Outcome>> {
+        let root = self.data.join(format!("shard-{id}"));
+        let (wal_dir, part_dir) = (root.join("wal"), root.join("partitions"));
+        for dir in [&wal_dir, &part_dir] {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                self.fatal_now(format!("creating {}: {e}", dir.display()));
+                return None;
+            }
+        }
+        let flag = stop.clone();
+        let transport = Rc::new(partitions::PlaneTransport {
+            plane: plane.clone(),
+            lanes: self.lanes,
+        });
+        let replies: Rc<dyn server::groups::ReplySink> = Rc::new(NoClientPlane);
+        let identity = self.identity;
+        macro_rules! pump {
+            ($wal:expr, $parts:expr) => {
+                partitions::run(partitions::Pump {
+                    host: host.clone(),
+                    core: self.partition_core.clone(),
+                    identity,
+                    disk: partitions::ShardDisk {
+                        partitions: $parts,
+                        wal: $wal,
+                    },
+                    wal: journal::wal::WalConfig::default(),
+                    metadata: self.metadata.clone(),
+                    transport,
+                    replies,
+                    stop: Box::new(move || flag.is_set()),
+                    limits: partitions::ReclaimLimits::default(),
+                })
+            };
+        }
+        let outcome: std::pin::Pin<Box<dyn std::future::Future<Output = partitions::Outcome>>> =
+            if direct_io_works(&wal_dir) && direct_io_works(&part_dir) {
+                match (DmaStorage::new(&wal_dir), DmaStorage::new(&part_dir)) {
+                    (Ok(w), Ok(p)) => Box::pin(pump!(w, p)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.fatal_now(format!("{}: {e}", root.display()));
+                        return None;
+                    }
+                }
+            } else {
+                match (
+                    FileStorage::new(&wal_dir, false),
+                    FileStorage::new(&part_dir, false),
+                ) {
+                    (Ok(w), Ok(p)) => Box::pin(pump!(w, p)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.fatal_now(format!("{}: {e}", root.display()));
+                        return None;
+                    }
+                }
+            };
+        let fatal = self.fatal.clone();
+        Some(
+            glommio::spawn_local(async move {
+                let outcome = outcome.await;
+                if let partitions::Outcome::Fatal(cause) = &outcome
+                    && let Ok(mut f) = fatal.lock()
+                {
+                    f.get_or_insert(cause.clone());
+                }
+                outcome
+            })
+            .detach(),
+        )
+    }
+
+    fn fatal_now(&self, cause: String) {
+        error!(cause = %cause, "partition storage cannot start");
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(cause);
+        }
     }
 
     /// Recovers the metadata group: on the glommio DMA backend (io_uring, `O_DIRECT`) where
@@ -447,17 +575,33 @@ fn direct_io_works(dir: &Path) -> bool {
     ok
 }
 
-/// The mesh pump's handler: adopt connections handed over by the accepting shard.
+/// The mesh pump's handler: adopt connections handed over by the accepting shard; deliver
+/// replica frames another shard forwarded.
 struct Adopt {
     plane: Rc<Plane>,
+    partitions: Rc<partitions::Host>,
 }
 
-impl shard::pump::Handler<Handed> for Adopt {
+impl shard::pump::Handler<MeshMessage> for Adopt {
     fn on_tick(&mut self) {}
-    fn on_main(&mut self, envelope: shard::Envelope<Handed>) {
-        self.plane.adopt(envelope.body);
+    fn on_main(&mut self, envelope: shard::Envelope<MeshMessage>) {
+        match envelope.body {
+            MeshMessage::Handed(handed) => self.plane.adopt(handed),
+            MeshMessage::Frame { from, group, bytes } => {
+                server::routing::deliver_forwarded(&self.partitions, from, group, bytes);
+            }
+        }
     }
-    fn on_reply(&mut self, _: shard::Envelope<Handed>) {}
+    fn on_reply(&mut self, _: shard::Envelope<MeshMessage>) {}
+}
+
+/// Replies of partition groups until the client listener is wired: nothing can be waiting.
+struct NoClientPlane;
+
+impl server::groups::ReplySink for NoClientPlane {
+    fn reply(&self, client: u128, _: consensus::Frame) {
+        tracing::debug!(client, "partition reply dropped: no client plane");
+    }
 }
 
 /// `strand dev`: N child nodes on loopback from the embedded config.
