@@ -558,6 +558,41 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
     });
 }
 
+/// A clean stop (SIGTERM in a node) leaves every committed message in the segments, even
+/// when the topic's flush policy never fired and no checkpoint ran.
+#[test]
+fn a_clean_stop_flushes_committed_messages_to_the_segments() {
+    run(|| async {
+        let mut c = Cluster::new_with("flush", 3, view(2, 1_000_000), 1_000);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 20).await;
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+        let parts = storage(&c.dirs[0], "partitions");
+        for p in 0..2 {
+            let (log, _) = journal::PartitionLog::open(
+                parts.clone(),
+                &pg::group_prefix(group(p).0),
+                journal::FlushPolicy::default(),
+                0,
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                log.next_offset(),
+                40,
+                "partition {p}: every committed message"
+            );
+        }
+    });
+}
+
 /// One group's entries above its checkpoint hold the shard's WAL while another group writes:
 /// reclaim stops at the lagging group's first held record (counted), and the files go once
 /// that group checkpoints.
