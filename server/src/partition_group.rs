@@ -1250,6 +1250,14 @@ impl Host {
         })
     }
 
+    /// State transfers a hosted group installed since it booted.
+    pub fn transfers_installed(&self, group: GroupId) -> Option<u64> {
+        self.groups
+            .borrow()
+            .get(&group.0)
+            .map(|h| h.replica.transfers_installed())
+    }
+
     fn with_group<T>(
         &self,
         group: GroupId,

@@ -332,6 +332,17 @@ fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
     (p.messages_count, head.current_offset, p.body)
 }
 
+/// Poll bodies are equal (reported by length and first difference, not dumped).
+fn same(a: &[u8], b: &[u8], what: &str) {
+    let first = a.iter().zip(b).position(|(x, y)| x != y);
+    assert!(
+        a == b,
+        "{what}: poll bodies differ ({} vs {} bytes, first difference at {first:?})",
+        a.len(),
+        b.len()
+    );
+}
+
 fn next_offset(host: &Host, partition: u32) -> u64 {
     host.group_state(group(partition)).map_or(0, |s| s.4)
 }
@@ -445,10 +456,10 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
         let reference = poll_all(c.host(0), 0);
         assert_eq!((reference.0, reference.1), (60, 59));
         for r in 1..3 {
-            assert_eq!(
-                poll_all(c.host(r), 0).2,
-                reference.2,
-                "replica {r} polls the same bytes"
+            same(
+                &poll_all(c.host(r), 0).2,
+                &reference.2,
+                &format!("replica {r}"),
             );
         }
         // Group commit: appends of both groups shared windows and fdatasyncs.
@@ -486,10 +497,10 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
             "replica 2 recovered {} of 60 messages from WAL and segments",
             recovered.0
         );
-        assert_eq!(
+        same(
             &recovered.2[16..],
             &reference.2[16..16 + recovered.2.len() - 16],
-            "the recovered messages are the committed ones"
+            "the recovered messages are the committed ones",
         );
         // It misses a burst while cut off, then catches up.
         send_burst(&c, 2, 30, 10).await;
@@ -499,7 +510,19 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
             (0..2).all(|p| next_offset(c.host(2), p) == 80)
         })
         .await;
-        assert_eq!(poll_all(c.host(2), 1).2, poll_all(c.host(0), 1).2);
+        same(
+            &poll_all(c.host(2), 1).2,
+            &poll_all(c.host(0), 1).2,
+            "replica 2 caught up",
+        );
+        // The primary checkpointed past what replica 2 held (interval 8, 10 ops missed), so
+        // it caught up by state transfer (SEGMENT_LOG + CONSUMER_OFFSETS installed).
+        for p in 0..2 {
+            assert!(
+                c.host(2).transfers_installed(group(p)) >= Some(1),
+                "partition {p} caught up by transfer"
+            );
+        }
         assert_eq!(
             c.host(2)
                 .consumer_offset(group(0), 0, &consumer())
@@ -507,6 +530,21 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
                 .map(|o| o.stored_offset),
             Some(5)
         );
+        // The installed state is on its disk: restarted cut off, it polls every message.
+        let expected = poll_all(c.host(0), 0).2;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 recovered both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        same(
+            &poll_all(c.host(2), 0).2,
+            &expected,
+            "the install survived a restart",
+        );
+        c.net.cut.borrow_mut().clear();
         for r in 0..3 {
             assert_eq!(c.stop(r).await, Outcome::Stopped);
         }
@@ -547,9 +585,10 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
                 "partition {p}: {} of the 40 committed messages recovered from the WAL",
                 recovered.0
             );
-            assert_eq!(
+            same(
                 &recovered.2[16..],
-                &poll_all(c.host(0), p).2[16..16 + recovered.2.len() - 16]
+                &poll_all(c.host(0), p).2[16..16 + recovered.2.len() - 16],
+                "the recovered messages are the committed ones",
             );
         }
         for r in 0..3 {
