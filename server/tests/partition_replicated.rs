@@ -706,6 +706,60 @@ fn a_lagging_group_holds_reclaim_until_it_checkpoints() {
     });
 }
 
+/// With copy-forward on, the idle group's held entry is appended again at the WAL's head, so
+/// the files before it go without that group checkpointing; after a crash the entry comes back
+/// from its new record.
+#[test]
+fn a_holding_group_is_copied_forward_and_survives_a_crash() {
+    run(|| async {
+        let mut c = Cluster::new_solo("forward");
+        c.crash(0).await;
+        c.limits = ReclaimLimits {
+            warn_lsns: 40,
+            busy_lsns: u64::MAX,
+            copy_forward: true,
+        };
+        c.start(0);
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+        let (a, b) = (payload(0), payload(1));
+        c.host(0)
+            .submit(group(1), send(200, 1, 1, &[&a, &b]))
+            .unwrap();
+        until("group 1's reply", || {
+            replies.0.borrow().iter().any(|(id, _)| *id == 200)
+        })
+        .await;
+        for round in 0..8 {
+            send_burst_one(&c, 0, round * 10, 10).await;
+        }
+        let g = c.gauges(0);
+        assert!(
+            g.copied_forward.load(Ordering::Relaxed) > 0,
+            "copied forward"
+        );
+        assert!(
+            g.wal_files_reclaimed.load(Ordering::Relaxed) > 0,
+            "files reclaimed past the idle group's first record"
+        );
+        let before = poll_all(c.host(0), 1);
+        assert_eq!(before.0, 2);
+        c.crash(0).await;
+        c.start(0);
+        until("group 1 recovered", || {
+            next_offset(c.host(0), 1) == 2 && poll_all(c.host(0), 1).0 == 2
+        })
+        .await;
+        same(
+            &poll_all(c.host(0), 1).2,
+            &before.2,
+            "group 1 after the crash",
+        );
+        assert_eq!(c.stop(0).await, Outcome::Stopped);
+    });
+}
+
 async fn send_burst_one(c: &Cluster, partition: u32, first: usize, batches: usize) {
     let replies = c.nodes[0].as_ref().unwrap().replies.clone();
     let before = replies.0.borrow().len();
