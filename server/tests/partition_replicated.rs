@@ -469,6 +469,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
                 g.appends.load(Ordering::Relaxed),
                 g.wal_commits.load(Ordering::Relaxed),
             );
+            eprintln!("replica {r}: {appends} appends in {commits} WAL commits");
             assert!(appends >= 61, "replica {r}: {appends} appends");
             assert!(
                 commits * 2 <= appends,
