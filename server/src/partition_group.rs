@@ -81,6 +81,10 @@ pub const RECLAIM_LAG_WARN_LSNS: u64 = 4096;
 /// whole shard must not grow without bound behind one group; the others keep going).
 pub const RECLAIM_LAG_BUSY_LSNS: u64 = 16_384;
 
+/// A holding group's entries are copied forward only when the lsns that frees are at least this
+/// many times the entries copied.
+const COPY_FORWARD_RATIO: u64 = 8;
+
 /// Durable lsns between two reclaim passes when no checkpoint asks for one.
 const RECLAIM_EVERY_LSNS: u64 = 256;
 
@@ -954,7 +958,12 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.fail(e);
                 return;
             }
+            // Copying pays only when it frees much more than it writes (a busy group far
+            // from its checkpoint would otherwise be copied again every pass).
+            let held = self.groups.get(&group).map_or(0, |d| d.frames.len() as u64);
+            let cheap = held.saturating_mul(COPY_FORWARD_RATIO) <= durable.saturating_sub(lsn);
             if self.limits.copy_forward
+                && cheap
                 && let Err(e) = self.copy_forward(group).await
             {
                 self.fail(format!(
