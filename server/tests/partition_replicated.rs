@@ -86,6 +86,7 @@ struct Cluster {
     n: u8,
     net: Rc<Net>,
     dirs: Vec<PathBuf>,
+    handle: Arc<MetadataHandle>,
     reader: MetadataReader,
     nodes: Vec<Option<Node>>,
     wal: WalConfig,
@@ -168,7 +169,8 @@ impl Cluster {
             n,
             net,
             dirs: (0..n).map(|r| temp_dir(&format!("{name}-{r}"))).collect(),
-            reader: MetadataReader::new(handle),
+            reader: MetadataReader::new(handle.clone()),
+            handle,
             nodes: (0..n).map(|_| None).collect(),
             wal: WalConfig {
                 file_size_max: 64 * 1024,
@@ -761,6 +763,36 @@ fn a_holding_group_is_copied_forward_and_survives_a_crash() {
     });
 }
 
+/// A partition created after boot (a newer committed view) gets its group on the next tick;
+/// frames of a group no view names are dropped and counted.
+#[test]
+fn groups_follow_the_committed_metadata() {
+    run(|| async {
+        let c = Cluster::new_solo("follow");
+        until("the first two groups", || {
+            (0..2).all(|p| c.host(0).hosts(group(p).0))
+        })
+        .await;
+        assert!(!c.host(0).hosts(group(2).0));
+        c.host(0).inbox.push(Event::Frame {
+            from: 1,
+            group: group(2).0,
+            bytes: Bytes::from_static(&[0; 256]),
+        });
+        until("the unknown frame counted", || {
+            c.gauges(0).dropped_unknown.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        let mut next = view(3, 4);
+        next.op = 8;
+        c.handle.publish(next);
+        until("the new partition's group", || c.host(0).hosts(group(2).0)).await;
+        until_accepting(&c, 2).await;
+        let mut c = c;
+        assert_eq!(c.stop(0).await, Outcome::Stopped);
+    });
+}
+
 async fn send_burst_one(c: &Cluster, partition: u32, first: usize, batches: usize) {
     let replies = c.nodes[0].as_ref().unwrap().replies.clone();
     let before = replies.0.borrow().len();
@@ -791,7 +823,8 @@ impl Cluster {
             n: 1,
             net,
             dirs: vec![temp_dir(name)],
-            reader: MetadataReader::new(handle),
+            reader: MetadataReader::new(handle.clone()),
+            handle,
             nodes: vec![None],
             wal: WalConfig {
                 file_size_max: 64 * 1024,
