@@ -223,5 +223,20 @@ mod tests {
                 .load(Ordering::Relaxed),
             1
         );
+
+        // The client core's view of the same shard: a group of another shard is refused with
+        // its owner, one of this shard not hosted as unknown.
+        use crate::groups::{Partitions, Refused};
+        for g in &groups {
+            let owner = shard::mapping::shard_of(*g, lanes, shards);
+            let request =
+                consensus::ClientRequest::new(9, Operation::SendMessages, 0, 1, Vec::new());
+            let expected = if owner == 1 {
+                Refused::Unknown
+            } else {
+                Refused::OtherShard(owner)
+            };
+            assert_eq!(host.submit(*g, request), Err(expected));
+        }
     }
 }
