@@ -690,21 +690,29 @@ fn a_lagging_group_holds_reclaim_until_it_checkpoints() {
         );
         until_accepting(&c2, 0).await;
         until_accepting(&c2, 1).await;
+        // Group 0 checkpoints again: group 1 still holds every file.
+        send_burst_one(&c2, 0, 100, 10).await;
+        until("group 0 checkpointed", || {
+            c2.gauges(0).checkpoints.load(Ordering::Relaxed) >= 1
+        })
+        .await;
+        assert_eq!(
+            c2.gauges(0).wal_files_reclaimed.load(Ordering::Relaxed),
+            0,
+            "group 1 still holds"
+        );
+        // Group 1 reaches its checkpoint interval: the files go.
         for i in 0..9 {
             let p = payload(i);
             c2.host(0)
                 .submit(group(1), send(300, i as u64 + 10, 1, &[&p]))
                 .unwrap();
         }
-        until("group 1 checkpointed", || {
-            c2.gauges(0).checkpoints.load(Ordering::Relaxed) >= 1
-        })
-        .await;
-        send_burst_one(&c2, 0, 100, 10).await;
         until("the files are reclaimed", || {
             c2.gauges(0).wal_files_reclaimed.load(Ordering::Relaxed) > 0
         })
         .await;
+        assert!(c2.gauges(0).checkpoints.load(Ordering::Relaxed) >= 2);
         assert_eq!(c2.stop(0).await, Outcome::Stopped);
     });
 }
