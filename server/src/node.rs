@@ -94,6 +94,12 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let consensus_config = wiring::metadata_config(&config)?;
     let partition_config = wiring::partition_config(&config)?;
     let lanes = config.cluster.replica_lanes;
+    let ack_overrides: partitions::AckOverrides = config
+        .partition
+        .topic_ack
+        .iter()
+        .map(|(key, ack)| (key.clone(), *ack == config::Ack::Memory))
+        .collect();
     let partition_gauges: Arc<Vec<Arc<PartitionGauges>>> = Arc::new(
         (0..shards)
             .map(|_| Arc::new(PartitionGauges::default()))
@@ -159,6 +165,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 partition_gauges: partition_gauges[usize::from(ctx.id)].clone(),
                 metadata: server::metadata::view::MetadataReader::new(metadata_handle.clone()),
                 lanes,
+                ack_overrides: ack_overrides.clone(),
             };
             shard.run(ctx)
         }
@@ -272,6 +279,7 @@ struct Shard {
     partition_gauges: Arc<PartitionGauges>,
     metadata: server::metadata::view::MetadataReader,
     lanes: u16,
+    ack_overrides: partitions::AckOverrides,
 }
 
 impl Shard {
@@ -445,6 +453,7 @@ impl Shard {
                     replies,
                     stop: Box::new(move || flag.is_set()),
                     limits: partitions::ReclaimLimits::default(),
+                    ack_overrides: self.ack_overrides.clone(),
                 })
             };
         }

@@ -1336,14 +1336,27 @@ impl Partitions for Host {
     }
 }
 
+/// What the committed metadata says about one partition group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupSpec {
+    /// Its topic's flush policy.
+    pub policy: FlushPolicy,
+    /// Its topic's `[[partition.topic]]` ack override (`true`: memory), if any.
+    pub memory_ack: Option<bool>,
+}
+
+/// Per-topic ack overrides, `(stream name, topic name) -> memory ack`.
+pub type AckOverrides = BTreeMap<(String, String), bool>;
+
 /// The partition groups this shard must run according to the committed metadata, with each
-/// topic's flush policy.
+/// topic's flush policy and ack override.
 pub fn wanted_groups(
     reader: &MetadataReader,
     shard: u16,
     lanes: u16,
     shards: u16,
-) -> BTreeMap<u64, FlushPolicy> {
+    overrides: &AckOverrides,
+) -> BTreeMap<u64, GroupSpec> {
     let view = reader.view();
     let mut out = BTreeMap::new();
     for stream in view.state.streams.values() {
@@ -1355,12 +1368,17 @@ pub fn wanted_groups(
                 size_of_messages_required_to_save: s.size_of_messages_required_to_save.max(1),
                 segment_size: s.segment_size.max(1),
             };
+            let key = (
+                stream.name.as_str().to_owned(),
+                topic.name.as_str().to_owned(),
+            );
+            let memory_ack = overrides.get(&key).copied();
             for partition in &topic.partitions {
                 let Some(group) = topic.group(stream.id, partition.id) else {
                     continue;
                 };
                 if shard_of(group, lanes, shards) == shard {
-                    out.insert(group.0, policy);
+                    out.insert(group.0, GroupSpec { policy, memory_ack });
                 }
             }
         }
@@ -1399,6 +1417,8 @@ pub struct Pump<S: Storage> {
     pub stop: Box<dyn Fn() -> bool>,
     /// When a group holding the WAL is acted on.
     pub limits: ReclaimLimits,
+    /// `[[partition.topic]]` ack overrides.
+    pub ack_overrides: AckOverrides,
 }
 
 /// Opens the shard's WAL and the groups with state on disk, then runs every partition group of
@@ -1415,6 +1435,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         replies,
         stop,
         limits,
+        ack_overrides,
     } = pump;
     // Groups with a superblock here, and their checkpoint op (durable outside the WAL).
     let mut on_disk: BTreeMap<u64, u64> = BTreeMap::new();
@@ -1448,14 +1469,20 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
     );
     let queues = Rc::new(Queues::default());
     let fatal: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
-    let mut wanted = wanted_groups(&metadata, host.shard, host.lanes, host.shards);
+    let mut wanted = wanted_groups(
+        &metadata,
+        host.shard,
+        host.lanes,
+        host.shards,
+        &ack_overrides,
+    );
     let mut seen_op = metadata.view().op;
     // Groups with state on disk boot now (their topic's policy when the metadata knows it).
     let replayed: Vec<u64> = booted.replay.groups.keys().copied().collect();
     let mut requested: BTreeSet<u64> = BTreeSet::new();
     for group in on_disk.keys().chain(replayed.iter()).chain(wanted.keys()) {
         if requested.insert(*group) {
-            let policy = wanted.get(group).copied().unwrap_or_default();
+            let policy = wanted.get(group).map(|s| s.policy).unwrap_or_default();
             queues.boot(*group, policy);
         }
     }
@@ -1509,10 +1536,16 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             let op = metadata.view().op;
             if op != seen_op {
                 seen_op = op;
-                wanted = wanted_groups(&metadata, host.shard, host.lanes, host.shards);
-                for (group, policy) in &wanted {
+                wanted = wanted_groups(
+                    &metadata,
+                    host.shard,
+                    host.lanes,
+                    host.shards,
+                    &ack_overrides,
+                );
+                for (group, spec) in &wanted {
                     if requested.insert(*group) {
-                        queues.boot(*group, *policy);
+                        queues.boot(*group, spec.policy);
                     }
                 }
             }
@@ -1524,7 +1557,15 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         while handled < TURN_EVENTS_MAX {
             let Some(event) = host.inbox.pop() else { break };
             handled += 1;
-            handle(&host, &core, &mut exec, event, now(ticks), &mut out);
+            handle(
+                &host,
+                &core,
+                &wanted,
+                &mut exec,
+                event,
+                now(ticks),
+                &mut out,
+            );
             exec.deliver();
             if fatal.borrow().is_some() {
                 break;
@@ -1562,6 +1603,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
 fn handle(
     host: &Host,
     core: &RawConfig,
+    wanted: &BTreeMap<u64, GroupSpec>,
     exec: &mut Executor,
     event: Event,
     at: Now,
@@ -1618,6 +1660,10 @@ fn handle(
             } = *b;
             let mut raw = core.clone();
             raw.group = GroupId(group);
+            // The topic's ack override (spec README decision 4); memory ack needs 3 replicas.
+            if let Some(memory) = wanted.get(&group).and_then(|s| s.memory_ack) {
+                raw.memory_ack = memory && raw.replica_count >= 3;
+            }
             let config = match raw.validate() {
                 Ok(c) => c,
                 Err(e) => {

@@ -102,8 +102,8 @@ pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
 }
 
 /// The partition groups' core config template for this node (`partition.*` and the cluster
-/// timers; the pump sets each group's id). `partition.ack = "memory"` turns on `memory_ack`
-/// for every group (per-topic overrides are not applied yet).
+/// timers; the pump sets each group's id). `partition.ack = "memory"` turns on `memory_ack`;
+/// the pump applies `[[partition.topic]]` overrides per group (decision 165).
 pub fn partition_config(config: &Config) -> anyhow::Result<RawConfig> {
     let c = &config.cluster;
     let any_partition = GroupId::partition(wire::PartitionKey {

@@ -216,6 +216,7 @@ impl Cluster {
             replies: replies.clone(),
             stop: Box::new(move || flag.get()),
             limits: self.limits,
+            ack_overrides: Default::default(),
         }))
         .detach();
         self.net.hosts.borrow_mut()[r as usize] = Some(host.clone());
@@ -799,6 +800,31 @@ fn groups_follow_the_committed_metadata() {
         let mut c = c;
         assert_eq!(c.stop(0).await, Outcome::Stopped);
     });
+}
+
+/// The committed view gives each group of this shard its topic's flush policy and ack
+/// override; groups of other shards are not this shard's.
+#[test]
+fn wanted_groups_carry_policy_and_ack_override() {
+    let handle = Arc::new(MetadataHandle::default());
+    handle.publish(view(8, 4));
+    let reader = MetadataReader::new(handle);
+    let overrides: pg::AckOverrides = [(("s".to_owned(), "t".to_owned()), true)]
+        .into_iter()
+        .collect();
+    let mut all = 0;
+    for shard in 0..4 {
+        let wanted = pg::wanted_groups(&reader, shard, LANES, 4, &overrides);
+        for (g, spec) in &wanted {
+            assert_eq!(shard::mapping::shard_of(GroupId(*g), LANES, 4), shard);
+            assert_eq!(spec.memory_ack, Some(true));
+            assert_eq!(spec.policy.messages_required_to_save, 4);
+        }
+        all += wanted.len();
+    }
+    assert_eq!(all, 8, "every partition on exactly one shard");
+    let none = pg::wanted_groups(&reader, 0, LANES, 1, &pg::AckOverrides::new());
+    assert!(none.values().all(|s| s.memory_ack.is_none()));
 }
 
 async fn send_burst_one(c: &Cluster, partition: u32, first: usize, batches: usize) {
