@@ -473,6 +473,9 @@ pub enum StorageOp {
 struct Queues {
     groups: RefCell<BTreeMap<u64, VecDeque<StorageOp>>>,
     boots: RefCell<VecDeque<(u64, FlushPolicy)>>,
+    /// A submission was refused `Busy`: run a reclaim pass even without new WAL records (the
+    /// refused group cannot write, so nothing else would).
+    recheck: Cell<bool>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
@@ -499,7 +502,9 @@ impl Queues {
     }
 
     fn is_idle(&self) -> bool {
-        self.boots.borrow().is_empty() && self.groups.borrow().values().all(VecDeque::is_empty)
+        !self.recheck.get()
+            && self.boots.borrow().is_empty()
+            && self.groups.borrow().values().all(VecDeque::is_empty)
     }
 
     /// Resolves when there is work, or `false` once closed and drained.
@@ -639,7 +644,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
             self.queues.groups.borrow_mut().retain(|_, q| !q.is_empty());
-            if checkpointed || self.wal.durable_lsn() >= self.last_reclaim_at + RECLAIM_EVERY_LSNS {
+            if self.queues.recheck.replace(false)
+                || checkpointed
+                || self.wal.durable_lsn() >= self.last_reclaim_at + RECLAIM_EVERY_LSNS
+            {
                 self.reclaim().await;
             }
             if self.queues.is_idle() && self.wal.end_lag() > 0 {
@@ -1217,6 +1225,8 @@ pub struct Host {
     pub inbox: Rc<Inbox>,
     groups: RefCell<BTreeMap<u64, Hosted>>,
     busy: Rc<RefCell<BTreeSet<u64>>>,
+    /// The storage task's queues, once the pump runs.
+    queues: RefCell<Option<Rc<Queues>>>,
     /// This shard's counters.
     pub gauges: Arc<PartitionGauges>,
 }
@@ -1231,6 +1241,7 @@ impl Host {
             inbox: Rc::new(Inbox::new(gauges.clone())),
             groups: RefCell::default(),
             busy: Rc::default(),
+            queues: RefCell::default(),
             gauges,
         })
     }
@@ -1302,6 +1313,10 @@ impl Partitions for Host {
             Ok(())
         })??;
         if self.busy.borrow().contains(&group.0) {
+            if let Some(queues) = self.queues.borrow().as_ref() {
+                queues.recheck.set(true);
+                queues.wake();
+            }
             return Err(Refused::Busy);
         }
         if !self.inbox.push(Event::Request {
@@ -1468,6 +1483,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         "partition WAL recovered"
     );
     let queues = Rc::new(Queues::default());
+    *host.queues.borrow_mut() = Some(queues.clone());
     let fatal: Rc<RefCell<Option<String>>> = Rc::new(RefCell::new(None));
     let mut wanted = wanted_groups(
         &metadata,
