@@ -1270,6 +1270,15 @@ impl Host {
         })
     }
 
+    /// Whether a hosted group runs in lost state (it may have acknowledged prepares its disk no
+    /// longer holds; decision 73).
+    pub fn is_lost_state(&self, group: GroupId) -> Option<bool> {
+        self.groups
+            .borrow()
+            .get(&group.0)
+            .map(|h| h.replica.is_lost_state())
+    }
+
     /// State transfers a hosted group installed since it booted.
     pub fn transfers_installed(&self, group: GroupId) -> Option<u64> {
         self.groups

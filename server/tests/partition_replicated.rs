@@ -155,6 +155,14 @@ fn storage(dir: &Path, sub: &str) -> FileStorage {
     FileStorage::new(&dir, false).unwrap()
 }
 
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 impl Cluster {
     fn new(name: &str, n: u8, view: MetadataView) -> Cluster {
         Cluster::new_with(name, n, view, 8)
@@ -549,6 +557,75 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
             "the install survived a restart",
         );
         c.net.cut.borrow_mut().clear();
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
+/// A replica whose newest WAL file was cut short (lost records, end unknown) rejoins every
+/// group in lost state (it may have acknowledged what it lost), then catches up from its peers.
+#[test]
+fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
+    run(|| async {
+        let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 1_000);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 10).await;
+        until("replica 2 applied them", || {
+            (0..2).all(|p| next_offset(c.host(2), p) >= 20)
+        })
+        .await;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        // Cut the newest WAL file to one sector.
+        let wal = c.dirs[2].join("wal");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&wal)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("wal.0")
+            })
+            .collect();
+        files.sort();
+        let newest = files.last().expect("a WAL file").clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&newest)
+            .unwrap()
+            .set_len(512)
+            .unwrap();
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 booted both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(
+                c.host(2).is_lost_state(group(p)),
+                Some(true),
+                "partition {p} rejoins in lost state"
+            );
+        }
+        c.net.cut.borrow_mut().clear();
+        c.reconnect(2, &[group(0), group(1)]);
+        send_burst(&c, 2, 10, 2).await;
+        until("replica 2 caught up", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 24)
+        })
+        .await;
+        same(
+            &poll_all(c.host(2), 0).2,
+            &poll_all(c.host(0), 0).2,
+            "replica 2 after rejoining",
+        );
         for r in 0..3 {
             assert_eq!(c.stop(r).await, Outcome::Stopped);
         }
