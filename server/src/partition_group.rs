@@ -466,6 +466,8 @@ pub enum StorageOp {
         offsets: OffsetTable,
         /// The next offset at `op` (the superblock's `offset_frontier`).
         frontier: u64,
+        /// Whether the replica was in lost state at emission.
+        lost_state: bool,
     },
 }
 
@@ -848,9 +850,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 prepare,
                 offsets,
                 frontier,
+                lost_state,
             } => {
                 if let Err(e) = self
-                    .checkpoint(group, op, prepare, &offsets, frontier)
+                    .checkpoint(group, op, prepare, &offsets, frontier, lost_state)
                     .await
                 {
                     self.fail(format!("group {group:#x}: checkpoint at op {op}: {e}"));
@@ -871,6 +874,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         prepare: (u128, u64),
         offsets: &OffsetTable,
         frontier: u64,
+        lost_state: bool,
     ) -> Result<(), String> {
         let identity = self.identity;
         let disk = self.groups.get_mut(&group).ok_or("not hosted")?;
@@ -900,10 +904,25 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             .map_err(|e| e.to_string())?;
         disk.checkpoint_op = op;
         disk.frames = disk.frames.split_off(&op);
+        // Faulty ops up to the checkpoint are durable in it. A loss of unknown end (decision
+        // 162: the group rejoined in lost state) is repaired once the replica left lost state,
+        // i.e. holds the view's log durably again, and no bounded range remains above the
+        // checkpoint: `repaired(.., u64::MAX - 1)` leaves it as `u64::MAX..`, which names no op.
         self.faults
             .repaired(group, op)
             .await
             .map_err(|e| e.to_string())?;
+        let only_open = self
+            .faults
+            .faulty()
+            .get(&group)
+            .is_some_and(|ranges| ranges.iter().all(|r| r.last.is_none()));
+        if only_open && !lost_state {
+            self.faults
+                .repaired(group, u64::MAX - 1)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
         Ok(())
     }
 
@@ -1147,6 +1166,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                         sb.held_ceiling = sb.held_ceiling.max(last);
                     }
                 }
+                // `u64::MAX..` is a repaired loss (see `checkpoint`).
+                None if range.first == u64::MAX => {}
                 None => lost_state = true,
             }
         }
@@ -1798,6 +1819,7 @@ impl Executor {
                             prepare: replica.snapshot_identity(op),
                             offsets: m.offsets().clone(),
                             frontier: m.committed_offset_end(),
+                            lost_state: replica.is_lost_state(),
                         },
                     );
                 }

@@ -568,7 +568,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
 #[test]
 fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
     run(|| async {
-        let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 1_000);
+        let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 8);
         until("both groups hosted everywhere", || {
             (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
         })
@@ -626,6 +626,37 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
             &poll_all(c.host(0), 0).2,
             "replica 2 after rejoining",
         );
+        // Out of lost state and checkpointed again, the loss counts as repaired: the next
+        // restart neither rejoins in lost state nor drops its replayed entries.
+        until("replica 2 out of lost state", || {
+            (0..2).all(|p| c.host(2).is_lost_state(group(p)) == Some(false))
+        })
+        .await;
+        let checkpoints = c.gauges(2).checkpoints.load(Ordering::Relaxed);
+        send_burst(&c, 2, 12, 10).await;
+        until("replica 2 checkpointed after rejoining", || {
+            c.gauges(2).checkpoints.load(Ordering::Relaxed) >= checkpoints + 2
+        })
+        .await;
+        until("replica 2 applied the burst", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 44)
+        })
+        .await;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 booted both groups again", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(c.host(2).is_lost_state(group(p)), Some(false));
+            assert!(
+                poll_all(c.host(2), p).0 >= 40,
+                "partition {p}: its own disk serves what it committed"
+            );
+        }
+        c.net.cut.borrow_mut().clear();
         for r in 0..3 {
             assert_eq!(c.stop(r).await, Outcome::Stopped);
         }
