@@ -257,11 +257,12 @@ impl ClientCore {
         .detach();
     }
 
-    /// Handles a mesh message other than a handed replica connection.
+    /// Handles a mesh message other than a handed replica connection or a forwarded replica
+    /// frame (the replica plane's).
     pub fn on_mesh(&self, message: ShardMsg) {
         match message {
-            ShardMsg::Handed(_) => {
-                tracing::error!("a replica connection reached the client core; dropped");
+            ShardMsg::Handed(_) | ShardMsg::Replica { .. } => {
+                tracing::error!("a replica-plane message reached the client core; dropped");
             }
             ShardMsg::Reply { client, frame } => self.registry.deliver_local(client, frame),
             ShardMsg::Metadata { origin, request } => {

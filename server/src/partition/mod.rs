@@ -8,6 +8,8 @@
 //!
 //! Offsets here are message offsets, never op numbers (consensus.md §14).
 
+pub mod machine;
+
 use journal::artifact::OffsetTable;
 use journal::batch::{self, BatchFault};
 use xxhash_rust::xxh3::xxh3_64;
