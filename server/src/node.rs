@@ -514,7 +514,9 @@ impl Shard {
             plane: plane.clone(),
             lanes: self.lanes,
         });
-        let replies = core.reply_sink();
+        // SendMessages replies leave in their raw client-plane form (decision 211).
+        let replies: Rc<dyn server::groups::ReplySink> =
+            Rc::new(server::partition::machine::ClientReplies(core.reply_sink()));
         let identity = self.identity;
         macro_rules! pump {
             ($wal:expr, $parts:expr) => {

@@ -16,21 +16,24 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use bytes::Bytes;
-use consensus::{Artifact, InstallError, StateMachine};
+use consensus::{Artifact, Frame, InstallError, StateMachine};
 use journal::artifact::OffsetTable;
 use journal::batch;
-use wire::header::PrepareHeader;
+use wire::header::{Layout, PrepareHeader, ReplyHeader};
 use wire::manifest::ArtifactKind;
-use wire::{GroupId, Operation};
+use wire::{Command, GroupId, Operation};
 
 use crate::client::codec::Consumer;
 use crate::client::reply::{
-    ConsumerOffsetReply, RESULT_OK, SendConfirmation, encode_send_reply, result_rejected,
+    ConsumerOffsetReply, RESULT_OK, SendConfirmation, encode_send_reply, read_result,
+    result_rejected,
 };
 use crate::client::request::PollMessages;
 use crate::client::status;
+use crate::groups::ReplySink;
 use crate::partition::{
     Poll, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
     current_offset, resolve_start, stored_offset,
@@ -307,14 +310,55 @@ impl crate::metadata_group::Checkpointable for PartitionStateMachine {
     }
 }
 
+/// The client-plane form of a partition group's reply (client-plane.md §3, §4.1). The state
+/// machine answers every op with a result section (deterministic, the same bytes on every
+/// replica and in the client table), but SendMessages replies are raw: a success carries the
+/// confirmations alone, and a rejection travels in the header `status` with an empty body (a
+/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success). Every
+/// other frame passes unchanged.
+pub fn client_reply(frame: Frame) -> Frame {
+    let Some(header) = frame.header_bytes().and_then(|h| ReplyHeader::view(h)) else {
+        return frame;
+    };
+    if frame.command() != Some(Command::Reply)
+        || header.operation != Operation::SendMessages.byte()
+        || header.status.get() != 0
+    {
+        return frame;
+    }
+    let (status, body) = match read_result(frame.body()) {
+        Ok(Ok(payload)) => (0, payload),
+        Ok(Err(code)) => (code, &[][..]),
+        // Already raw (or empty: zero confirmations).
+        Err(_) => return frame,
+    };
+    let mut header = *header;
+    header.status.set(status);
+    if wire::encode::finish_header(&mut header, body).is_err() {
+        return frame;
+    }
+    let mut bytes = Vec::with_capacity(wire::HEADER_SIZE + body.len());
+    bytes.extend_from_slice(header.bytes());
+    bytes.extend_from_slice(body);
+    Frame::new(bytes)
+}
+
+/// A partition pump's [`ReplySink`]: the shard's reply sink behind [`client_reply`].
+pub struct ClientReplies(pub Rc<dyn ReplySink>);
+
+impl ReplySink for ClientReplies {
+    fn reply(&self, client: u128, frame: Frame) {
+        self.0.reply(client, client_reply(frame));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::codec::{Identifier, PollingStrategy};
-    use crate::client::reply::{PollHead, decode_send_reply, read_result};
+    use crate::client::reply::{PollHead, decode_send_reply};
     use crate::metadata_group::Checkpointable;
     use wire::PartitionKey;
-    use wire::header::Layout;
 
     fn group() -> GroupId {
         GroupId::partition(PartitionKey {
@@ -443,5 +487,57 @@ mod tests {
             PartitionStateMachine::restore(group(), &[b2, b1].concat(), OffsetTable::default())
                 .is_err()
         );
+    }
+
+    fn reply_frame(operation: Operation, body: &[u8]) -> Frame {
+        let mut h = ReplyHeader::zeroed();
+        h.frame = wire::header::FrameHeader::new(
+            Command::Reply,
+            wire::Sender {
+                cluster: 1,
+                replica: 0,
+                view: 0,
+            },
+        );
+        h.client.set(9);
+        h.op.set(4);
+        h.operation = operation.byte();
+        wire::encode::finish_header(&mut h, body).unwrap();
+        Frame::new([&h.bytes()[..], body].concat())
+    }
+
+    /// A SendMessages reply reaches the client raw: the confirmations alone on success (they
+    /// decode as the SDK reads them), the code in the header status on a committed rejection;
+    /// a StoreConsumerOffset reply keeps its result section.
+    #[test]
+    fn send_replies_leave_raw_and_others_unchanged() {
+        let mut m = PartitionStateMachine::new(group());
+        let mut body = Vec::new();
+        m.apply(
+            &header(Operation::SendMessages),
+            &batch::build(3, 0, 100, &[b"a", b"b"]),
+            &mut body,
+        );
+        let out = client_reply(reply_frame(Operation::SendMessages, &body));
+        let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+        assert_eq!((h.status.get(), h.op.get(), h.client.get()), (0, 4, 9));
+        let sent = decode_send_reply(out.body()).unwrap();
+        assert_eq!(
+            (sent.len(), sent[0].partition, sent[0].base_offset),
+            (1, 3, 0)
+        );
+        assert!(wire::decode::decode_reply(out.bytes(), 1 << 20).is_ok());
+
+        let rejected = reply_frame(
+            Operation::SendMessages,
+            &result_rejected(status::INVALID_COMMAND),
+        );
+        let out = client_reply(rejected);
+        let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+        assert_eq!(h.status.get(), status::INVALID_COMMAND);
+        assert!(out.body().is_empty());
+
+        let store = reply_frame(Operation::StoreConsumerOffset, &RESULT_OK);
+        assert_eq!(client_reply(store.clone()).bytes(), store.bytes());
     }
 }
