@@ -4,8 +4,10 @@
 //! the partition groups' primary, polls them back by offset on every node and compares
 //! payloads and offsets, stores and reads a consumer offset. Then a backup is SIGKILLed, more
 //! messages are acknowledged by the two survivors, the backup restarts and reads back every
-//! acknowledged message in order; finally all three are SIGKILLed and restarted and every node
-//! still reads every acknowledged message.
+//! acknowledged message in order; all three are SIGKILLed and restarted and every node still
+//! reads every acknowledged message; finally the partition primary is SIGKILLed, the
+//! survivors elect a new primary of both groups, which acknowledges more, and both survivors
+//! read everything.
 //!
 //! Node 0 runs two shards (one group on each) and the others one: on node 0 a client's
 //! connection lives on one shard and one of the two partitions' requests and reads cross the
@@ -553,13 +555,34 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         }
         let stored = producer.consumer_offset(1).expect("the offset survived");
         assert_eq!(stored.stored_offset, 4);
+
+        // 6. SIGKILL the partition primary: the two survivors elect a new primary for both
+        // groups (view change of each group), which acknowledges more; both survivors read
+        // every acknowledged message.
+        eprintln!("SIGKILL partition primary n{pp}");
+        common::kill(&mut nodes[pp]);
+        let survivors: Vec<usize> = (0..3).filter(|&i| i != pp).collect();
+        let new_pp = partition_primary(&nodes, &survivors, &logs);
+        eprintln!("new partition primary n{new_pp}");
+        let mut producer = Client::connect(tcp(new_pp), 0xB0B + 2);
+        producer.login();
+        send_batches(&mut producer, &mut acked, 24, 4);
+        for &i in &survivors {
+            reads_back(
+                tcp(i),
+                0x110 + i as u128,
+                &acked,
+                &logs,
+                &format!("n{i} after failover"),
+            );
+        }
         eprintln!(
-            "acknowledged {} + {} messages, all read back on every node",
+            "acknowledged {} + {} messages, all read back on every live node",
             acked[0].len(),
             acked[1].len()
         );
-        for (i, node) in nodes.iter().enumerate() {
-            let m = common::scrape(node.http).unwrap();
+        for &i in &survivors {
+            let m = common::scrape(nodes[i].http).unwrap();
             eprintln!(
                 "n{i}: frames forwarded between shards {}, partition appends {}, WAL commits {}",
                 partition_sum(&m, "strand_frames_forwarded_total"),
