@@ -34,7 +34,7 @@ enum Command {
     /// SIGTERM or SIGINT drains and exits 0, a fatal failure exits 3. Partially wired: a
     /// partition's primary does not follow the metadata primary yet (after a failover a
     /// client may have to send a partition's messages to another node), and consumer groups
-    /// and auto-commit polls are not served.
+    /// are not served.
     Start(StartArgs),
     /// Run an N-node cluster on 127.0.0.1 with no config file (node i on every default port
     /// plus 100 x i, one unpinned shard each, each a child `strand start`).

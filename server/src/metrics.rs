@@ -206,7 +206,7 @@ pub fn render(sources: &Sources) -> String {
         );
         let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
         let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
-        let client_counters: [(&str, &AtomicU64); 11] = [
+        let client_counters: [(&str, &AtomicU64); 12] = [
             ("client_connections_total", &c.accepted),
             ("client_requests_total", &c.requests),
             ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
@@ -224,6 +224,7 @@ pub fn render(sources: &Sources) -> String {
             ("client_logins_refused_total", &c.logins_refused),
             ("client_shard_disagreements_total", &c.shard_disagreement),
             ("client_remote_forgotten_total", &c.remote_forgotten),
+            ("client_auto_commits_failed_total", &c.auto_commits_failed),
         ];
         let mut typed = std::collections::HashSet::new();
         for (name, value) in client_counters {

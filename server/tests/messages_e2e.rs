@@ -269,15 +269,27 @@ impl Client {
     /// Every message of `partition` from offset 0, as `(offset, payload)`; `None` if the node
     /// does not know the partition (yet).
     fn poll(&mut self, partition: u32) -> Option<Vec<(u64, Vec<u8>)>> {
+        self.poll_with(partition, PollingStrategy::Offset(0), 100_000, false)
+    }
+
+    /// A PollMessages of consumer 7: `(offset, payload)` of every message returned, `None` on
+    /// a non-zero status.
+    fn poll_with(
+        &mut self,
+        partition: u32,
+        strategy: PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    ) -> Option<Vec<(u64, Vec<u8>)>> {
         let mut body = Vec::new();
         Request::PollMessages(PollMessages {
             consumer: consumer(),
             stream: Identifier::Numeric(stream_id()),
             topic: Identifier::Numeric(0),
             partition: Some(partition),
-            strategy: PollingStrategy::Offset(0),
-            count: 100_000,
-            auto_commit: false,
+            strategy,
+            count,
+            auto_commit,
         })
         .encode(&mut body);
         let answer = self.read(POLL_MESSAGES, &body);
@@ -515,6 +527,19 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                     .map(|_| ())
             });
         }
+
+        // Auto-commit: a Next poll stores the last offset it returned, so the next Next poll
+        // continues after it (consumer 7 has nothing stored on partition 0 yet).
+        let next = |c: &mut Client| {
+            c.poll_with(0, PollingStrategy::Next(0), 5, true)
+                .expect("a Next poll")
+        };
+        assert_eq!(next(&mut producer), acked[0][0..5]);
+        assert_eq!(next(&mut producer), acked[0][5..10]);
+        let stored = producer
+            .consumer_offset(0)
+            .expect("auto-commit stored an offset");
+        assert_eq!(stored.stored_offset, 9);
 
         // 4. SIGKILL a backup of both planes; the survivors acknowledge more; the backup
         // restarts and reads back every acknowledged message in order.

@@ -94,6 +94,8 @@ pub struct Counters {
     pub shard_disagreement: AtomicU64,
     /// Remote-client entries dropped at the registry's bound.
     pub remote_forgotten: AtomicU64,
+    /// Auto-commit polls answered without their offset stored (decision 213).
+    pub auto_commits_failed: AtomicU64,
 }
 
 impl Counters {
