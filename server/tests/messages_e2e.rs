@@ -626,3 +626,111 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// GetClusterMetadata: `(tcp port, role)` per node in roster order (role 0 = leader).
+fn cluster_roles(body: &[u8]) -> Vec<(u16, u8)> {
+    let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().unwrap()) as usize;
+    let mut at = 4 + u32_at(0);
+    let count = u32_at(at);
+    at += 4;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        at += 4 + u32_at(at); // name
+        at += 4 + u32_at(at); // ip
+        let tcp = u16::from_le_bytes(body[at..at + 2].try_into().unwrap());
+        at += 8;
+        out.push((tcp, body[at]));
+        at += 2;
+    }
+    out
+}
+
+/// The SDK's path on `strand dev --replicas 3` (default ports, one shard per node): connect to
+/// node 0's client port, log in, find the leader with GetClusterMetadata and move there,
+/// create a stream and a topic of two partitions, send with balanced partitioning, poll by
+/// offset, store and read a consumer offset; Ctrl-C stops the cluster with exit 0.
+#[test]
+fn the_sdk_path_works_on_strand_dev() {
+    let _serial = common::serial();
+    let dir = common::scratch("dev");
+    let log = dir.join("dev.log");
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_strand"))
+        .env("RUST_LOG", "info")
+        .env_remove("IGGY_ROOT_USERNAME")
+        .env_remove("IGGY_ROOT_PASSWORD")
+        .args(["dev", "--replicas", "3", "--data-dir"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut first = Client::connect(8090, 0x5D1);
+        first.login();
+        let roles = eventually("GetClusterMetadata names a leader", &log, || {
+            let answer = first.read(12, &[]);
+            let roles = cluster_roles(answer.body());
+            (roles.len() == 3 && roles.iter().filter(|(_, r)| *r == 0).count() == 1)
+                .then_some(roles)
+        });
+        let leader = roles.iter().find(|(_, r)| *r == 0).unwrap().0;
+        let mut c = Client::connect(leader, 0x5D2);
+        c.login();
+        for s in 0..=stream_id() {
+            let answer = c.replicated(CREATE_STREAM, &name(&format!("dev-{s}")));
+            assert_eq!(answer.result(), 0);
+        }
+        let mut topic = vec![1, 4];
+        topic.extend_from_slice(&stream_id().to_le_bytes());
+        topic.extend_from_slice(&2u32.to_le_bytes());
+        topic.extend_from_slice(&name("events"));
+        assert_eq!(c.replicated(CREATE_TOPIC, &topic).result(), 0);
+        // Balanced partitioning: the node picks the partition; both get messages.
+        let mut seen = [0u32; 2];
+        let mut sent: Vec<Vec<u8>> = Vec::new();
+        for b in 0..6 {
+            let payloads: Vec<Vec<u8>> = (0..2).map(|i| payload(b, i)).collect();
+            let slices: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+            let batch = wire::batch::build(0, 0, 0, 0, &slices);
+            let mut envelope = vec![1, 4];
+            envelope.extend_from_slice(&stream_id().to_le_bytes());
+            envelope.extend_from_slice(&[1, 4, 0, 0, 0, 0, 1, 0]);
+            envelope.extend_from_slice(&2u32.to_le_bytes());
+            let mut body = (envelope.len() as u32).to_le_bytes().to_vec();
+            body.extend_from_slice(&envelope);
+            body.extend_from_slice(&batch);
+            let answer = c.replicated(SEND_MESSAGES, &body);
+            assert_eq!(answer.status(), 0, "balanced SendMessages on the leader");
+            let confirmed = decode_send_reply(answer.body()).unwrap();
+            seen[confirmed[0].partition as usize] += 2;
+            sent.extend(payloads);
+        }
+        assert!(seen[0] > 0 && seen[1] > 0, "{seen:?}");
+        let mut polled: Vec<Vec<u8>> = Vec::new();
+        for partition in 0..2 {
+            let got = c.poll(partition).unwrap();
+            assert_eq!(got.len() as u32, seen[partition as usize]);
+            polled.extend(got.into_iter().map(|(_, p)| p));
+        }
+        polled.sort();
+        sent.sort();
+        assert!(polled == sent, "every sent payload is polled back once");
+        assert_eq!(c.store_offset(0, 1), 0);
+        assert_eq!(c.consumer_offset(0).unwrap().stored_offset, 1);
+    }));
+    common::signal(&dev, libc::SIGINT);
+    let status = dev.wait().unwrap();
+    if let Err(panic) = result {
+        eprintln!(
+            "logs:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::panic::resume_unwind(panic);
+    }
+    assert!(
+        status.success(),
+        "{status}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

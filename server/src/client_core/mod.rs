@@ -307,8 +307,10 @@ impl ClientCore {
 
     fn partition_refusal(&self, header: &RequestHeader, refused: Refused) -> Frame {
         let code = match refused {
-            // The spec's answer for a partition op whose partition does not resolve (§2.4).
-            Refused::Unknown => status::RESOURCE_NOT_FOUND,
+            // The partition resolved in this node's committed metadata (`route`), so a group
+            // the shard does not run yet is one its pump has not booted: transient, the SDK
+            // resends the same request (decision 214).
+            Refused::Unknown => TRANSIENT_NOT_COMMITTED,
             // A backup: the SDK retries, then asks for the leader again (§4.1).
             Refused::NotPrimary { .. } => TRANSIENT_NOT_ACCEPTED,
             Refused::Busy => TRANSIENT_NOT_COMMITTED,
