@@ -1323,9 +1323,13 @@ impl Host {
     }
 }
 
+/// The status of a read refused by the host. The client core asks only for partitions its
+/// committed metadata names, so a group of this shard not running is one the pump has not
+/// booted yet: transient, the SDK resends (decision 214).
 fn refused_code(refused: Refused) -> u32 {
     match refused {
-        Refused::Unknown | Refused::OtherShard(_) => status::PARTITION_NOT_FOUND,
+        Refused::Unknown => consensus::codes::TRANSIENT_NOT_COMMITTED,
+        Refused::OtherShard(_) => status::PARTITION_NOT_FOUND,
         _ => status::ERROR,
     }
 }

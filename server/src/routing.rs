@@ -220,6 +220,30 @@ mod tests {
                 Refused::OtherShard(owner)
             };
             assert_eq!(host.submit(*g, request), Err(expected));
+            // Reads: a group of this shard not booted yet is transient (57), another
+            // shard's is not found here (3007).
+            let poll = crate::client::request::PollMessages {
+                consumer: crate::client::codec::Consumer {
+                    group: false,
+                    id: crate::client::codec::Identifier::Numeric(1),
+                },
+                stream: crate::client::codec::Identifier::Numeric(1),
+                topic: crate::client::codec::Identifier::Numeric(1),
+                partition: Some(0),
+                strategy: crate::client::codec::PollingStrategy::First(0),
+                count: 1,
+                auto_commit: false,
+            };
+            let code = if owner == 1 {
+                consensus::codes::TRANSIENT_NOT_COMMITTED
+            } else {
+                crate::client::status::PARTITION_NOT_FOUND
+            };
+            assert_eq!(host.poll(*g, 0, &poll).err(), Some(code));
+            assert_eq!(
+                host.consumer_offset(*g, 0, &poll.consumer).err(),
+                Some(code)
+            );
         }
     }
 }
