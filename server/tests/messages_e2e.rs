@@ -566,6 +566,10 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
             );
         }
         let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        eprintln!(
+            "after the restart: metadata primary n{}, partition primary n{pp}",
+            metadata_primary(&nodes, &logs)
+        );
         let mut producer = Client::connect(tcp(pp), 0xB0B + 1);
         producer.login();
         send_batches(&mut producer, &mut acked, 20, 4);
@@ -588,7 +592,10 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         common::kill(&mut nodes[pp]);
         let survivors: Vec<usize> = (0..3).filter(|&i| i != pp).collect();
         let new_pp = partition_primary(&nodes, &survivors, &logs);
-        eprintln!("new partition primary n{new_pp}");
+        let alive: Vec<&Node> = survivors.iter().map(|&i| &nodes[i]).collect();
+        let metrics = common::wait_until("a metadata primary", &alive, &logs, common::one_primary);
+        let new_mp = survivors[metrics.iter().position(|m| m["is_primary"] == 1).unwrap()];
+        eprintln!("new partition primary n{new_pp}, metadata primary n{new_mp}");
         let mut producer = Client::connect(tcp(new_pp), 0xB0B + 2);
         producer.login();
         send_batches(&mut producer, &mut acked, 24, 4);
