@@ -282,7 +282,7 @@ impl ClientCore {
 
     /// Auto-commit of a poll (client-plane.md §8.2; decision 213): stores `offset`, the last
     /// message returned, for the poll's consumer through the partition group, as a
-    /// StoreConsumerOffset of the same client would, and waits for its commit so that the
+    /// StoreConsumerOffset of the client would, and waits for its commit so that the
     /// consumer's next `Next` poll starts after it. The poll is answered either way; a store
     /// that does not commit (not the group's primary, deadline) is counted and logged.
     async fn auto_commit(
@@ -301,8 +301,12 @@ impl ClientCore {
             quorum: true,
         })
         .encode(&mut body);
+        // Under a client id of its own: a store that misses the deadline and commits later
+        // must not answer whatever this client asks next (the registry delivers by client
+        // id); partition groups keep no client table, so the id is only the reply's address.
+        let client = poll.client.get() ^ (1 << 127);
         let mut request = ClientRequest::new(
-            poll.client.get(),
+            client,
             Operation::StoreConsumerOffset,
             poll.session.get(),
             poll.request.get(),
