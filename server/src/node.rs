@@ -196,7 +196,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 clients,
                 partition_core: partition_config.clone(),
                 partition_gauges: partition_gauges[usize::from(ctx.id)].clone(),
-                // Partition groups follow the committed metadata (decision 168).
+                // Partition groups follow the committed metadata (decision 165).
                 metadata: server::metadata::view::MetadataReader::new(metadata_handle.clone()),
                 lanes,
                 ack_overrides: ack_overrides.clone(),
