@@ -14,6 +14,8 @@ pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;
 pub mod partition;
+pub mod partition_group;
+pub mod routing;
 pub mod shard_msg;
 pub mod wiring;
 

@@ -1,9 +1,9 @@
 //! `strand`: the Strand server binary.
 //!
 //! `strand start` validates the config, boots the shard executors, the replica plane and the
-//! metadata replica on shard 0 from its data directory, and serves `/metrics`; `strand dev` runs
-//! a local cluster of such nodes; `strand inspect` decodes wire bytes and data directories. Partition groups and the
-//! client plane are not wired yet.
+//! metadata replica on shard 0 and every shard's partition groups from its data directory,
+//! serves clients on the `tcp` port and `/metrics`; `strand dev` runs a local cluster of such
+//! nodes; `strand inspect` decodes wire bytes and data directories.
 
 mod inspect;
 mod inspect_dir;
@@ -29,16 +29,18 @@ enum Command {
     /// Start one node from a config file.
     ///
     /// The node checks (or formats) its data directory, boots one glommio executor per shard,
-    /// listens on tcp_replica, runs the metadata group's replica on shard 0 and serves /metrics
-    /// on the http port; SIGTERM or SIGINT drains and exits 0, a fatal failure exits 3.
-    /// Partially wired: no client plane and no partition groups yet (the metadata state
-    /// machine is a placeholder digest).
+    /// listens on tcp_replica, runs the metadata group's replica on shard 0 and the partition
+    /// groups of each shard, serves clients on the tcp port and /metrics on the http port;
+    /// SIGTERM or SIGINT drains and exits 0, a fatal failure exits 3. Partially wired: a
+    /// partition's primary does not follow the metadata primary yet (after a failover a
+    /// client may have to send a partition's messages to another node), and consumer groups
+    /// are not served.
     Start(StartArgs),
     /// Run an N-node cluster on 127.0.0.1 with no config file (node i on every default port
     /// plus 100 x i, one unpinned shard each, each a child `strand start`).
     ///
-    /// The nodes form a cluster and replicate the metadata group (partially wired, as `strand
-    /// start`); Ctrl-C stops them.
+    /// The nodes form a cluster and replicate the metadata group and the partition groups
+    /// (partially wired, as `strand start`); Ctrl-C stops them.
     Dev(DevArgs),
     /// Decode wire bytes and data directories for operators.
     #[command(subcommand)]

@@ -111,6 +111,8 @@ pub struct Sources {
     pub planes: Vec<Arc<Counters>>,
     /// The client plane's counters (every shard adds to them).
     pub clients: Option<Arc<crate::client_core::Counters>>,
+    /// The partition groups' gauges of every shard, by shard id.
+    pub partitions: Vec<Arc<crate::partition_group::PartitionGauges>>,
 }
 
 /// The Prometheus text of every metric.
@@ -204,7 +206,7 @@ pub fn render(sources: &Sources) -> String {
         );
         let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
         let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
-        let client_counters: [(&str, &AtomicU64); 11] = [
+        let client_counters: [(&str, &AtomicU64); 12] = [
             ("client_connections_total", &c.accepted),
             ("client_requests_total", &c.requests),
             ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
@@ -222,6 +224,7 @@ pub fn render(sources: &Sources) -> String {
             ("client_logins_refused_total", &c.logins_refused),
             ("client_shard_disagreements_total", &c.shard_disagreement),
             ("client_remote_forgotten_total", &c.remote_forgotten),
+            ("client_auto_commits_failed_total", &c.auto_commits_failed),
         ];
         let mut typed = std::collections::HashSet::new();
         for (name, value) in client_counters {
@@ -232,6 +235,7 @@ pub fn render(sources: &Sources) -> String {
             let _ = writeln!(out, "strand_{name} {}", read(value));
         }
     }
+    crate::partition_group::render_metrics(&mut out, &sources.partitions);
     // The replica plane, per shard.
     let mut seen = std::collections::HashSet::new();
     for (shard, counters) in sources.planes.iter().enumerate() {
@@ -309,6 +313,7 @@ mod readme_tests {
             gauges: Arc::new(Gauges::default()),
             planes: vec![Arc::new(Counters::default())],
             clients: Some(Arc::new(crate::client_core::Counters::default())),
+            partitions: vec![Arc::new(crate::partition_group::PartitionGauges::default())],
         });
         let names: std::collections::BTreeSet<&str> = text
             .lines()
@@ -329,5 +334,50 @@ mod readme_tests {
             missing.is_empty(),
             "metrics missing from the README: {missing:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition_group::PartitionGauges;
+
+    /// Every family is one group of lines with at most one TYPE line, the partition groups of
+    /// each shard are labelled `plane="partition"` and `shard`, and values are read live.
+    #[test]
+    fn families_are_contiguous_and_partitions_are_labelled_per_shard() {
+        let shards: Vec<Arc<PartitionGauges>> = (0..2)
+            .map(|_| Arc::new(PartitionGauges::default()))
+            .collect();
+        shards[1].wal_commits.store(7, Ordering::Relaxed);
+        shards[0].dropped_full.store(3, Ordering::Relaxed);
+        let text = render(&Sources {
+            gauges: Arc::new(Gauges::default()),
+            planes: vec![Arc::new(Counters::default())],
+            clients: Some(Arc::new(crate::client_core::Counters::default())),
+            partitions: shards,
+        });
+        assert!(text.contains("strand_wal_commits_total{plane=\"partition\",shard=\"1\"} 7"));
+        assert!(text.contains(
+            "strand_partition_inbox_dropped_total{reason=\"full\",plane=\"partition\",shard=\"0\"} 3"
+        ));
+        let mut seen = Vec::new();
+        let mut last = "";
+        for line in text.lines() {
+            let name = line
+                .strip_prefix("# HELP ")
+                .or_else(|| line.strip_prefix("# TYPE "))
+                .unwrap_or(line)
+                .split(['{', ' '])
+                .next()
+                .unwrap();
+            if name != last {
+                assert!(!seen.contains(&name), "family {name} split: {text}");
+                seen.push(name);
+                last = name;
+            }
+        }
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(types, seen.len(), "one TYPE line per family");
     }
 }

@@ -11,11 +11,13 @@ use anyhow::Context;
 use journal::FileStorage;
 use journal::dma::DmaStorage;
 use server::boot::{self, MetadataBoot, Stamp};
-use server::client_core::{self, ClientCore, NoPartitions, NodeInfo};
+use server::client_core::{self, ClientCore, NodeInfo};
 use server::metadata::view::MetadataHandle;
 use server::metadata::{Genesis, MetadataStateMachine, password::HashParams};
-use server::metadata_group::{self as metadata, ForeignSink, Inbox, MetadataSink, Outcome, Pump};
+use server::metadata_group::{self as metadata, Inbox, MetadataSink, Outcome, Pump};
 use server::metrics::{self, Gauges, Sources};
+use server::partition_group::{self as partitions, PartitionGauges};
+use server::routing::ShardSink;
 use server::shard_msg::ShardMsg;
 use shard::net::plane::NodeShared;
 use shard::net::{Counters, NetConfig, Plane, Sink};
@@ -102,6 +104,19 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     net.validate(shards)
         .map_err(|e| anyhow::anyhow!("the replica plane's config: {e}"))?;
     let consensus_config = wiring::metadata_config(&config)?;
+    let partition_config = wiring::partition_config(&config)?;
+    let lanes = config.cluster.replica_lanes;
+    let ack_overrides: partitions::AckOverrides = config
+        .partition
+        .topic_ack
+        .iter()
+        .map(|(key, ack)| (key.clone(), *ack == config::Ack::Memory))
+        .collect();
+    let partition_gauges: Arc<Vec<Arc<PartitionGauges>>> = Arc::new(
+        (0..shards)
+            .map(|_| Arc::new(PartitionGauges::default()))
+            .collect(),
+    );
     let runtime_config = RuntimeConfig {
         sharding: config.system.sharding.clone(),
         io_memory: config.system.io_memory,
@@ -158,6 +173,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         let gauges = gauges.clone();
         let fatal = fatal.clone();
         let data = data.clone();
+        let partition_gauges = partition_gauges.clone();
         move |ctx: ShardContext<ShardMsg>| {
             let shard = Shard {
                 net: net.clone(),
@@ -178,6 +194,12 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 metadata_handle: metadata_handle.clone(),
                 node_info: node_info.clone(),
                 clients,
+                partition_core: partition_config.clone(),
+                partition_gauges: partition_gauges[usize::from(ctx.id)].clone(),
+                // Partition groups follow the committed metadata (decision 165).
+                metadata: server::metadata::view::MetadataReader::new(metadata_handle.clone()),
+                lanes,
+                ack_overrides: ack_overrides.clone(),
             };
             shard.run(ctx)
         }
@@ -210,6 +232,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         gauges: gauges.clone(),
         planes: planes.into_iter().map(|(_, counters)| counters).collect(),
         clients: Some(client_counters),
+        partitions: partition_gauges.to_vec(),
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);
@@ -297,6 +320,11 @@ struct Shard {
     node_info: NodeInfo,
     /// The client port (`ports.tcp`), bound by every shard.
     clients: SocketAddr,
+    partition_core: consensus::RawConfig,
+    partition_gauges: Arc<PartitionGauges>,
+    metadata: server::metadata::view::MetadataReader,
+    lanes: u16,
+    ack_overrides: partitions::AckOverrides,
 }
 
 impl Shard {
@@ -309,18 +337,24 @@ impl Shard {
     async fn run(self, ctx: ShardContext<ShardMsg>) {
         let id = usize::from(ctx.id);
         let inbox = Rc::new(Inbox::new(self.gauges.clone()));
-        let sink: Rc<dyn Sink> = if id == 0 {
-            Rc::new(MetadataSink {
-                inbox: inbox.clone(),
-            })
-        } else {
-            // Partition groups are not hosted yet: their frames are counted and dropped.
-            Rc::new(ForeignSink {
-                gauges: self.gauges.clone(),
-            })
-        };
-        let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);
+        let shards = u16::try_from(ctx.shards).expect("shard counts fit u16");
+        let host = partitions::Host::new(ctx.id, shards, self.lanes, self.partition_gauges.clone());
         let mesh = Rc::new(ctx.mesh);
+        // Frames route by group: metadata, this shard's partition groups, another shard's
+        // (forwarded over the mesh), or unknown (decision 166).
+        let sink: Rc<dyn Sink> = Rc::new(ShardSink {
+            shard: ctx.id,
+            metadata: (id == 0).then(|| MetadataSink {
+                inbox: inbox.clone(),
+            }),
+            partitions: host.clone(),
+            forward: {
+                let mesh = mesh.clone();
+                Box::new(move |target, message| mesh.try_send(target, Lane::Main, message).is_ok())
+            },
+            gauges: self.gauges.clone(),
+        });
+        let plane = Plane::new(self.net.clone(), id, ctx.shards, self.shared.clone(), sink);
         {
             let mesh = mesh.clone();
             plane.set_handoff(Box::new(move |target, handed| {
@@ -332,15 +366,16 @@ impl Shard {
                     })
             }));
         }
-        // The client core of this shard; partition groups are not hosted yet, so partition
-        // requests are answered as for an unknown partition (client-plane.md §2.4).
+        // The client core of this shard: partition requests go to this shard's partition host
+        // (or to the shard that owns the group), whose pump replies through the core's
+        // registry.
         let core = {
             let mesh = mesh.clone();
             ClientCore::new(
                 ctx.id,
-                u16::try_from(ctx.shards).expect("shard count fits u16"),
+                shards,
                 self.node_info.clone(),
-                Rc::new(NoPartitions),
+                host.clone(),
                 Box::new(move |to, lane, message| {
                     mesh.try_send(to, lane, message).map_err(|e| e.body)
                 }),
@@ -390,16 +425,27 @@ impl Shard {
             Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),
             Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),
         });
-        // The shard's mesh pump: connections handed over by the accepting shard.
+        let partition_pump = self.spawn_partitions(id, &host, &plane, &ctx.stop, &core);
+        // The shard's mesh pump: connections handed over by the accepting shard, frames of
+        // this shard's groups forwarded by another.
         let mut adopt = Adopt {
             plane: plane.clone(),
             core: core.clone(),
+            partitions: host.clone(),
         };
         let stats = shard::pump::run(&mesh, &ctx.stop, &mut adopt).await;
         if let Some(pump) = pump
             && pump.await == Some(Outcome::Stopped)
         {
             info!("metadata replica stopped");
+        }
+        if let Some(pump) = partition_pump
+            && pump.await == Some(partitions::Outcome::Stopped)
+        {
+            info!(
+                shard = id,
+                "partition groups stopped; committed data flushed"
+            );
         }
         let left = plane.drain(self.close_bound).await;
         info!(
@@ -443,6 +489,96 @@ impl Shard {
             outcome
         })
         .detach()
+    }
+
+    /// Spawns the shard's partition pump over `DIR/shard-N/{wal,partitions}` (decision 161), on
+    /// the DMA backend where `O_DIRECT` opens, else std; a fatal outcome is reported at once.
+    fn spawn_partitions(
+        &self,
+        id: usize,
+        host: &Rc<partitions::Host>,
+        plane: &Rc<Plane>,
+        stop: &shard::StopSignal,
+        core: &Rc<ClientCore>,
+    ) -> Option<glommio::task::JoinHandle<partitions::Outcome>> {
+        let root = self.data.join(format!("shard-{id}"));
+        let (wal_dir, part_dir) = (root.join("wal"), root.join("partitions"));
+        for dir in [&wal_dir, &part_dir] {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                self.fatal_now(format!("creating {}: {e}", dir.display()));
+                return None;
+            }
+        }
+        let flag = stop.clone();
+        let transport = Rc::new(partitions::PlaneTransport {
+            plane: plane.clone(),
+            lanes: self.lanes,
+        });
+        // SendMessages replies leave in their raw client-plane form (decision 211).
+        let replies: Rc<dyn server::groups::ReplySink> =
+            Rc::new(server::partition::machine::ClientReplies(core.reply_sink()));
+        let identity = self.identity;
+        macro_rules! pump {
+            ($wal:expr, $parts:expr) => {
+                partitions::run(partitions::Pump {
+                    host: host.clone(),
+                    core: self.partition_core.clone(),
+                    identity,
+                    disk: partitions::ShardDisk {
+                        partitions: $parts,
+                        wal: $wal,
+                    },
+                    wal: journal::wal::WalConfig::default(),
+                    metadata: self.metadata.clone(),
+                    transport,
+                    replies,
+                    stop: Box::new(move || flag.is_set()),
+                    limits: partitions::ReclaimLimits::default(),
+                    ack_overrides: self.ack_overrides.clone(),
+                })
+            };
+        }
+        let outcome: std::pin::Pin<Box<dyn std::future::Future<Output = partitions::Outcome>>> =
+            if direct_io_works(&wal_dir) && direct_io_works(&part_dir) {
+                match (DmaStorage::new(&wal_dir), DmaStorage::new(&part_dir)) {
+                    (Ok(w), Ok(p)) => Box::pin(pump!(w, p)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.fatal_now(format!("{}: {e}", root.display()));
+                        return None;
+                    }
+                }
+            } else {
+                match (
+                    FileStorage::new(&wal_dir, false),
+                    FileStorage::new(&part_dir, false),
+                ) {
+                    (Ok(w), Ok(p)) => Box::pin(pump!(w, p)),
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.fatal_now(format!("{}: {e}", root.display()));
+                        return None;
+                    }
+                }
+            };
+        let fatal = self.fatal.clone();
+        Some(
+            glommio::spawn_local(async move {
+                let outcome = outcome.await;
+                if let partitions::Outcome::Fatal(cause) = &outcome
+                    && let Ok(mut f) = fatal.lock()
+                {
+                    f.get_or_insert(cause.clone());
+                }
+                outcome
+            })
+            .detach(),
+        )
+    }
+
+    fn fatal_now(&self, cause: String) {
+        error!(cause = %cause, "partition storage cannot start");
+        if let Ok(mut f) = self.fatal.lock() {
+            f.get_or_insert(cause);
+        }
     }
 
     /// Recovers the metadata group: on the glommio DMA backend (io_uring, `O_DIRECT`) where
@@ -532,11 +668,12 @@ fn direct_io_works(dir: &Path) -> bool {
     ok
 }
 
-/// The mesh pump's handler: adopt connections handed over by the accepting shard; the client
-/// core's cross-shard requests and replies.
+/// The mesh pump's handler: adopt connections handed over by the accepting shard; deliver
+/// replica frames another shard forwarded; the client core's cross-shard requests and replies.
 struct Adopt {
     plane: Rc<Plane>,
     core: Rc<ClientCore>,
+    partitions: Rc<partitions::Host>,
 }
 
 impl shard::pump::Handler<ShardMsg> for Adopt {
@@ -544,6 +681,9 @@ impl shard::pump::Handler<ShardMsg> for Adopt {
     fn on_main(&mut self, envelope: shard::Envelope<ShardMsg>) {
         match envelope.body {
             ShardMsg::Handed(handed) => self.plane.adopt(handed),
+            ShardMsg::Replica { from, group, bytes } => {
+                server::routing::deliver_forwarded(&self.partitions, from, group, bytes);
+            }
             other => self.core.on_mesh(other),
         }
     }

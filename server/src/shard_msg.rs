@@ -1,7 +1,9 @@
 //! What travels between the shards of a node over the shard mesh (`shard::mesh`): replica
-//! connections handed to the shard that owns their lane, and the client core's cross-shard
-//! work (requests to the group's shard, replies back to the connection's shard).
+//! connections handed to the shard that owns their lane, replica frames of a partition group
+//! forwarded to the shard that runs it (`crate::routing`, decision 166), and the client core's
+//! cross-shard work (requests to the group's shard, replies back to the connection's shard).
 
+use bytes::Bytes;
 use consensus::{ClientRequest, Frame};
 use shard::net::plane::Handed;
 use wire::GroupId;
@@ -14,6 +16,15 @@ use crate::client_core::PartitionRead;
 pub enum ShardMsg {
     /// A replica connection handed to the shard that owns its lane (main lane).
     Handed(Handed),
+    /// A replica-plane frame of a partition group the receiving shard owns (main lane).
+    Replica {
+        /// The peer it came from.
+        from: u8,
+        /// Its group.
+        group: u64,
+        /// The whole frame (shared, never copied again).
+        bytes: Bytes,
+    },
     /// A client request for the metadata group, to shard 0 (main lane).
     Metadata {
         /// The shard whose connection waits for the reply.

@@ -100,3 +100,43 @@ pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
     raw.validate()
         .map_err(|e| anyhow::anyhow!("the metadata group's consensus config: {e}"))
 }
+
+/// The partition groups' core config template for this node (`partition.*` and the cluster
+/// timers; the pump sets each group's id). `partition.ack = "memory"` turns on `memory_ack`;
+/// the pump applies `[[partition.topic]]` overrides per group (decision 165).
+pub fn partition_config(config: &Config) -> anyhow::Result<RawConfig> {
+    let c = &config.cluster;
+    let any_partition = GroupId::partition(wire::PartitionKey {
+        stream: 0,
+        topic: 0,
+        partition: 0,
+    })
+    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut raw = RawConfig::new(
+        wire::cluster_id(&c.name),
+        ReplicaId(config.replica_id),
+        u8::try_from(c.nodes.len()).context("roster size")?,
+        any_partition,
+    );
+    let p = &config.partition;
+    raw.prepare_queue_depth = p.prepare_queue_depth as usize;
+    raw.request_queue_depth = 2 * raw.prepare_queue_depth;
+    raw.prepare_retransmit_ticks = ticks(c.prepare_retransmit_interval);
+    raw.commit_broadcast_ticks = ticks(c.commit_broadcast_interval);
+    raw.heartbeat_timeout_ticks = ticks(c.heartbeat_timeout);
+    raw.view_change_retransmit_ticks = ticks(c.view_change_retransmit_interval);
+    raw.view_change_status_timeout_ticks = ticks(c.view_change_status_timeout);
+    raw.request_start_view_ticks = ticks(c.request_start_view_retransmit_interval);
+    raw.view_probe_attempts_max = c.view_probe_attempts_max;
+    raw.repair_retry_ticks = ticks(c.repair_retry_interval);
+    raw.repair_chunk_max = c.repair_chunk_max;
+    raw.peer_queue_capacity = config.message_bus.peer_queue_capacity;
+    raw.max_message_size = usize::try_from(config.message_bus.max_message_size)
+        .context("message_bus.max_message_size")?;
+    raw.checkpoint_interval_ops = p.checkpoint_interval_ops;
+    raw.memory_ack = p.ack == crate::config::Ack::Memory && raw.replica_count >= 3;
+    raw.clone()
+        .validate()
+        .map_err(|e| anyhow::anyhow!("the partition groups' consensus config: {e}"))?;
+    Ok(raw)
+}

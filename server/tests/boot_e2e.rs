@@ -119,10 +119,24 @@ fn a_damaged_newest_entry_is_held_faulty_and_repaired_from_peers() {
             "op {op} was not held faulty at boot:\n{}",
             log_lines(&logs, "metadata group recovered").join("\n")
         );
-        // Stop it and read the slot: the repair wrote the same prepare back.
+        // The repair writes the same prepare back. The write may still be in flight when the
+        // node reports the op committed (the commit does not wait for it; a node killed before
+        // it lands holds the op faulty again at its next boot), so read the slot until it is
+        // intact, within the bound, then stop the node.
+        let start = std::time::Instant::now();
+        let (repaired_op, repaired) = loop {
+            let file = std::fs::read(journal_file(&nodes[backup])).unwrap();
+            if let Some(found) = slot_prepare(&file, op % SLOTS) {
+                break found;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "the repair never wrote slot {}",
+                op % SLOTS
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         kill(&mut nodes[backup]);
-        let file = std::fs::read(journal_file(&nodes[backup])).unwrap();
-        let (repaired_op, repaired) = slot_prepare(&file, op % SLOTS).expect("repaired");
         assert_eq!(repaired_op, op);
         assert_eq!(
             repaired, frame,

@@ -407,13 +407,14 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
             "the backup counted its client requests: {requests}"
         );
 
-        // 4. A partition request on a node without partition groups: status 20, not silence.
+        // 4. A partition request for a partition the topic does not have: ResourceNotFound
+        // (20) in the result section, not silence.
         let mut body = vec![1, 1, 4, 1, 0, 0, 0, 1, 4, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0, 1];
-        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(&5u32.to_le_bytes());
         body.extend_from_slice(&0u64.to_le_bytes());
         body.push(1);
         let f = frame(p.client, STORE_CONSUMER_OFFSET, 0, p.session, 1, &body);
-        assert_eq!(p.exchange(&f).status(), 20);
+        assert_eq!(p.exchange(&f).result(), 20);
 
         // 5. Past a checkpoint (8 ops), SIGKILL all three and restart: the metadata is
         // restored from snapshot and journal.

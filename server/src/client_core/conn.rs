@@ -16,8 +16,11 @@ use wire::{Command, HEADER_SIZE, Operation};
 use super::{
     ClientCore, Counters, LOGINS_IN_FLIGHT_MAX, PartitionRead, REQUEST_DEADLINE, frames, registry,
 };
+use crate::client::reply::read_result;
+use crate::client::request::{OffsetTarget, Request, StoreConsumerOffset};
 use crate::client::route::{NodeQuery, Route, route};
 use crate::client::status;
+use crate::partition::last_polled_offset;
 use crate::shard_msg::ShardMsg;
 
 /// Decrements a count when dropped (open connections, logins in flight).
@@ -161,19 +164,35 @@ impl ClientCore {
                 group,
                 partition,
                 request,
-            } => Some(
-                self.read_call(
-                    conn,
-                    &header,
-                    group,
-                    PartitionRead::Poll {
+            } => {
+                let target = request.auto_commit.then(|| OffsetTarget {
+                    consumer: request.consumer.clone(),
+                    stream: request.stream.clone(),
+                    topic: request.topic.clone(),
+                    partition: Some(partition),
+                });
+                let answer = self
+                    .read_call(
+                        conn,
+                        &header,
                         group,
-                        partition,
-                        request,
-                    },
-                )
-                .await,
-            ),
+                        PartitionRead::Poll {
+                            group,
+                            partition,
+                            request,
+                        },
+                    )
+                    .await;
+                if let Some(target) = target
+                    && let Some(user) = user
+                    && answer.command() == Some(Command::Reply)
+                    && let Some(offset) = last_polled_offset(answer.body())
+                {
+                    self.auto_commit(conn, &header, group, target, offset, user)
+                        .await;
+                }
+                Some(answer)
+            }
             Route::ConsumerOffset {
                 group,
                 partition,
@@ -259,6 +278,55 @@ impl ClientCore {
             }
         }
         self.await_reply(conn, &header, &slot).await
+    }
+
+    /// Auto-commit of a poll (client-plane.md §8.2; decision 213): stores `offset`, the last
+    /// message returned, for the poll's consumer through the partition group, as a
+    /// StoreConsumerOffset of the client would, and waits for its commit so that the
+    /// consumer's next `Next` poll starts after it. The poll is answered either way; a store
+    /// that does not commit (not the group's primary, deadline) is counted and logged.
+    async fn auto_commit(
+        &self,
+        conn: u64,
+        poll: &RequestHeader,
+        group: wire::GroupId,
+        target: OffsetTarget,
+        offset: u64,
+        user: u32,
+    ) {
+        let mut body = Vec::new();
+        Request::StoreConsumerOffset(StoreConsumerOffset {
+            target,
+            offset,
+            quorum: true,
+        })
+        .encode(&mut body);
+        // Under a client id of its own: a store that misses the deadline and commits later
+        // must not answer whatever this client asks next (the registry delivers by client
+        // id); partition groups keep no client table, so the id is only the reply's address.
+        let client = poll.client.get() ^ (1 << 127);
+        let mut request = ClientRequest::new(
+            client,
+            Operation::StoreConsumerOffset,
+            poll.session.get(),
+            poll.request.get(),
+            body,
+        );
+        request.header.user_id.set(user);
+        let reply = self.partition_call(conn, group, request).await;
+        let stored = reply.command() == Some(Command::Reply)
+            && <wire::header::ReplyHeader as Layout>::view(&reply.bytes()[..HEADER_SIZE])
+                .is_some_and(|h| h.status.get() == 0)
+            && matches!(read_result(reply.body()), Ok(Ok(_)));
+        if !stored {
+            Counters::add(&self.node.counters.auto_commits_failed);
+            tracing::warn!(
+                client = poll.client.get(),
+                group = group.0,
+                offset,
+                "auto-commit of a poll did not commit; the poll is answered without it"
+            );
+        }
     }
 
     /// Answers a partition read here, or on the group's shard over the mesh.

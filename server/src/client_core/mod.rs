@@ -94,6 +94,8 @@ pub struct Counters {
     pub shard_disagreement: AtomicU64,
     /// Remote-client entries dropped at the registry's bound.
     pub remote_forgotten: AtomicU64,
+    /// Auto-commit polls answered without their offset stored (decision 213).
+    pub auto_commits_failed: AtomicU64,
 }
 
 impl Counters {
@@ -257,11 +259,12 @@ impl ClientCore {
         .detach();
     }
 
-    /// Handles a mesh message other than a handed replica connection.
+    /// Handles a mesh message other than a handed replica connection or a forwarded replica
+    /// frame (the replica plane's).
     pub fn on_mesh(&self, message: ShardMsg) {
         match message {
-            ShardMsg::Handed(_) => {
-                tracing::error!("a replica connection reached the client core; dropped");
+            ShardMsg::Handed(_) | ShardMsg::Replica { .. } => {
+                tracing::error!("a replica-plane message reached the client core; dropped");
             }
             ShardMsg::Reply { client, frame } => self.registry.deliver_local(client, frame),
             ShardMsg::Metadata { origin, request } => {
@@ -304,8 +307,10 @@ impl ClientCore {
 
     fn partition_refusal(&self, header: &RequestHeader, refused: Refused) -> Frame {
         let code = match refused {
-            // The spec's answer for a partition op whose partition does not resolve (§2.4).
-            Refused::Unknown => status::RESOURCE_NOT_FOUND,
+            // The partition resolved in this node's committed metadata (`route`), so a group
+            // the shard does not run yet is one its pump has not booted: transient, the SDK
+            // resends the same request (decision 214).
+            Refused::Unknown => TRANSIENT_NOT_COMMITTED,
             // A backup: the SDK retries, then asks for the leader again (§4.1).
             Refused::NotPrimary { .. } => TRANSIENT_NOT_ACCEPTED,
             Refused::Busy => TRANSIENT_NOT_COMMITTED,

@@ -8,6 +8,8 @@
 //!
 //! Offsets here are message offsets, never op numbers (consensus.md §14).
 
+pub mod machine;
+
 use journal::artifact::OffsetTable;
 use journal::batch::{self, BatchFault};
 use xxhash_rust::xxh3::xxh3_64;
@@ -131,6 +133,27 @@ pub fn build_poll_reply(
         messages_count: taken,
         last_offset,
     })
+}
+
+/// The offset of the last message in a PollMessages reply body (what an auto-commit poll
+/// stores, client-plane.md §8.2): the last frame's `base_offset + offset_delta`. `None` when
+/// the reply holds no message or its batches do not verify.
+pub fn last_polled_offset(body: &[u8]) -> Option<u64> {
+    let (head, mut batches) = PollHead::decode(body).ok()?;
+    let mut last = None;
+    while !batches.is_empty() {
+        let info = batch::verify(batches).ok()?;
+        let bytes = batches.get(..info.len as usize)?;
+        let mut at = BATCH_HEADER_SIZE;
+        for _ in 0..info.message_count {
+            let frame = bytes.get(at..at + FRAME_HEAD)?;
+            let u32_at = |i: usize| u32::from_le_bytes(frame[i..i + 4].try_into().expect("4"));
+            last = Some(info.base_offset + u64::from(u32_at(24)));
+            at += FRAME_HEAD + u32_at(32) as usize + u32_at(36) as usize;
+        }
+        batches = &batches[info.len as usize..];
+    }
+    if head.messages_count == 0 { None } else { last }
 }
 
 /// Appends frames `first..first + n` of a verified batch under a rewritten header.

@@ -279,5 +279,7 @@ proptest! {
         };
         prop_assert_eq!(&got, &expected);
         prop_assert_eq!(poll.last_offset, expected.last().copied());
+        // What auto-commit reads back from the reply bytes is the same offset.
+        prop_assert_eq!(super::last_polled_offset(&poll.body), expected.last().copied());
     }
 }

@@ -1,0 +1,543 @@
+//! The partition group's replicated state machine (consensus.md §14, journal.md §4): committed
+//! SendMessages batches (already stamped by the primary, so every replica applies the same
+//! bytes) and the consumer-offset table.
+//!
+//! The core owns the machine and hands the driver only `&self`, while the segments and the
+//! offsets file are written by the shard's storage task (async, and in emission order with the
+//! group's other storage effects). So `apply` changes the in-memory state only and records what
+//! storage must do next in an outbox the driver drains after every step
+//! ([`PartitionStateMachine::take_storage`]): each committed batch for the segments, the
+//! offsets table after a store, an installed state to write in place of the old one.
+//!
+//! Reads (polls, consumer offsets) are answered from memory: the machine holds every committed
+//! batch from the first one its segments held at boot (the `Partitions` seam answers polls
+//! synchronously, and segment reads are asynchronous). That bounds a partition by memory; see
+//! decision 163.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use consensus::{Artifact, Frame, InstallError, StateMachine};
+use journal::artifact::OffsetTable;
+use journal::batch;
+use wire::header::{Layout, PrepareHeader, ReplyHeader};
+use wire::manifest::ArtifactKind;
+use wire::{Command, GroupId, Operation};
+
+use crate::client::codec::Consumer;
+use crate::client::reply::{
+    ConsumerOffsetReply, RESULT_OK, SendConfirmation, encode_send_reply, read_result,
+    result_rejected,
+};
+use crate::client::request::PollMessages;
+use crate::client::status;
+use crate::groups::ReplySink;
+use crate::partition::{
+    Poll, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
+    current_offset, resolve_start, stored_offset,
+};
+
+/// What the storage task must do for a group after an apply or an install, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorageWork {
+    /// A committed batch for the segments (its base offset is the segments' next offset).
+    Batch(Bytes),
+    /// The offsets table after a committed store.
+    Offsets(OffsetTable),
+    /// A transferred state replaced everything: these batches (contiguous, from their first
+    /// base offset) and this table become the group's segments and offsets.
+    Install {
+        /// The batches.
+        batches: Vec<Bytes>,
+        /// The table.
+        offsets: OffsetTable,
+    },
+}
+
+/// A partition group's state machine.
+#[derive(Debug)]
+pub struct PartitionStateMachine {
+    group: GroupId,
+    /// Committed batches by base offset.
+    batches: BTreeMap<u64, Bytes>,
+    /// The next offset after everything applied.
+    next_offset: u64,
+    offsets: OffsetTable,
+    storage: RefCell<Vec<StorageWork>>,
+}
+
+/// Poll replies carry at most this many bytes of batches (one whole batch at least).
+pub const POLL_BYTES_MAX: usize = 8 << 20;
+
+impl PartitionStateMachine {
+    /// The machine of `group` restored from its segments (`batches`, whole verified batches in
+    /// offset order, as `PartitionLog::read_from_offset(0, ..)` returns them) and its offsets
+    /// table. `Err` names the first batch that does not verify or does not follow the one
+    /// before it.
+    pub fn restore(group: GroupId, stored: &[u8], offsets: OffsetTable) -> Result<Self, String> {
+        let mut batches = BTreeMap::new();
+        let mut next = None;
+        let mut at = 0;
+        while at < stored.len() {
+            let info = batch::verify(&stored[at..])
+                .map_err(|f| format!("stored batch at byte {at}: {f:?}"))?;
+            if next.is_some_and(|n| n != info.base_offset) {
+                return Err(format!(
+                    "stored batch at byte {at} starts at offset {}, expected {}",
+                    info.base_offset,
+                    next.unwrap_or(0)
+                ));
+            }
+            let len = info.len as usize;
+            batches.insert(
+                info.base_offset,
+                Bytes::copy_from_slice(&stored[at..at + len]),
+            );
+            next = Some(info.end_offset());
+            at += len;
+        }
+        let next_offset = next.unwrap_or(0).max(offsets.next_offset);
+        let mut offsets = offsets;
+        offsets.next_offset = next_offset;
+        Ok(PartitionStateMachine {
+            group,
+            batches,
+            next_offset,
+            offsets,
+            storage: RefCell::default(),
+        })
+    }
+
+    /// An empty partition.
+    pub fn new(group: GroupId) -> Self {
+        Self::restore(group, &[], OffsetTable::default()).expect("nothing to verify")
+    }
+
+    /// The storage work recorded since the last call, in apply order.
+    pub fn take_storage(&self) -> Vec<StorageWork> {
+        std::mem::take(&mut *self.storage.borrow_mut())
+    }
+
+    /// The consumer-offset table (its `next_offset` is the partition's).
+    pub fn offsets(&self) -> &OffsetTable {
+        &self.offsets
+    }
+
+    /// Messages committed (the highest committed offset + 1).
+    pub fn committed_offset_end(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Answers a PollMessages from the committed batches (decision 127).
+    pub fn poll(&self, partition: u32, request: &PollMessages) -> Result<Poll, u32> {
+        let current = current_offset(self.next_offset);
+        let stored = stored_offset(&self.offsets, &request.consumer);
+        let start = resolve_start(request.strategy, request.count, current, stored);
+        let mut bytes = Vec::new();
+        let first = match start {
+            None => None,
+            Some(Start::Offset(o)) => self
+                .batches
+                .range(..=o)
+                .next_back()
+                .map(|(b, _)| *b)
+                .or_else(|| self.batches.keys().next().copied()),
+            Some(Start::Timestamp(_)) => self.batches.keys().next().copied(),
+        };
+        if let Some(first) = first {
+            for batch in self.batches.range(first..).map(|(_, b)| b) {
+                if !bytes.is_empty() && bytes.len() + batch.len() > POLL_BYTES_MAX {
+                    break;
+                }
+                bytes.extend_from_slice(batch);
+            }
+        }
+        build_poll_reply(partition, current, start, request.count, &bytes)
+            .map_err(|_| status::ERROR)
+    }
+
+    /// Answers a GetConsumerOffset.
+    pub fn consumer_offset(
+        &self,
+        partition: u32,
+        consumer: &Consumer,
+    ) -> Option<ConsumerOffsetReply> {
+        consumer_offset_reply(&self.offsets, consumer, partition)
+    }
+
+    fn apply_batch(&mut self, body: &[u8], reply: &mut Vec<u8>) {
+        let info = match batch::verify(body) {
+            Ok(info) if info.len as usize == body.len() => info,
+            // The core checked the stamp before it journaled the prepare; a batch that does not
+            // verify here is a deterministic rejection on every replica.
+            _ => {
+                reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND));
+                return;
+            }
+        };
+        if info.end_offset() <= self.next_offset {
+            // Already held: restored from segments flushed after the checkpoint this replica
+            // restarted from, and replayed from the WAL again.
+        } else if info.base_offset != self.next_offset {
+            reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND));
+            return;
+        } else {
+            let bytes = Bytes::copy_from_slice(body);
+            self.batches.insert(info.base_offset, bytes.clone());
+            self.next_offset = info.end_offset();
+            self.offsets.next_offset = self.next_offset;
+            self.storage.borrow_mut().push(StorageWork::Batch(bytes));
+        }
+        let key = self.group.fields();
+        reply.extend_from_slice(&RESULT_OK);
+        encode_send_reply(
+            &[SendConfirmation {
+                stream: key.stream,
+                topic: key.topic,
+                partition: key.partition,
+                base_offset: info.base_offset,
+            }],
+            reply,
+        );
+    }
+}
+
+impl StateMachine for PartitionStateMachine {
+    fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
+        match Operation::from_byte(header.operation) {
+            Some(Operation::SendMessages) => self.apply_batch(body, reply),
+            Some(Operation::StoreConsumerOffset) => {
+                let before = self.offsets.clone();
+                reply.extend_from_slice(&apply_store_consumer_offset(&mut self.offsets, body));
+                if self.offsets != before {
+                    self.storage
+                        .borrow_mut()
+                        .push(StorageWork::Offsets(self.offsets.clone()));
+                }
+            }
+            _ => reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND)),
+        }
+    }
+
+    fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact> {
+        crate::metadata_group::Checkpointable::checkpoint_artifacts(self, commit_op)
+    }
+
+    fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
+        let _ = commit_op;
+        // Validate everything first (the state stays untouched on error).
+        let (index, table) = artifacts
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.kind == ArtifactKind::CONSUMER_OFFSETS)
+            .ok_or(InstallError::Missing)?;
+        let table =
+            OffsetTable::decode(&table.bytes).map_err(|_| InstallError::Decode { index })?;
+        let mut batches = BTreeMap::new();
+        let mut next: Option<u64> = None;
+        for (index, a) in artifacts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.kind == ArtifactKind::SEGMENT_LOG)
+        {
+            if next.is_some_and(|n| n != a.frontier) {
+                return Err(InstallError::Decode { index });
+            }
+            let mut at = 0;
+            let mut expected = a.frontier;
+            while at < a.bytes.len() {
+                let info =
+                    batch::verify(&a.bytes[at..]).map_err(|_| InstallError::Decode { index })?;
+                if info.base_offset != expected {
+                    return Err(InstallError::Decode { index });
+                }
+                let len = info.len as usize;
+                batches.insert(
+                    info.base_offset,
+                    Bytes::copy_from_slice(&a.bytes[at..at + len]),
+                );
+                expected = info.end_offset();
+                at += len;
+            }
+            next = Some(expected);
+        }
+        let end = next.unwrap_or(table.next_offset);
+        if end > table.next_offset {
+            return Err(InstallError::Decode { index });
+        }
+        self.next_offset = table.next_offset;
+        self.offsets = table.clone();
+        self.batches = batches;
+        let mut storage = self.storage.borrow_mut();
+        storage.clear();
+        storage.push(StorageWork::Install {
+            batches: self.batches.values().cloned().collect(),
+            offsets: table,
+        });
+        Ok(())
+    }
+
+    fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+}
+
+impl crate::metadata_group::Checkpointable for PartitionStateMachine {
+    /// One SEGMENT_LOG of every held batch (frontier: its first base offset), then
+    /// CONSUMER_OFFSETS (frontier: `commit_op`), as `journal::artifact::partition_offer`
+    /// lays them out.
+    fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<Artifact> {
+        let mut out = Vec::new();
+        if let Some(first) = self.batches.keys().next() {
+            let mut bytes = Vec::with_capacity(self.batches.values().map(Bytes::len).sum());
+            for b in self.batches.values() {
+                bytes.extend_from_slice(b);
+            }
+            out.push(Artifact {
+                kind: ArtifactKind::SEGMENT_LOG,
+                frontier: *first,
+                bytes,
+            });
+        }
+        out.push(Artifact {
+            kind: ArtifactKind::CONSUMER_OFFSETS,
+            frontier: commit_op,
+            bytes: self.offsets.encode(),
+        });
+        out
+    }
+}
+
+/// The client-plane form of a partition group's reply (client-plane.md §3, §4.1). The state
+/// machine answers every op with a result section (deterministic, the same bytes on every
+/// replica and in the client table), but SendMessages replies are raw: a success carries the
+/// confirmations alone, and a rejection travels in the header `status` with an empty body (a
+/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success). Every
+/// other frame passes unchanged.
+pub fn client_reply(frame: Frame) -> Frame {
+    let Some(header) = frame.header_bytes().and_then(|h| ReplyHeader::view(h)) else {
+        return frame;
+    };
+    if frame.command() != Some(Command::Reply)
+        || header.operation != Operation::SendMessages.byte()
+        || header.status.get() != 0
+    {
+        return frame;
+    }
+    let (status, body) = match read_result(frame.body()) {
+        Ok(Ok(payload)) => (0, payload),
+        Ok(Err(code)) => (code, &[][..]),
+        // Already raw (or empty: zero confirmations).
+        Err(_) => return frame,
+    };
+    let mut header = *header;
+    header.status.set(status);
+    if wire::encode::finish_header(&mut header, body).is_err() {
+        return frame;
+    }
+    let mut bytes = Vec::with_capacity(wire::HEADER_SIZE + body.len());
+    bytes.extend_from_slice(header.bytes());
+    bytes.extend_from_slice(body);
+    Frame::new(bytes)
+}
+
+/// A partition pump's [`ReplySink`]: the shard's reply sink behind [`client_reply`].
+pub struct ClientReplies(pub Rc<dyn ReplySink>);
+
+impl ReplySink for ClientReplies {
+    fn reply(&self, client: u128, frame: Frame) {
+        self.0.reply(client, client_reply(frame));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::codec::{Identifier, PollingStrategy};
+    use crate::client::reply::{PollHead, decode_send_reply};
+    use crate::metadata_group::Checkpointable;
+    use wire::PartitionKey;
+
+    fn group() -> GroupId {
+        GroupId::partition(PartitionKey {
+            stream: 1,
+            topic: 2,
+            partition: 3,
+        })
+        .unwrap()
+    }
+
+    fn header(op: Operation) -> PrepareHeader {
+        let mut h = PrepareHeader::zeroed();
+        h.operation = op.byte();
+        h
+    }
+
+    fn consumer() -> Consumer {
+        Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        }
+    }
+
+    fn poll(m: &PartitionStateMachine, strategy: PollingStrategy, count: u32) -> (u32, u64) {
+        let p = m
+            .poll(
+                3,
+                &PollMessages {
+                    consumer: consumer(),
+                    stream: Identifier::Numeric(1),
+                    topic: Identifier::Numeric(2),
+                    partition: Some(3),
+                    strategy,
+                    count,
+                    auto_commit: false,
+                },
+            )
+            .unwrap();
+        let (head, _) = PollHead::decode(&p.body).unwrap();
+        (p.messages_count, head.current_offset)
+    }
+
+    fn store(offset: u64) -> Vec<u8> {
+        use crate::client::request::{OffsetTarget, Request, StoreConsumerOffset};
+        let mut body = Vec::new();
+        Request::StoreConsumerOffset(StoreConsumerOffset {
+            target: OffsetTarget {
+                consumer: consumer(),
+                stream: Identifier::Numeric(1),
+                topic: Identifier::Numeric(2),
+                partition: Some(3),
+            },
+            offset,
+            quorum: true,
+        })
+        .encode(&mut body);
+        body
+    }
+
+    /// Applied batches become readable and go to storage in order; a replayed batch already
+    /// held is answered but not stored twice; a stored offset is readable and goes to storage;
+    /// the artifacts install into an equal machine.
+    #[test]
+    fn apply_poll_store_and_transfer_round_trip() {
+        let mut m = PartitionStateMachine::new(group());
+        let mut reply = Vec::new();
+        let b1 = batch::build(3, 0, 100, &[b"a", b"b"]);
+        let b2 = batch::build(3, 2, 200, &[b"c"]);
+        m.apply(&header(Operation::SendMessages), &b1, &mut reply);
+        let sent = decode_send_reply(read_result(&reply).unwrap().unwrap()).unwrap();
+        assert_eq!(sent[0].base_offset, 0);
+        reply.clear();
+        m.apply(&header(Operation::SendMessages), &b2, &mut reply);
+        reply.clear();
+        m.apply(&header(Operation::SendMessages), &b1, &mut reply);
+        assert_eq!(read_result(&reply).unwrap().map(|_| ()), Ok(()));
+        assert_eq!(m.next_offset(), 3);
+        assert_eq!(poll(&m, PollingStrategy::Offset(1), 10), (2, 2));
+        assert_eq!(poll(&m, PollingStrategy::First(0), 1), (1, 2));
+        reply.clear();
+        m.apply(
+            &header(Operation::StoreConsumerOffset),
+            &store(1),
+            &mut reply,
+        );
+        assert_eq!(read_result(&reply).unwrap().map(|_| ()), Ok(()));
+        assert_eq!(poll(&m, PollingStrategy::Next(0), 10), (1, 2));
+        assert_eq!(m.consumer_offset(3, &consumer()).unwrap().stored_offset, 1);
+        reply.clear();
+        m.apply(
+            &header(Operation::StoreConsumerOffset),
+            &store(9),
+            &mut reply,
+        );
+        assert_eq!(
+            read_result(&reply).unwrap(),
+            Err(status::INVALID_OFFSET),
+            "beyond the committed data"
+        );
+        let work = m.take_storage();
+        assert_eq!(work.len(), 3, "{work:?}");
+        assert!(matches!(&work[0], StorageWork::Batch(b) if b[..] == b1[..]));
+        assert!(matches!(&work[1], StorageWork::Batch(b) if b[..] == b2[..]));
+        assert!(matches!(&work[2], StorageWork::Offsets(t) if t.consumers.len() == 1));
+
+        let artifacts = m.checkpoint_artifacts(5);
+        let mut other = PartitionStateMachine::new(group());
+        other.install(5, &artifacts).unwrap();
+        assert_eq!(other.batches, m.batches);
+        assert_eq!(other.offsets, m.offsets);
+        assert_eq!(other.next_offset(), 3);
+        assert!(
+            matches!(&other.take_storage()[..], [StorageWork::Install { batches, .. }] if batches.len() == 2)
+        );
+        // A damaged artifact is refused and changes nothing.
+        let mut bad = artifacts.clone();
+        bad[0].bytes[300] ^= 1;
+        let mut third = PartitionStateMachine::new(group());
+        assert!(third.install(5, &bad).is_err());
+        assert_eq!(third.next_offset(), 0);
+        // Restored from the segments' bytes.
+        let stored = [b1.clone(), b2.clone()].concat();
+        let restored = PartitionStateMachine::restore(group(), &stored, m.offsets.clone()).unwrap();
+        assert_eq!(restored.batches, m.batches);
+        assert!(
+            PartitionStateMachine::restore(group(), &[b2, b1].concat(), OffsetTable::default())
+                .is_err()
+        );
+    }
+
+    fn reply_frame(operation: Operation, body: &[u8]) -> Frame {
+        let mut h = ReplyHeader::zeroed();
+        h.frame = wire::header::FrameHeader::new(
+            Command::Reply,
+            wire::Sender {
+                cluster: 1,
+                replica: 0,
+                view: 0,
+            },
+        );
+        h.client.set(9);
+        h.op.set(4);
+        h.operation = operation.byte();
+        wire::encode::finish_header(&mut h, body).unwrap();
+        Frame::new([&h.bytes()[..], body].concat())
+    }
+
+    /// A SendMessages reply reaches the client raw: the confirmations alone on success (they
+    /// decode as the SDK reads them), the code in the header status on a committed rejection;
+    /// a StoreConsumerOffset reply keeps its result section.
+    #[test]
+    fn send_replies_leave_raw_and_others_unchanged() {
+        let mut m = PartitionStateMachine::new(group());
+        let mut body = Vec::new();
+        m.apply(
+            &header(Operation::SendMessages),
+            &batch::build(3, 0, 100, &[b"a", b"b"]),
+            &mut body,
+        );
+        let out = client_reply(reply_frame(Operation::SendMessages, &body));
+        let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+        assert_eq!((h.status.get(), h.op.get(), h.client.get()), (0, 4, 9));
+        let sent = decode_send_reply(out.body()).unwrap();
+        assert_eq!(
+            (sent.len(), sent[0].partition, sent[0].base_offset),
+            (1, 3, 0)
+        );
+        assert!(wire::decode::decode_reply(out.bytes(), 1 << 20).is_ok());
+
+        let rejected = reply_frame(
+            Operation::SendMessages,
+            &result_rejected(status::INVALID_COMMAND),
+        );
+        let out = client_reply(rejected);
+        let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+        assert_eq!(h.status.get(), status::INVALID_COMMAND);
+        assert!(out.body().is_empty());
+
+        let store = reply_frame(Operation::StoreConsumerOffset, &RESULT_OK);
+        assert_eq!(client_reply(store.clone()).bytes(), store.bytes());
+    }
+}

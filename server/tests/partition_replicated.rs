@@ -1,0 +1,992 @@
+//! Partition groups end to end on real disks: three nodes' partition hosts
+//! (`server::partition_group`) on one glommio executor, each with its own temporary data
+//! directory (WAL and group files through `journal::FileStorage`, fdatasync'ed), joined by an
+//! in-process network. Groups come from a committed metadata view published into a
+//! `MetadataHandle`, as the metadata state machine would publish it.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use consensus::{ClientRequest, Frame, RawConfig, ReplicaId};
+use journal::FileStorage;
+use journal::wal::WalConfig;
+use server::client::codec::{Consumer, Identifier, Name, Options, PollingStrategy};
+use server::client::reply::{PollHead, decode_send_reply, read_result};
+use server::client::request::{OffsetTarget, PollMessages, Request, StoreConsumerOffset};
+use server::groups::{Partitions, Refused, ReplySink};
+use server::metadata::state::{Partition, State, Stream, Topic};
+use server::metadata::topic::{TopicSettings, derive};
+use server::metadata::view::{MetadataHandle, MetadataReader, MetadataView};
+use server::partition_group::{
+    self as pg, Event, Host, Outcome, PartitionGauges, Pump, ReclaimLimits, ShardDisk, Transport,
+};
+use wire::{GroupId, Operation};
+
+const LANES: u16 = 16;
+const CLUSTER: u128 = 0xC1;
+
+/// The in-process network: frames go straight into the peer's inbox; a cut node neither
+/// sends nor receives.
+#[derive(Default)]
+struct Net {
+    hosts: RefCell<Vec<Option<Rc<Host>>>>,
+    cut: RefCell<BTreeSet<u8>>,
+}
+
+struct Link {
+    net: Rc<Net>,
+    me: u8,
+}
+
+impl Transport for Link {
+    fn send(&self, peer: u8, group: GroupId, frame: &Bytes) {
+        if !self.connected(peer, group) {
+            return;
+        }
+        let host = self.net.hosts.borrow()[peer as usize].clone();
+        if let Some(host) = host {
+            host.inbox.push(Event::Frame {
+                from: self.me,
+                group: group.0,
+                bytes: frame.clone(),
+            });
+        }
+    }
+    fn connected(&self, peer: u8, _: GroupId) -> bool {
+        let cut = self.net.cut.borrow();
+        !cut.contains(&self.me)
+            && !cut.contains(&peer)
+            && self.net.hosts.borrow()[peer as usize].is_some()
+    }
+}
+
+#[derive(Default)]
+struct Replies(RefCell<Vec<(u128, Frame)>>);
+
+impl ReplySink for Replies {
+    fn reply(&self, client: u128, frame: Frame) {
+        self.0.borrow_mut().push((client, frame));
+    }
+}
+
+struct Node {
+    host: Rc<Host>,
+    stop: Rc<std::cell::Cell<bool>>,
+    task: glommio::task::JoinHandle<Outcome>,
+    replies: Rc<Replies>,
+}
+
+struct Cluster {
+    n: u8,
+    net: Rc<Net>,
+    dirs: Vec<PathBuf>,
+    handle: Arc<MetadataHandle>,
+    reader: MetadataReader,
+    nodes: Vec<Option<Node>>,
+    wal: WalConfig,
+    limits: ReclaimLimits,
+    checkpoint_interval: u64,
+}
+
+fn group(partition: u32) -> GroupId {
+    GroupId::partition(wire::PartitionKey {
+        stream: 0,
+        topic: 0,
+        partition,
+    })
+    .unwrap()
+}
+
+/// A committed view with one stream and one topic of `partitions` partitions whose segments
+/// flush every `flush_messages` messages.
+fn view(partitions: u32, flush_messages: u32) -> MetadataView {
+    let explicit = Options::default();
+    let derived = derive(&explicit);
+    let settings = TopicSettings {
+        messages_required_to_save: flush_messages,
+        ..TopicSettings::DEFAULT
+    };
+    let topic = Topic {
+        id: 0,
+        name: Name::new("t").unwrap(),
+        created_at: 1,
+        explicit,
+        derived,
+        settings,
+        partitions: (0..partitions)
+            .map(|id| Partition {
+                id,
+                created_at: 1,
+                consensus_group_id: u64::from(id) + 1,
+            })
+            .collect(),
+    };
+    let stream = Stream {
+        id: 0,
+        name: Name::new("s").unwrap(),
+        created_at: 1,
+        topics: [(0, topic)].into_iter().collect(),
+    };
+    MetadataView {
+        op: 7,
+        state: State {
+            streams: [(0, stream)].into_iter().collect(),
+            ..State::default()
+        },
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strand-partitions-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn storage(dir: &Path, sub: &str) -> FileStorage {
+    let dir = dir.join(sub);
+    std::fs::create_dir_all(&dir).unwrap();
+    FileStorage::new(&dir, false).unwrap()
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+impl Cluster {
+    fn new(name: &str, n: u8, view: MetadataView) -> Cluster {
+        Cluster::new_with(name, n, view, 8)
+    }
+
+    fn new_with(name: &str, n: u8, view: MetadataView, checkpoint_interval: u64) -> Cluster {
+        let handle = Arc::new(MetadataHandle::default());
+        handle.publish(view);
+        let net = Rc::new(Net::default());
+        *net.hosts.borrow_mut() = vec![None; n as usize];
+        let mut c = Cluster {
+            n,
+            net,
+            dirs: (0..n).map(|r| temp_dir(&format!("{name}-{r}"))).collect(),
+            reader: MetadataReader::new(handle.clone()),
+            handle,
+            nodes: (0..n).map(|_| None).collect(),
+            wal: WalConfig {
+                file_size_max: 64 * 1024,
+                window_bytes_max: 16 * 1024,
+                window_us_max: 500,
+            },
+            limits: ReclaimLimits::default(),
+            checkpoint_interval,
+        };
+        for r in 0..n {
+            c.start(r);
+        }
+        c
+    }
+
+    fn start(&mut self, r: u8) {
+        let gauges = Arc::new(PartitionGauges::default());
+        let host = Host::new(0, 1, LANES, gauges);
+        let mut core = RawConfig::new(CLUSTER, ReplicaId(r), self.n, group(0));
+        core.checkpoint_interval_ops = self.checkpoint_interval;
+        let stop = Rc::new(std::cell::Cell::new(false));
+        let replies = Rc::new(Replies::default());
+        let dir = &self.dirs[r as usize];
+        let flag = stop.clone();
+        let task = glommio::spawn_local(pg::run(Pump {
+            host: host.clone(),
+            core,
+            identity: journal::Identity {
+                cluster: CLUSTER,
+                replica_id: r,
+                replica_count: self.n,
+            },
+            disk: ShardDisk {
+                partitions: storage(dir, "partitions"),
+                wal: storage(dir, "wal"),
+            },
+            wal: self.wal,
+            metadata: self.reader.clone(),
+            transport: Rc::new(Link {
+                net: self.net.clone(),
+                me: r,
+            }),
+            replies: replies.clone(),
+            stop: Box::new(move || flag.get()),
+            limits: self.limits,
+            ack_overrides: Default::default(),
+        }))
+        .detach();
+        self.net.hosts.borrow_mut()[r as usize] = Some(host.clone());
+        self.nodes[r as usize] = Some(Node {
+            host,
+            stop,
+            task,
+            replies,
+        });
+    }
+
+    async fn stop(&mut self, r: u8) -> Outcome {
+        self.net.hosts.borrow_mut()[r as usize] = None;
+        let node = self.nodes[r as usize].take().expect("running");
+        node.stop.set(true);
+        node.task.await.expect("the pump ends")
+    }
+
+    /// Ends `r`'s pump and storage task wherever they are (no shutdown flush): what its disk
+    /// holds is what the next start recovers.
+    async fn crash(&mut self, r: u8) {
+        self.net.hosts.borrow_mut()[r as usize] = None;
+        let node = self.nodes[r as usize].take().expect("running");
+        node.task.cancel();
+        let _ = node.task.await;
+    }
+
+    fn host(&self, r: u8) -> &Rc<Host> {
+        &self.nodes[r as usize].as_ref().expect("running").host
+    }
+
+    fn gauges(&self, r: u8) -> &PartitionGauges {
+        &self.host(r).gauges
+    }
+
+    /// Reports every lane's connections to `r` up again (the sink does it in a node).
+    fn reconnect(&self, r: u8, groups: &[GroupId]) {
+        for peer in (0..self.n).filter(|&p| p != r) {
+            for g in groups {
+                for (a, b) in [(r, peer), (peer, r)] {
+                    self.host(a).inbox.push(Event::Peer {
+                        peer: b,
+                        lane: shard::mapping::lane(*g, LANES),
+                        connected: true,
+                    });
+                }
+            }
+        }
+    }
+}
+
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..3000 {
+        if f() {
+            return;
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn run<F, Fut>(f: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(1 << 20)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn send(client: u128, number: u64, partition: u32, payloads: &[&[u8]]) -> ClientRequest {
+    let batch = consensus::build_batch(payloads);
+    let body = consensus::build_send_messages_request(&batch, partition);
+    ClientRequest::new(client, Operation::SendMessages, 0, number, body)
+}
+
+fn consumer() -> Consumer {
+    Consumer {
+        group: false,
+        id: Identifier::Numeric(7),
+    }
+}
+
+fn store(client: u128, number: u64, partition: u32, offset: u64) -> ClientRequest {
+    let mut body = Vec::new();
+    Request::StoreConsumerOffset(StoreConsumerOffset {
+        target: OffsetTarget {
+            consumer: consumer(),
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            partition: Some(partition),
+        },
+        offset,
+        quorum: true,
+    })
+    .encode(&mut body);
+    ClientRequest::new(client, Operation::StoreConsumerOffset, 0, number, body)
+}
+
+fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
+    let request = PollMessages {
+        consumer: consumer(),
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(partition),
+        strategy: PollingStrategy::First(0),
+        count: 100_000,
+        auto_commit: false,
+    };
+    let p = host.poll(group(partition), partition, &request).unwrap();
+    let (head, _) = PollHead::decode(&p.body).unwrap();
+    (p.messages_count, head.current_offset, p.body)
+}
+
+/// Poll bodies are equal (reported by length and first difference, not dumped).
+fn same(a: &[u8], b: &[u8], what: &str) {
+    let first = a.iter().zip(b).position(|(x, y)| x != y);
+    assert!(
+        a == b,
+        "{what}: poll bodies differ ({} vs {} bytes, first difference at {first:?})",
+        a.len(),
+        b.len()
+    );
+}
+
+fn next_offset(host: &Host, partition: u32) -> u64 {
+    host.group_state(group(partition)).map_or(0, |s| s.4)
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    let mut p = vec![(i % 251) as u8; 1000];
+    p[..8].copy_from_slice(&(i as u64).to_le_bytes());
+    p
+}
+
+/// Waits until `partition`'s primary (replica 0) commits requests: a fresh group refuses them
+/// (status 58, transient) until its first superblock is durable. The probe is a
+/// StoreConsumerOffset on an empty partition: committed, rejected by the state machine
+/// (4100), no message and no offset stored.
+async fn until_accepting(c: &Cluster, partition: u32) {
+    let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+    for attempt in 0..500u64 {
+        let client = 0xACCE_0000 + u128::from(partition);
+        let before = replies.0.borrow().len();
+        if c.host(0)
+            .submit(group(partition), store(client, attempt + 1, partition, 0))
+            .is_ok()
+        {
+            until("the probe's reply", || replies.0.borrow().len() > before).await;
+            let (_, frame) = replies.0.borrow().last().cloned().unwrap();
+            if u32::from_le_bytes(frame.bytes()[216..220].try_into().unwrap()) == 0 {
+                return;
+            }
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("partition {partition} never accepted a request");
+}
+
+/// Sends `batches` SendMessages of two messages to each of `partitions` at the primary
+/// (replica 0) at once, and waits for every reply.
+async fn send_burst(c: &Cluster, partitions: u32, first: usize, batches: usize) {
+    let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+    let before = replies.0.borrow().len();
+    for i in first..first + batches {
+        for p in 0..partitions {
+            let (a, b) = (payload(2 * i), payload(2 * i + 1));
+            let request = send(100 + u128::from(p), i as u64 + 1, p, &[&a, &b]);
+            c.host(0).submit(group(p), request).unwrap();
+        }
+    }
+    let expected = before + batches * partitions as usize;
+    until("every SendMessages reply", || {
+        replies.0.borrow().len() >= expected
+    })
+    .await;
+    for (_, frame) in &replies.0.borrow()[before..] {
+        let status = u32::from_le_bytes(frame.bytes()[216..220].try_into().unwrap());
+        let body = &frame.bytes()[256..];
+        assert_eq!(status, 0, "reply status {status}, body {body:?}");
+        let sent = decode_send_reply(read_result(body).unwrap().unwrap()).unwrap();
+        assert_eq!(sent.len(), 1);
+    }
+}
+
+/// Three replicas of two partition groups on real disks: SendMessages and StoreConsumerOffset
+/// commit and every replica polls the same messages; appends of both groups share WAL windows
+/// (fewer fdatasyncs than appends); checkpoints reclaim WAL files; a replica stopped and
+/// restarted recovers its messages from its WAL and segments alone (cut off from its peers),
+/// then catches up on what it missed.
+#[test]
+fn three_replicas_replicate_poll_recover_and_catch_up() {
+    run(|| async {
+        let mut c = Cluster::new("replicate", 3, view(2, 4));
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        // A backup refuses submissions and names the primary.
+        assert_eq!(
+            c.host(1).submit(group(0), send(5, 1, 0, &[b"x"])),
+            Err(Refused::NotPrimary {
+                view: 0,
+                primary: 0
+            })
+        );
+        // A group the committed metadata does not name is unknown here.
+        assert_eq!(
+            c.host(1).submit(group(5), send(5, 1, 5, &[b"x"])),
+            Err(Refused::Unknown)
+        );
+
+        send_burst(&c, 2, 0, 30).await;
+        let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+        c.host(0).submit(group(0), store(9, 1, 0, 5)).unwrap();
+        until("the store's reply", || {
+            replies.0.borrow().iter().any(|(id, _)| *id == 9)
+        })
+        .await;
+        // Every replica applies what committed.
+        until("every replica applied 60 messages per group", || {
+            (0..3).all(|r| (0..2).all(|p| next_offset(c.host(r), p) == 60))
+        })
+        .await;
+        until("every replica applied the store", || {
+            (0..3).all(|r| {
+                c.host(r)
+                    .consumer_offset(group(0), 0, &consumer())
+                    .unwrap()
+                    .is_some_and(|o| o.stored_offset == 5)
+            })
+        })
+        .await;
+        let reference = poll_all(c.host(0), 0);
+        assert_eq!((reference.0, reference.1), (60, 59));
+        for r in 1..3 {
+            same(
+                &poll_all(c.host(r), 0).2,
+                &reference.2,
+                &format!("replica {r}"),
+            );
+        }
+        // Group commit: appends of both groups shared windows and fdatasyncs.
+        for r in 0..3 {
+            let g = c.gauges(r);
+            let (appends, commits) = (
+                g.appends.load(Ordering::Relaxed),
+                g.wal_commits.load(Ordering::Relaxed),
+            );
+            eprintln!("replica {r}: {appends} appends in {commits} WAL commits");
+            assert!(appends >= 61, "replica {r}: {appends} appends");
+            assert!(
+                commits * 2 <= appends,
+                "replica {r}: {commits} WAL commits (one fdatasync each) for {appends} appends"
+            );
+        }
+        // Checkpoints let reclaim remove WAL files (so a restart needs the segments).
+        until("replica 2 reclaimed WAL files", || {
+            c.gauges(2).wal_files_reclaimed.load(Ordering::Relaxed) > 0
+        })
+        .await;
+        assert!(c.gauges(2).checkpoints.load(Ordering::Relaxed) > 0);
+
+        // Replica 2 stops cleanly and restarts cut off: everything it committed comes back
+        // from its own disk.
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 recovered both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        let recovered = poll_all(c.host(2), 0);
+        assert!(
+            recovered.0 >= 56,
+            "replica 2 recovered {} of 60 messages from WAL and segments",
+            recovered.0
+        );
+        same(
+            &recovered.2[16..],
+            &reference.2[16..16 + recovered.2.len() - 16],
+            "the recovered messages are the committed ones",
+        );
+        // It misses a burst while cut off, then catches up.
+        send_burst(&c, 2, 30, 10).await;
+        c.net.cut.borrow_mut().clear();
+        c.reconnect(2, &[group(0), group(1)]);
+        until("replica 2 caught up", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 80)
+        })
+        .await;
+        same(
+            &poll_all(c.host(2), 1).2,
+            &poll_all(c.host(0), 1).2,
+            "replica 2 caught up",
+        );
+        // The primary checkpointed past what replica 2 held (interval 8, 10 ops missed), so
+        // it caught up by state transfer (SEGMENT_LOG + CONSUMER_OFFSETS installed).
+        for p in 0..2 {
+            assert!(
+                c.host(2).transfers_installed(group(p)) >= Some(1),
+                "partition {p} caught up by transfer"
+            );
+        }
+        assert_eq!(
+            c.host(2)
+                .consumer_offset(group(0), 0, &consumer())
+                .unwrap()
+                .map(|o| o.stored_offset),
+            Some(5)
+        );
+        // The installed state is on its disk: restarted cut off, it polls every message.
+        let expected = poll_all(c.host(0), 0).2;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 recovered both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        same(
+            &poll_all(c.host(2), 0).2,
+            &expected,
+            "the install survived a restart",
+        );
+        c.net.cut.borrow_mut().clear();
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
+/// A replica whose newest WAL file was cut short (lost records, end unknown) rejoins every
+/// group in lost state (it may have acknowledged what it lost), then catches up from its peers.
+#[test]
+fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
+    run(|| async {
+        let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 8);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 10).await;
+        until("replica 2 applied them", || {
+            (0..2).all(|p| next_offset(c.host(2), p) >= 20)
+        })
+        .await;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        // Cut the newest WAL file to one sector.
+        let wal = c.dirs[2].join("wal");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&wal)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("wal.0")
+            })
+            .collect();
+        files.sort();
+        let newest = files.last().expect("a WAL file").clone();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&newest)
+            .unwrap()
+            .set_len(512)
+            .unwrap();
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 booted both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(
+                c.host(2).is_lost_state(group(p)),
+                Some(true),
+                "partition {p} rejoins in lost state"
+            );
+        }
+        c.net.cut.borrow_mut().clear();
+        c.reconnect(2, &[group(0), group(1)]);
+        send_burst(&c, 2, 10, 2).await;
+        until("replica 2 caught up", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 24)
+        })
+        .await;
+        same(
+            &poll_all(c.host(2), 0).2,
+            &poll_all(c.host(0), 0).2,
+            "replica 2 after rejoining",
+        );
+        // Out of lost state and checkpointed again, the loss counts as repaired: the next
+        // restart neither rejoins in lost state nor drops its replayed entries.
+        until("replica 2 out of lost state", || {
+            (0..2).all(|p| c.host(2).is_lost_state(group(p)) == Some(false))
+        })
+        .await;
+        let checkpoints = c.gauges(2).checkpoints.load(Ordering::Relaxed);
+        send_burst(&c, 2, 12, 10).await;
+        until("replica 2 checkpointed after rejoining", || {
+            c.gauges(2).checkpoints.load(Ordering::Relaxed) >= checkpoints + 2
+        })
+        .await;
+        until("replica 2 applied the burst", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 44)
+        })
+        .await;
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 booted both groups again", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(c.host(2).is_lost_state(group(p)), Some(false));
+            assert!(
+                poll_all(c.host(2), p).0 >= 40,
+                "partition {p}: its own disk serves what it committed"
+            );
+        }
+        c.net.cut.borrow_mut().clear();
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
+/// A replica that crashes before its segments flushed (the topic flushes every 10^6 messages,
+/// no checkpoint ran) recovers every message it committed from its WAL alone.
+#[test]
+fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
+    run(|| async {
+        let mut c = Cluster::new_with("crash", 3, view(2, 1_000_000), 1_000);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 20).await;
+        // One more op per group whose prepare carries the commit point of the 20 above.
+        send_burst(&c, 2, 20, 1).await;
+        until("replica 2 applied them", || {
+            (0..2).all(|p| next_offset(c.host(2), p) >= 40)
+        })
+        .await;
+        assert_eq!(c.gauges(2).checkpoints.load(Ordering::Relaxed), 0);
+        c.crash(2).await;
+        c.net.cut.borrow_mut().insert(2);
+        c.start(2);
+        until("replica 2 recovered both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            let recovered = poll_all(c.host(2), p);
+            assert!(
+                recovered.0 >= 40,
+                "partition {p}: {} of the 40 committed messages recovered from the WAL",
+                recovered.0
+            );
+            same(
+                &recovered.2[16..],
+                &poll_all(c.host(0), p).2[16..16 + recovered.2.len() - 16],
+                "the recovered messages are the committed ones",
+            );
+        }
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
+/// A clean stop (SIGTERM in a node) leaves every committed message in the segments, even
+/// when the topic's flush policy never fired and no checkpoint ran.
+#[test]
+fn a_clean_stop_flushes_committed_messages_to_the_segments() {
+    run(|| async {
+        let mut c = Cluster::new_with("flush", 3, view(2, 1_000_000), 1_000);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 20).await;
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+        let parts = storage(&c.dirs[0], "partitions");
+        for p in 0..2 {
+            let (log, _) = journal::PartitionLog::open(
+                parts.clone(),
+                &pg::group_prefix(group(p).0),
+                journal::FlushPolicy::default(),
+                0,
+            )
+            .await
+            .unwrap();
+            assert_eq!(
+                log.next_offset(),
+                40,
+                "partition {p}: every committed message"
+            );
+        }
+    });
+}
+
+/// One group's entries above its checkpoint hold the shard's WAL while another group writes:
+/// reclaim stops at the lagging group's first held record (counted), and the files go once
+/// that group checkpoints.
+#[test]
+fn a_lagging_group_holds_reclaim_until_it_checkpoints() {
+    run(|| async {
+        let mut c = Cluster::new_solo("lagging");
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+        // Group 1 takes one op and stays below its checkpoint interval.
+        let (a, b) = (payload(0), payload(1));
+        c.host(0)
+            .submit(group(1), send(200, 1, 1, &[&a, &b]))
+            .unwrap();
+        until("group 1's reply", || {
+            replies.0.borrow().iter().any(|(id, _)| *id == 200)
+        })
+        .await;
+        // Group 0 writes many WAL files' worth and checkpoints again and again.
+        for round in 0..8 {
+            send_burst_one(&c, 0, round * 10, 10).await;
+        }
+        let g = c.gauges(0);
+        assert!(g.checkpoints.load(Ordering::Relaxed) >= 8);
+        assert_eq!(
+            g.wal_files_reclaimed.load(Ordering::Relaxed),
+            0,
+            "group 1's op holds every file"
+        );
+        assert!(
+            g.reclaim_blocked.load(Ordering::Relaxed) > 0,
+            "the hold is counted"
+        );
+        assert_eq!(
+            c.host(0).submit(group(1), send(201, 2, 1, &[b"x"])),
+            Err(Refused::Busy),
+            "the group holding the WAL is refused"
+        );
+        assert!(
+            c.host(0).submit(group(0), send(202, 1, 0, &[b"y"])).is_ok(),
+            "the others are not"
+        );
+        // Restarted without the Busy bound (the hold survives the restart: the replayed
+        // entries keep their records), group 1 checkpoints and releases the files.
+        assert_eq!(c.stop(0).await, Outcome::Stopped);
+        let mut c2 = Cluster::resume_solo(
+            c,
+            ReclaimLimits {
+                busy_lsns: u64::MAX,
+                ..ReclaimLimits::default()
+            },
+        );
+        until_accepting(&c2, 0).await;
+        until_accepting(&c2, 1).await;
+        // Group 0 checkpoints again: group 1 still holds every file.
+        send_burst_one(&c2, 0, 100, 10).await;
+        until("group 0 checkpointed", || {
+            c2.gauges(0).checkpoints.load(Ordering::Relaxed) >= 1
+        })
+        .await;
+        assert_eq!(
+            c2.gauges(0).wal_files_reclaimed.load(Ordering::Relaxed),
+            0,
+            "group 1 still holds"
+        );
+        // Group 1 reaches its checkpoint interval: the files go.
+        for i in 0..9 {
+            let p = payload(i);
+            c2.host(0)
+                .submit(group(1), send(300, i as u64 + 10, 1, &[&p]))
+                .unwrap();
+        }
+        until("the files are reclaimed", || {
+            c2.gauges(0).wal_files_reclaimed.load(Ordering::Relaxed) > 0
+        })
+        .await;
+        assert!(c2.gauges(0).checkpoints.load(Ordering::Relaxed) >= 2);
+        assert_eq!(c2.stop(0).await, Outcome::Stopped);
+    });
+}
+
+/// With copy-forward on, the idle group's held entry is appended again at the WAL's head, so
+/// the files before it go without that group checkpointing; after a crash the entry comes back
+/// from its new record.
+#[test]
+fn a_holding_group_is_copied_forward_and_survives_a_crash() {
+    run(|| async {
+        let mut c = Cluster::new_solo("forward");
+        c.crash(0).await;
+        c.limits = ReclaimLimits {
+            warn_lsns: 40,
+            busy_lsns: u64::MAX,
+            copy_forward: true,
+        };
+        c.start(0);
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+        let (a, b) = (payload(0), payload(1));
+        c.host(0)
+            .submit(group(1), send(200, 1, 1, &[&a, &b]))
+            .unwrap();
+        until("group 1's reply", || {
+            replies.0.borrow().iter().any(|(id, _)| *id == 200)
+        })
+        .await;
+        for round in 0..8 {
+            send_burst_one(&c, 0, round * 10, 10).await;
+        }
+        let g = c.gauges(0);
+        assert!(
+            g.copied_forward.load(Ordering::Relaxed) > 0,
+            "copied forward"
+        );
+        assert!(
+            g.wal_files_reclaimed.load(Ordering::Relaxed) > 0,
+            "files reclaimed past the idle group's first record"
+        );
+        let before = poll_all(c.host(0), 1);
+        assert_eq!(before.0, 2);
+        c.crash(0).await;
+        c.start(0);
+        until("group 1 recovered", || {
+            next_offset(c.host(0), 1) == 2 && poll_all(c.host(0), 1).0 == 2
+        })
+        .await;
+        same(
+            &poll_all(c.host(0), 1).2,
+            &before.2,
+            "group 1 after the crash",
+        );
+        assert_eq!(c.stop(0).await, Outcome::Stopped);
+    });
+}
+
+/// A partition created after boot (a newer committed view) gets its group on the next tick;
+/// frames of a group no view names are dropped and counted.
+#[test]
+fn groups_follow_the_committed_metadata() {
+    run(|| async {
+        let c = Cluster::new_solo("follow");
+        until("the first two groups", || {
+            (0..2).all(|p| c.host(0).hosts(group(p).0))
+        })
+        .await;
+        assert!(!c.host(0).hosts(group(2).0));
+        c.host(0).inbox.push(Event::Frame {
+            from: 1,
+            group: group(2).0,
+            bytes: Bytes::from_static(&[0; 256]),
+        });
+        until("the unknown frame counted", || {
+            c.gauges(0).dropped_unknown.load(Ordering::Relaxed) == 1
+        })
+        .await;
+        let mut next = view(3, 4);
+        next.op = 8;
+        c.handle.publish(next);
+        until("the new partition's group", || c.host(0).hosts(group(2).0)).await;
+        until_accepting(&c, 2).await;
+        let mut c = c;
+        assert_eq!(c.stop(0).await, Outcome::Stopped);
+    });
+}
+
+/// The committed view gives each group of this shard its topic's flush policy and ack
+/// override; groups of other shards are not this shard's.
+#[test]
+fn wanted_groups_carry_policy_and_ack_override() {
+    let handle = Arc::new(MetadataHandle::default());
+    handle.publish(view(8, 4));
+    let reader = MetadataReader::new(handle);
+    let overrides: pg::AckOverrides = [(("s".to_owned(), "t".to_owned()), true)]
+        .into_iter()
+        .collect();
+    let mut all = 0;
+    for shard in 0..4 {
+        let wanted = pg::wanted_groups(&reader, shard, LANES, 4, &overrides);
+        for (g, spec) in &wanted {
+            assert_eq!(shard::mapping::shard_of(GroupId(*g), LANES, 4), shard);
+            assert_eq!(spec.memory_ack, Some(true));
+            assert_eq!(spec.policy.messages_required_to_save, 4);
+        }
+        all += wanted.len();
+    }
+    assert_eq!(all, 8, "every partition on exactly one shard");
+    let none = pg::wanted_groups(&reader, 0, LANES, 1, &pg::AckOverrides::new());
+    assert!(none.values().all(|s| s.memory_ack.is_none()));
+}
+
+async fn send_burst_one(c: &Cluster, partition: u32, first: usize, batches: usize) {
+    let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+    let before = replies.0.borrow().len();
+    for i in first..first + batches {
+        let (a, b) = (payload(2 * i), payload(2 * i + 1));
+        c.host(0)
+            .submit(
+                group(partition),
+                send(100, i as u64 + 1, partition, &[&a, &b]),
+            )
+            .unwrap();
+    }
+    until("every reply", || {
+        replies.0.borrow().len() >= before + batches
+    })
+    .await;
+}
+
+impl Cluster {
+    /// A one-replica cluster with two groups, WAL files of 64 KiB, copy-forward off and a
+    /// small Busy bound.
+    fn new_solo(name: &str) -> Cluster {
+        let handle = Arc::new(MetadataHandle::default());
+        handle.publish(view(2, 4));
+        let net = Rc::new(Net::default());
+        *net.hosts.borrow_mut() = vec![None];
+        let mut c = Cluster {
+            n: 1,
+            net,
+            dirs: vec![temp_dir(name)],
+            reader: MetadataReader::new(handle.clone()),
+            handle,
+            nodes: vec![None],
+            wal: WalConfig {
+                file_size_max: 64 * 1024,
+                window_bytes_max: 16 * 1024,
+                window_us_max: 500,
+            },
+            limits: ReclaimLimits {
+                warn_lsns: 40,
+                busy_lsns: 60,
+                copy_forward: false,
+            },
+            checkpoint_interval: 8,
+        };
+        c.start(0);
+        c
+    }
+
+    fn resume_solo(mut c: Cluster, limits: ReclaimLimits) -> Cluster {
+        c.limits = limits;
+        c.start(0);
+        c
+    }
+}
