@@ -101,6 +101,10 @@ pub enum Ignored {
     /// A queue is full; the input was dropped and counted.
     #[error("queue full")]
     QueueFull,
+    /// The state machine could not offer, read or stage a transfer artifact (its disk failed,
+    /// decision 170); the peer's retry or stall timer asks again.
+    #[error("state-transfer artifact io failed")]
+    ArtifactIo,
     /// Recognized but not implemented by this core yet.
     #[error("not implemented")]
     Unimplemented,

@@ -40,10 +40,10 @@ pub struct Snapshot {
 /// artifact, which is all the core lets a partition receiver install (§11.2 step 3); a
 /// METADATA_SNAPSHOT offer is rejected there, so the transfer could never complete.
 fn machine(group: GroupId) -> DigestStateMachine {
-    DigestStateMachine {
+    crate::Buffered::new(crate::DigestMachine {
         partition: !group.is_metadata(),
-        ..DigestStateMachine::default()
-    }
+        ..crate::DigestMachine::default()
+    })
 }
 
 /// Replicas of one group, a FIFO network and immediate storage.
