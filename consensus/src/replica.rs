@@ -236,6 +236,8 @@ pub struct Replica<S: StateMachine> {
     pub(crate) checkpoint_forced: bool,
     /// State transfers installed in this life (observability).
     pub(crate) transfers_installed: u64,
+    /// View changes started by `take_over` in this life (observability).
+    pub(crate) takeovers: u64,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -329,6 +331,7 @@ impl<S: StateMachine> Replica<S> {
             checkpoint_pending: None,
             checkpoint_forced: false,
             transfers_installed: 0,
+            takeovers: 0,
             config,
         };
 
@@ -578,6 +581,51 @@ impl<S: StateMachine> Replica<S> {
         result
     }
 
+    /// Primary affinity (spec README decision 3, decision 171): asks this replica to become
+    /// the group's primary. When it is a Normal backup (its view's primary is another replica)
+    /// and no state transfer is running, it starts a view change toward the smallest view
+    /// `v' > view` with `v' mod n == self`; the normal view-change protocol decides whether it
+    /// succeeds (a quorum's DoViewChanges, the merge, StartView), so safety is the protocol's.
+    /// Otherwise nothing happens and the reason comes back. The driver decides when to call it
+    /// (the node: for its partition groups once it has been the metadata primary, Normal, for
+    /// at least `heartbeat_timeout`). Like [`Replica::step`], drain `out` afterwards.
+    pub fn take_over(&mut self, now: Now, out: &mut Outbox) -> Result<u32, Ignored> {
+        let result = if self.status != Status::Normal || self.lost_state {
+            Err(Ignored::Status)
+        } else if self.primary_index(self.view) == self.id {
+            Err(Ignored::NotBackup)
+        } else if self.transfer.is_active() {
+            Err(Ignored::Transferring)
+        } else {
+            let n = self.n as u32;
+            let id = u32::from(self.id.0);
+            let target = (self.view - self.view % n).checked_add(id).and_then(|v| {
+                if v > self.view {
+                    Some(v)
+                } else {
+                    v.checked_add(n)
+                }
+            });
+            match target {
+                Some(target) => {
+                    self.start_view_change_to(now, target, out);
+                    self.takeovers += 1;
+                    Ok(target)
+                }
+                None => Err(Ignored::ViewNew),
+            }
+        };
+        self.maybe_checkpoint(out);
+        #[cfg(any(debug_assertions, feature = "invariants"))]
+        self.check_invariants();
+        result
+    }
+
+    /// View changes this replica started through [`Replica::take_over`] in this life.
+    pub fn takeovers(&self) -> u64 {
+        self.takeovers
+    }
+
     fn on_message(
         &mut self,
         now: Now,
@@ -758,6 +806,11 @@ impl<S: StateMachine> Replica<S> {
     /// State transfers installed in this life.
     pub fn transfers_installed(&self) -> u64 {
         self.transfers_installed
+    }
+    /// Most state-machine artifact bytes the core held at once for state transfer in this
+    /// life (bounded by [`crate::constants::TRANSFER_BYTES_HELD_MAX`], decision 170).
+    pub fn transfer_bytes_peak(&self) -> usize {
+        self.transfer.held_peak
     }
 
     /// The snapshot floor: ops at or below it live only in the snapshot.

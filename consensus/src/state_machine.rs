@@ -128,7 +128,8 @@ pub trait StateMachine {
     /// [`StateMachine::stage_begin`]), at `offset` = the bytes staged so far for it. Chunks
     /// arrive in manifest order; the core verifies each artifact's length and checksum as its
     /// last chunk lands and discards the session on a mismatch.
-    fn stage_chunk(&mut self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), TransferError>;
+    fn stage_chunk(&mut self, index: usize, offset: u64, bytes: &[u8])
+    -> Result<(), TransferError>;
 
     /// Receiving side: every staged artifact is complete and verified; replace the whole state
     /// with it, at `commit_op`. Must leave the state untouched on error (validate first, then
@@ -296,7 +297,12 @@ impl<M: WholeArtifacts> StateMachine for Buffered<M> {
         Ok(())
     }
 
-    fn stage_chunk(&mut self, index: usize, offset: u64, bytes: &[u8]) -> Result<(), TransferError> {
+    fn stage_chunk(
+        &mut self,
+        index: usize,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), TransferError> {
         let artifact = self.staged.get_mut(index).ok_or(TransferError::NoOffer)?;
         if artifact.bytes.len() as u64 != offset {
             return Err(TransferError::NoOffer);
@@ -344,8 +350,15 @@ impl DigestMachine {
 
     /// Restores `(op, digest)` from [`DigestMachine::state_bytes`], refusing a state beyond
     /// `commit_op`.
-    pub fn restore(&mut self, commit_op: u64, bytes: &[u8], index: usize) -> Result<(), InstallError> {
-        let bytes: [u8; 16] = bytes.try_into().map_err(|_| InstallError::Decode { index })?;
+    pub fn restore(
+        &mut self,
+        commit_op: u64,
+        bytes: &[u8],
+        index: usize,
+    ) -> Result<(), InstallError> {
+        let bytes: [u8; 16] = bytes
+            .try_into()
+            .map_err(|_| InstallError::Decode { index })?;
         let op = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         if op > commit_op {
             return Err(InstallError::Decode { index });

@@ -442,7 +442,11 @@ impl<S: StateMachine> Replica<S> {
     fn install_transfer(&mut self, now: Now, out: &mut Outbox) {
         self.transfer.move_to(TransferStage::Installing);
         let session = self.transfer.session.as_ref().expect("a session");
-        debug_assert_eq!(session.verified, session.entries.len(), "installs only verified data");
+        debug_assert_eq!(
+            session.verified,
+            session.entries.len(),
+            "installs only verified data"
+        );
         let table = if self.plane() == Plane::Metadata {
             ClientTable::decode(&session.client_table, self.config.clients_table_max)
         } else {

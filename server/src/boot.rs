@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use consensus::{Artifact, Frame, Recovered, StateMachine};
+use consensus::{Artifact, Frame, Recovered};
 use journal::artifact::{Snapshot, SnapshotStore};
 use journal::boot::boot_metadata;
 use journal::metadata::{JournalConfig, JournalError, MetadataJournal, SlotState};
@@ -422,7 +422,7 @@ pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::V
 /// to the core. A damaged entry below an intact one refuses boot (G3); a damaged newest entry
 /// is cut, after the truncation ceiling covering it is durable (decision 51); it is repaired
 /// from peers.
-pub async fn recover<S: Storage + Clone, M: StateMachine>(
+pub async fn recover<S: Storage + Clone, M: crate::metadata_group::Checkpointable>(
     storage: S,
     path: &Path,
     identity: Identity,
@@ -448,7 +448,7 @@ pub async fn recover<S: Storage + Clone, M: StateMachine>(
         };
         let decoded = decode_snapshot(payload).ok_or_else(|| bad("payload".into()))?;
         state_machine
-            .install(*op, &decoded.artifacts)
+            .restore(*op, &decoded.artifacts)
             .map_err(|e| bad(e.to_string()))?;
         core.snapshot_op = *op;
         core.client_table = decoded.client_table;

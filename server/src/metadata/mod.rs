@@ -25,7 +25,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use consensus::{Artifact, InstallError, Projection, StateMachine};
+use consensus::{Artifact, InstallError, Projection, WholeArtifacts};
 use wire::Operation;
 use wire::header::PrepareHeader;
 use wire::manifest::ArtifactKind;
@@ -417,7 +417,9 @@ impl Assigned {
     }
 }
 
-impl StateMachine for MetadataStateMachine {
+/// Runs in a replica behind `consensus::Buffered` (decision 170): the metadata snapshot is
+/// small enough to build whole and serve from memory.
+impl WholeArtifacts for MetadataStateMachine {
     /// Refuses, before replication, every metadata operation this machine does not serve
     /// (status 5) and every body that does not decode or breaks a rule against the applied
     /// state. Apply checks the same rules again: the applied state may move between the two.
