@@ -329,6 +329,17 @@ impl Cluster {
         ClientRequest::new(client, operation, session, request, body)
     }
 
+    /// Primary affinity: asks replica `r` to take over (`Replica::take_over`) and runs the
+    /// cluster.
+    pub fn take_over(&mut self, r: u8) -> Result<u32, crate::Ignored> {
+        let now = self.now;
+        let replica = self.replicas[r as usize].as_mut().expect("replica is up");
+        let result = replica.take_over(now, &mut self.outbox);
+        self.execute(ReplicaId(r));
+        self.run();
+        result
+    }
+
     /// Submits a request to replica `r` and runs the cluster.
     pub fn submit(&mut self, r: u8, request: ClientRequest) {
         self.step(ReplicaId(r), Input::Request(request));
