@@ -105,6 +105,10 @@ pub enum Ignored {
     /// decision 170); the peer's retry or stall timer asks again.
     #[error("state-transfer artifact io failed")]
     ArtifactIo,
+    /// `take_over` refused: this replica abdicated as primary, or its last takeover did not
+    /// hold, too recently (decision 171).
+    #[error("primary affinity backing off")]
+    Abdicated,
     /// Recognized but not implemented by this core yet.
     #[error("not implemented")]
     Unimplemented,
