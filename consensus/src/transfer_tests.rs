@@ -448,3 +448,32 @@ fn take_over_moves_the_primary_and_keeps_the_log() {
     }
     assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
 }
+
+/// Primary affinity backs off (decision 171): a replica that is a backup again after its
+/// takeover (the view change went elsewhere) refuses the next `take_over` for twice the
+/// heartbeat timeout, then tries again.
+#[test]
+fn take_over_backs_off_after_a_takeover_that_did_not_hold() {
+    let at = |tick: u64| crate::Now {
+        tick,
+        realtime_us: 1_000_000 + tick * 10_000,
+    };
+    let timeout = raw(3, 1).heartbeat_timeout_ticks;
+    let mut b = fresh(3, 1);
+    let mut out = crate::Outbox::new();
+    assert_eq!(b.take_over(at(10), &mut out), Ok(1));
+    persisted(&mut b);
+    // Replica 2 wins view 2 instead; the taker follows it as a backup.
+    let (result, _) = feed(&mut b, 2, &start_view(2, 2, 0, 0, &[]));
+    assert_eq!(result, Ok(()));
+    persisted(&mut b);
+    assert_eq!((b.status(), b.view()), (crate::Status::Normal, 2));
+    assert_eq!(b.take_over(at(20), &mut out), Err(Ignored::Abdicated));
+    assert_eq!(
+        b.take_over(at(20 + 2 * timeout - 1), &mut out),
+        Err(Ignored::Abdicated)
+    );
+    assert_eq!((b.status(), b.view()), (crate::Status::Normal, 2));
+    assert_eq!(b.take_over(at(20 + 2 * timeout), &mut out), Ok(4));
+    assert_eq!(b.takeovers(), 2);
+}
