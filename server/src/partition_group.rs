@@ -1145,7 +1145,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         offsets.next_offset = frontier;
         let machine = match PartitionStateMachine::restore(GroupId(group), &stored[..cut], offsets)
         {
-            Ok(m) => m,
+            // A received transfer stages in this directory (decision 220).
+            Ok(m) => m.with_staging_dir(self.partitions.local_dir().map(ToOwned::to_owned)),
             Err(e) => {
                 error!(group, error = %e, "partition segments inconsistent; the group stays down");
                 return;
