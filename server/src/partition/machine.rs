@@ -204,8 +204,18 @@ impl PartitionStateMachine {
 
     /// Stages received SEGMENT_LOG artifacts in temporary files of `dir` (the shard's
     /// partition directory) instead of memory.
+    /// A staging file a crash left behind (staging is not durable) is removed here.
     pub fn with_staging_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.staging_dir = dir;
+        if let Some(path) = self.staging_path(0) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed an interrupted transfer's staging file")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(%error, path = %path.display(), "staging file"),
+            }
+        }
         self
     }
 
@@ -216,6 +226,7 @@ impl PartitionStateMachine {
 
     fn staging_path(&self, index: usize) -> Option<PathBuf> {
         // Not `p{group}-...`: the boot's directory listing must not take it for a group's file.
+        // Only the SEGMENT_LOG (index 0, first in the manifest) is staged in a file.
         self.staging_dir
             .as_ref()
             .map(|d| d.join(format!("t{:016x}-{index}.staging", self.group.0)))
