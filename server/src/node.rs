@@ -339,6 +339,9 @@ impl Shard {
         let inbox = Rc::new(Inbox::new(self.gauges.clone()));
         let shards = u16::try_from(ctx.shards).expect("shard counts fit u16");
         let host = partitions::Host::new(ctx.id, shards, self.lanes, self.partition_gauges.clone());
+        // Partition primaries follow the metadata primary (decision 221).
+        let metadata_gauges = self.gauges.clone();
+        host.set_metadata_lead(Rc::new(move || metadata_gauges.metadata_lead()));
         let mesh = Rc::new(ctx.mesh);
         // Frames route by group: metadata, this shard's partition groups, another shard's
         // (forwarded over the mesh), or unknown (decision 166).
