@@ -781,6 +781,84 @@ mod tests {
         );
     }
 
+    /// Streams `m`'s offer for replica 1 into `into` in `chunk`-byte pieces, flipping byte
+    /// `flip` of the SEGMENT_LOG on the way if given; returns the install's result.
+    fn transfer(
+        m: &mut PartitionStateMachine,
+        into: &mut PartitionStateMachine,
+        chunk: usize,
+        flip: Option<usize>,
+    ) -> Result<(), InstallError> {
+        let entries = m.offer(ReplicaId(1), 9).unwrap();
+        into.stage_begin(&entries).unwrap();
+        for (index, entry) in entries.iter().enumerate() {
+            let mut offset = 0;
+            while offset < entry.len {
+                let len = chunk.min((entry.len - offset) as usize);
+                let mut buf = Vec::new();
+                m.read_chunk(ReplicaId(1), index, offset, len, &mut buf)
+                    .unwrap();
+                assert_eq!(buf.len(), len);
+                if let Some(at) = flip.filter(|_| index == 0) {
+                    if (offset as usize..offset as usize + len).contains(&at) {
+                        buf[at - offset as usize] ^= 1;
+                    }
+                }
+                into.stage_chunk(index, offset, &buf).unwrap();
+                offset += len as u64;
+            }
+        }
+        m.release_offer(ReplicaId(1));
+        into.install_staged(9)
+    }
+
+    /// A transfer staged through a file installs the same batches and offsets, reading chunks
+    /// that straddle batches; the file is gone afterwards. A damaged SEGMENT_LOG is refused
+    /// and changes nothing (the file goes too); a staging file a crash left is removed when
+    /// the machine is given its directory.
+    #[test]
+    fn a_transfer_stages_in_a_file_and_a_damaged_one_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("strand-staging-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let staged = dir.join(format!("t{:016x}-0.staging", group().0));
+        let mut m = PartitionStateMachine::new(group());
+        let mut reply = Vec::new();
+        let mut at = 0;
+        for i in 0..20u8 {
+            let payload = vec![i; 100 + usize::from(i) * 7];
+            let b = batch::build(3, at, 100, &[&payload, b"x"]);
+            m.apply(&header(Operation::SendMessages), &b, &mut reply);
+            at += 2;
+        }
+        m.apply(
+            &header(Operation::StoreConsumerOffset),
+            &store(5),
+            &mut reply,
+        );
+        let _ = m.take_storage();
+        assert_eq!(m.offers_held(), 0);
+
+        std::fs::write(&staged, b"left by a crash").unwrap();
+        let mut other = PartitionStateMachine::new(group()).with_staging_dir(Some(dir.clone()));
+        assert!(!staged.exists(), "a crash's staging file is removed");
+        transfer(&mut m, &mut other, 333, None).unwrap();
+        assert_eq!(other.batches, m.batches);
+        assert_eq!(other.offsets, m.offsets);
+        assert_eq!(other.next_offset(), 40);
+        assert!(!staged.exists());
+        assert!(
+            matches!(&other.take_storage()[..], [StorageWork::Install { batches, .. }] if batches.len() == 20)
+        );
+
+        let mut third = PartitionStateMachine::new(group()).with_staging_dir(Some(dir.clone()));
+        assert!(transfer(&mut m, &mut third, 1000, Some(500)).is_err());
+        assert_eq!(third.next_offset(), 0);
+        assert!(third.batches.is_empty());
+        assert!(third.take_storage().is_empty());
+        assert!(!staged.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     fn reply_frame(operation: Operation, body: &[u8]) -> Frame {
         let mut h = ReplyHeader::zeroed();
         h.frame = wire::header::FrameHeader::new(
