@@ -799,10 +799,10 @@ mod tests {
                 m.read_chunk(ReplicaId(1), index, offset, len, &mut buf)
                     .unwrap();
                 assert_eq!(buf.len(), len);
-                if let Some(at) = flip.filter(|_| index == 0) {
-                    if (offset as usize..offset as usize + len).contains(&at) {
-                        buf[at - offset as usize] ^= 1;
-                    }
+                if let Some(at) = flip.filter(|_| index == 0)
+                    && (offset as usize..offset as usize + len).contains(&at)
+                {
+                    buf[at - offset as usize] ^= 1;
                 }
                 into.stage_chunk(index, offset, &buf).unwrap();
                 offset += len as u64;
