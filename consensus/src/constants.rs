@@ -59,6 +59,13 @@ pub const OFFER_EXPIRY_RETRIES: u64 = 10;
 pub const OFFER_EXPIRY_RETRIES_DONE: u64 = 3;
 /// A state-transfer chunk's largest payload (state-transfer.md; wire's cap).
 pub const STATE_CHUNK_LEN_MAX: u32 = wire::manifest::CHUNK_LEN_CAP;
+/// State-machine artifact bytes the core holds at once for one group's state transfer, both
+/// sides together (decision 170): the serving side reads one chunk straight into the frame
+/// that carries it and hands it to the outbox; the receiving side passes each chunk through to
+/// the state machine and keeps only a running checksum. Two chunk frames leave room for the
+/// frame in flight while the next is built. The CLIENT_TABLE (the core's own state, held
+/// decoded anyway) is outside this bound.
+pub const TRANSFER_BYTES_HELD_MAX: usize = 2 * (STATE_CHUNK_LEN_MAX as usize + wire::HEADER_SIZE);
 
 /// Default `clients_table_max` (§12).
 pub const CLIENTS_TABLE_MAX_DEFAULT: usize = 8192;

@@ -38,6 +38,15 @@ pub(crate) fn finish<H: Layout>(mut header: H, body: &[u8]) -> Frame {
     Frame::new(bytes)
 }
 
+/// Seals a frame whose body already sits in `bytes` after `wire::HEADER_SIZE` placeholder
+/// bytes (a state chunk read straight into its frame): no second copy of the body.
+pub(crate) fn finish_in_place<H: Layout>(mut header: H, mut bytes: Vec<u8>) -> Frame {
+    wire::finish_header(&mut header, &bytes[wire::HEADER_SIZE..])
+        .expect("the core builds only valid commands");
+    bytes[..wire::HEADER_SIZE].copy_from_slice(header.bytes());
+    Frame::new(bytes)
+}
+
 /// PrepareOk for a journaled prepare (§5.7): echoes, with the acker's view and `commit_max`.
 pub(crate) fn prepare_ok(sender: Sender, prepare: &PrepareHeader, commit_max: u64) -> Frame {
     let mut h = PrepareOkHeader::zeroed();

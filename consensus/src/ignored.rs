@@ -101,6 +101,14 @@ pub enum Ignored {
     /// A queue is full; the input was dropped and counted.
     #[error("queue full")]
     QueueFull,
+    /// The state machine could not offer, read or stage a transfer artifact (its disk failed,
+    /// decision 170); the peer's retry or stall timer asks again.
+    #[error("state-transfer artifact io failed")]
+    ArtifactIo,
+    /// `take_over` refused: this replica abdicated as primary, or its last takeover did not
+    /// hold, too recently (decision 171).
+    #[error("primary affinity backing off")]
+    Abdicated,
     /// Recognized but not implemented by this core yet.
     #[error("not implemented")]
     Unimplemented,

@@ -75,6 +75,9 @@ pub use ignored::Ignored;
 pub use io::{ClientRequest, Completion, Effect, FatalReason, Input, Outbox, Recovered};
 pub use partition::{build_batch, build_send_messages_request};
 pub use replica::Replica;
-pub use state_machine::{Artifact, DigestStateMachine, InstallError, Projection, StateMachine};
+pub use state_machine::{
+    Artifact, Buffered, DigestMachine, DigestStateMachine, InstallError, Projection, StateMachine,
+    TransferError, WholeArtifacts,
+};
 pub use transfer::TransferStage;
 pub use types::{ClientId, Frame, GroupId, Now, Plane, ReplicaId, Status, VsrState};

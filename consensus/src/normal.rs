@@ -21,6 +21,11 @@ impl<S: StateMachine> Replica<S> {
     pub(crate) fn on_tick(&mut self, now: Now, out: &mut Outbox) {
         if self.is_primary() && !self.pipeline.is_empty() {
             self.pipeline_stalled_ticks += 1;
+            if self.pipeline_stalled_ticks == self.config.heartbeat_timeout_ticks + 1 {
+                // The abdication below starts now: primary affinity backs off (decision 171).
+                self.affinity_setback(now);
+                self.takeover_view = None;
+            }
         } else {
             self.pipeline_stalled_ticks = 0;
         }

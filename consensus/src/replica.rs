@@ -236,6 +236,15 @@ pub struct Replica<S: StateMachine> {
     pub(crate) checkpoint_forced: bool,
     /// State transfers installed in this life (observability).
     pub(crate) transfers_installed: u64,
+    /// View changes started by `take_over` in this life (observability).
+    pub(crate) takeovers: u64,
+    /// Primary affinity setbacks in this life (an abdication as primary, or a `take_over` that
+    /// did not leave this replica primary) and the tick of the last one: `take_over` backs off
+    /// exponentially after them (decision 171).
+    pub(crate) setbacks: u32,
+    pub(crate) setback_at: u64,
+    /// The view the last `take_over` aimed at, until it is judged.
+    pub(crate) takeover_view: Option<u32>,
 }
 
 impl<S: StateMachine> Replica<S> {
@@ -329,6 +338,10 @@ impl<S: StateMachine> Replica<S> {
             checkpoint_pending: None,
             checkpoint_forced: false,
             transfers_installed: 0,
+            takeovers: 0,
+            setbacks: 0,
+            setback_at: 0,
+            takeover_view: None,
             config,
         };
 
@@ -578,6 +591,78 @@ impl<S: StateMachine> Replica<S> {
         result
     }
 
+    /// Primary affinity (spec README decision 3, decision 171): asks this replica to become
+    /// the group's primary. When it is a Normal backup (its view's primary is another replica),
+    /// no state transfer is running and it has not abdicated as primary recently, it starts a view change toward the smallest view
+    /// `v' > view` with `v' mod n == self`; the normal view-change protocol decides whether it
+    /// succeeds (a quorum's DoViewChanges, the merge, StartView), so safety is the protocol's.
+    /// Otherwise nothing happens and the reason comes back. The driver decides when to call it
+    /// (the node: for its partition groups once it has been the metadata primary, Normal, for
+    /// at least `heartbeat_timeout`). Like [`Replica::step`], drain `out` afterwards.
+    pub fn take_over(&mut self, now: Now, out: &mut Outbox) -> Result<u32, Ignored> {
+        let result = if self.status != Status::Normal || self.lost_state {
+            Err(Ignored::Status)
+        } else if self.primary_index(self.view) == self.id {
+            Err(Ignored::NotBackup)
+        } else if self.transfer.is_active() {
+            Err(Ignored::Transferring)
+        } else if self.affinity_backing_off(now) {
+            // It abdicated as primary (its pipeline could not reach a quorum, e.g. backups
+            // whose clocks refuse its timestamps) or its last takeover did not hold (it could
+            // not complete the view change): trying again at once would stall the group
+            // again. Back off 2x, 4x, ... 64x the heartbeat timeout after the last setback.
+            Err(Ignored::Abdicated)
+        } else {
+            let n = self.n as u32;
+            let id = u32::from(self.id.0);
+            let target = (self.view - self.view % n).checked_add(id).and_then(|v| {
+                if v > self.view {
+                    Some(v)
+                } else {
+                    v.checked_add(n)
+                }
+            });
+            match target {
+                Some(target) => {
+                    self.start_view_change_to(now, target, out);
+                    self.takeovers += 1;
+                    self.takeover_view = Some(target);
+                    Ok(target)
+                }
+                None => Err(Ignored::ViewNew),
+            }
+        };
+        self.maybe_checkpoint(out);
+        #[cfg(any(debug_assertions, feature = "invariants"))]
+        self.check_invariants();
+        result
+    }
+
+    /// Records a primary-affinity setback at `now` (decision 171).
+    pub(crate) fn affinity_setback(&mut self, now: Now) {
+        self.setbacks = self.setbacks.saturating_add(1);
+        self.setback_at = now.tick;
+    }
+
+    /// Whether `take_over` must wait: a backup again after its last takeover (that one did not
+    /// hold, a setback), or within `heartbeat_timeout << min(setbacks, 6)` ticks of the last
+    /// setback.
+    fn affinity_backing_off(&mut self, now: Now) -> bool {
+        if self.takeover_view.take().is_some() {
+            self.affinity_setback(now);
+        }
+        self.setbacks > 0
+            && now.tick
+                < self
+                    .setback_at
+                    .saturating_add(self.config.heartbeat_timeout_ticks << self.setbacks.min(6))
+    }
+
+    /// View changes this replica started through [`Replica::take_over`] in this life.
+    pub fn takeovers(&self) -> u64 {
+        self.takeovers
+    }
+
     fn on_message(
         &mut self,
         now: Now,
@@ -758,6 +843,11 @@ impl<S: StateMachine> Replica<S> {
     /// State transfers installed in this life.
     pub fn transfers_installed(&self) -> u64 {
         self.transfers_installed
+    }
+    /// Most state-machine artifact bytes the core held at once for state transfer in this
+    /// life (bounded by [`crate::constants::TRANSFER_BYTES_HELD_MAX`], decision 170).
+    pub fn transfer_bytes_peak(&self) -> usize {
+        self.transfer.held_peak
     }
 
     /// The snapshot floor: ops at or below it live only in the snapshot.

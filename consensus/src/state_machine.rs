@@ -5,8 +5,12 @@
 //! [`StateMachine`]. Every method is deterministic: it must depend only on its arguments and
 //! previously applied ops, never on clocks, randomness or local events.
 
+use std::collections::BTreeMap;
+
 use wire::header::PrepareHeader;
-use wire::manifest::ArtifactKind;
+use wire::manifest::{self, ArtifactKind, ManifestEntry};
+
+use crate::types::ReplicaId;
 
 /// Result of projecting a client request into a prepare body (§5.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +46,28 @@ pub enum InstallError {
     Missing,
 }
 
+/// Why a state machine could not serve or stage a transfer chunk (an IO failure on the node's
+/// disk, or a chunk outside the staged manifest). The core drops the chunk (serving side: the
+/// requester's stall timer asks again) or discards the session (receiving side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TransferError {
+    /// No offer under this key, or the artifact/range lies outside it.
+    #[error("no such offer or range")]
+    NoOffer,
+    /// Reading or writing the artifact's bytes failed.
+    #[error("artifact io failed")]
+    Io,
+}
+
 /// The replicated state machine of one group.
+///
+/// State transfer is streamed (decision 170): the core never holds an artifact whole. The
+/// serving side describes a frozen image of the state ([`StateMachine::offer`]) and reads it
+/// chunk by chunk ([`StateMachine::read_chunk`]); the receiving side hands each in-order chunk,
+/// after the core checked its place, to [`StateMachine::stage_chunk`], verifies each artifact's
+/// length and XXH3-64 incrementally, and only then calls [`StateMachine::install_staged`].
+/// Machines whose state is small build their artifacts whole in memory instead
+/// ([`WholeArtifacts`] behind the [`Buffered`] adapter).
 pub trait StateMachine {
     /// Projects a client request into the prepare the primary replicates. The default keeps the
     /// client's operation and body. Only the primary calls this, and only at admission.
@@ -67,12 +92,49 @@ pub trait StateMachine {
     /// handles them); partition SendMessages bodies arrive stamped.
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>);
 
-    /// The state as artifacts at the current applied op (`commit_op`), for a state transfer.
-    fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact>;
+    /// Serving side: freezes the state at the current applied op (`commit_op`) as an offer for
+    /// `requester` and describes its artifacts in manifest order (kind, frontier, length,
+    /// XXH3-64 of the bytes). The image must stay readable, byte for byte, while later ops are
+    /// applied, until [`StateMachine::release_offer`] for `requester` or the next `offer` for
+    /// it (which replaces it). The core adds the CLIENT_TABLE artifact itself on the metadata
+    /// plane.
+    fn offer(
+        &mut self,
+        requester: ReplicaId,
+        commit_op: u64,
+    ) -> Result<Vec<ManifestEntry>, TransferError>;
 
-    /// Replaces the whole state with the given artifacts (all verified against the manifest).
-    /// Must leave the state untouched on error (validate first, then mutate).
-    fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError>;
+    /// Serving side: appends bytes `[offset, offset + len)` of artifact `index` of
+    /// `requester`'s offer to `buf` (the core checked the range against the offer's manifest;
+    /// `len` is at most one chunk).
+    fn read_chunk(
+        &mut self,
+        requester: ReplicaId,
+        index: usize,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TransferError>;
+
+    /// Serving side: the offer for `requester` expired; drop its image.
+    fn release_offer(&mut self, requester: ReplicaId);
+
+    /// Receiving side: a new session accepted this manifest (the state machine's artifacts
+    /// only, in manifest order; the core keeps the CLIENT_TABLE itself). Discards anything
+    /// staged before.
+    fn stage_begin(&mut self, entries: &[ManifestEntry]) -> Result<(), TransferError>;
+
+    /// Receiving side: the next bytes of artifact `index` (of the entries given to
+    /// [`StateMachine::stage_begin`]), at `offset` = the bytes staged so far for it. Chunks
+    /// arrive in manifest order; the core verifies each artifact's length and checksum as its
+    /// last chunk lands and discards the session on a mismatch.
+    fn stage_chunk(&mut self, index: usize, offset: u64, bytes: &[u8])
+    -> Result<(), TransferError>;
+
+    /// Receiving side: every staged artifact is complete and verified; replace the whole state
+    /// with it, at `commit_op`. Must leave the state untouched on error (validate first, then
+    /// mutate). The staged data is consumed either way.
+    fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError>;
 
     /// Partition plane: the next message offset after everything applied (after an install,
     /// the offered frontier). The default 0 leaves the core's own counter in charge.
@@ -81,12 +143,190 @@ pub trait StateMachine {
     }
 }
 
+/// A state machine whose transfer artifacts are small enough to build whole in memory (the
+/// metadata snapshot, the test machines). Wrap it in [`Buffered`] to run it in a replica.
+pub trait WholeArtifacts {
+    /// See [`StateMachine::project`].
+    fn project(&mut self, operation: wire::Operation, body: &[u8]) -> Projection {
+        Projection {
+            operation,
+            body: body.to_vec(),
+        }
+    }
+
+    /// See [`StateMachine::preflight`].
+    fn preflight(&self, operation: wire::Operation, body: &[u8]) -> Result<(), u32> {
+        let _ = (operation, body);
+        Ok(())
+    }
+
+    /// See [`StateMachine::apply`].
+    fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>);
+
+    /// The state as artifacts at the current applied op (`commit_op`).
+    fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact>;
+
+    /// Replaces the whole state with the given artifacts (all verified against the manifest).
+    /// Must leave the state untouched on error (validate first, then mutate).
+    fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError>;
+
+    /// See [`StateMachine::next_offset`].
+    fn next_offset(&self) -> u64 {
+        0
+    }
+}
+
+/// The adapter that runs a [`WholeArtifacts`] machine as a [`StateMachine`]: offers are built
+/// whole and kept in memory until released, staged chunks are appended to in-memory buffers.
+/// Memory is the machine's own affair (the core still holds at most a chunk); meant for small
+/// states. Dereferences to the machine.
+#[derive(Debug, Clone, Default)]
+pub struct Buffered<M> {
+    /// The wrapped machine.
+    pub machine: M,
+    offers: BTreeMap<u8, Vec<Artifact>>,
+    staged: Vec<Artifact>,
+}
+
+impl<M> Buffered<M> {
+    /// Wraps `machine`.
+    pub fn new(machine: M) -> Buffered<M> {
+        Buffered {
+            machine,
+            offers: BTreeMap::new(),
+            staged: Vec::new(),
+        }
+    }
+
+    /// Offers currently held (observability and tests).
+    pub fn offers_held(&self) -> usize {
+        self.offers.len()
+    }
+}
+
+/// Two adapters are equal when their machines are (offers and staging are transient).
+impl<M: PartialEq> PartialEq for Buffered<M> {
+    fn eq(&self, other: &Self) -> bool {
+        self.machine == other.machine
+    }
+}
+
+impl<M: Eq> Eq for Buffered<M> {}
+
+impl<M> std::ops::Deref for Buffered<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.machine
+    }
+}
+
+impl<M> std::ops::DerefMut for Buffered<M> {
+    fn deref_mut(&mut self) -> &mut M {
+        &mut self.machine
+    }
+}
+
+impl<M: WholeArtifacts> StateMachine for Buffered<M> {
+    fn project(&mut self, operation: wire::Operation, body: &[u8]) -> Projection {
+        self.machine.project(operation, body)
+    }
+
+    fn preflight(&self, operation: wire::Operation, body: &[u8]) -> Result<(), u32> {
+        self.machine.preflight(operation, body)
+    }
+
+    fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
+        self.machine.apply(header, body, reply);
+    }
+
+    fn offer(
+        &mut self,
+        requester: ReplicaId,
+        commit_op: u64,
+    ) -> Result<Vec<ManifestEntry>, TransferError> {
+        let artifacts = self.machine.artifacts(commit_op);
+        let entries = artifacts
+            .iter()
+            .map(|a| ManifestEntry {
+                kind: a.kind,
+                frontier: a.frontier,
+                len: a.bytes.len() as u64,
+                checksum: manifest::artifact_checksum(&a.bytes),
+            })
+            .collect();
+        self.offers.insert(requester.0, artifacts);
+        Ok(entries)
+    }
+
+    fn read_chunk(
+        &mut self,
+        requester: ReplicaId,
+        index: usize,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TransferError> {
+        let bytes = &self
+            .offers
+            .get(&requester.0)
+            .and_then(|o| o.get(index))
+            .ok_or(TransferError::NoOffer)?
+            .bytes;
+        let start = usize::try_from(offset).map_err(|_| TransferError::NoOffer)?;
+        let chunk = start
+            .checked_add(len)
+            .and_then(|end| bytes.get(start..end))
+            .ok_or(TransferError::NoOffer)?;
+        buf.extend_from_slice(chunk);
+        Ok(())
+    }
+
+    fn release_offer(&mut self, requester: ReplicaId) {
+        self.offers.remove(&requester.0);
+    }
+
+    fn stage_begin(&mut self, entries: &[ManifestEntry]) -> Result<(), TransferError> {
+        self.staged = entries
+            .iter()
+            .map(|e| Artifact {
+                kind: e.kind,
+                frontier: e.frontier,
+                bytes: Vec::new(),
+            })
+            .collect();
+        Ok(())
+    }
+
+    fn stage_chunk(
+        &mut self,
+        index: usize,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), TransferError> {
+        let artifact = self.staged.get_mut(index).ok_or(TransferError::NoOffer)?;
+        if artifact.bytes.len() as u64 != offset {
+            return Err(TransferError::NoOffer);
+        }
+        artifact.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError> {
+        let staged = std::mem::take(&mut self.staged);
+        self.machine.install(commit_op, &staged)
+    }
+
+    fn next_offset(&self) -> u64 {
+        self.machine.next_offset()
+    }
+}
+
 /// A tiny deterministic state machine for tests and the simulator: it folds every applied body
 /// into a running XXH3 digest and replies with `(op, digest)` (16 bytes). Its single artifact
 /// (kind METADATA_SNAPSHOT, or SEGMENT_LOG with `partition`) is the 16-byte `(op, digest)`, so
 /// an installed copy equals the original.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DigestStateMachine {
+pub struct DigestMachine {
     /// Last applied op.
     pub op: u64,
     /// Running digest of everything applied.
@@ -96,7 +336,49 @@ pub struct DigestStateMachine {
     pub partition: bool,
 }
 
-impl StateMachine for DigestStateMachine {
+/// [`DigestMachine`] as a replica runs it.
+pub type DigestStateMachine = Buffered<DigestMachine>;
+
+impl DigestMachine {
+    /// The machine's state as its single artifact's bytes: `(op, digest)`.
+    pub fn state_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&self.op.to_le_bytes());
+        bytes[8..].copy_from_slice(&self.digest.to_le_bytes());
+        bytes
+    }
+
+    /// Restores `(op, digest)` from [`DigestMachine::state_bytes`], refusing a state beyond
+    /// `commit_op`.
+    pub fn restore(
+        &mut self,
+        commit_op: u64,
+        bytes: &[u8],
+        index: usize,
+    ) -> Result<(), InstallError> {
+        let bytes: [u8; 16] = bytes
+            .try_into()
+            .map_err(|_| InstallError::Decode { index })?;
+        let op = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        if op > commit_op {
+            return Err(InstallError::Decode { index });
+        }
+        self.op = op;
+        self.digest = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        Ok(())
+    }
+
+    /// The kind of the machine's artifact.
+    pub fn kind(&self) -> ArtifactKind {
+        if self.partition {
+            ArtifactKind::SEGMENT_LOG
+        } else {
+            ArtifactKind::METADATA_SNAPSHOT
+        }
+    }
+}
+
+impl WholeArtifacts for DigestMachine {
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
         let mut input = Vec::with_capacity(16 + body.len());
         input.extend_from_slice(&self.digest.to_le_bytes());
@@ -112,17 +394,10 @@ impl StateMachine for DigestStateMachine {
         // Register/Logout never reach `apply`, so `self.op` (the last op applied here) may lag
         // `commit_op`; the artifact carries it so an install reproduces this exact state.
         debug_assert!(self.op <= commit_op);
-        let mut bytes = Vec::with_capacity(16);
-        bytes.extend_from_slice(&self.op.to_le_bytes());
-        bytes.extend_from_slice(&self.digest.to_le_bytes());
         vec![Artifact {
-            kind: if self.partition {
-                ArtifactKind::SEGMENT_LOG
-            } else {
-                ArtifactKind::METADATA_SNAPSHOT
-            },
+            kind: self.kind(),
             frontier: commit_op,
-            bytes,
+            bytes: self.state_bytes().to_vec(),
         }]
     }
 
@@ -134,17 +409,6 @@ impl StateMachine for DigestStateMachine {
                 a.kind == ArtifactKind::METADATA_SNAPSHOT || a.kind == ArtifactKind::SEGMENT_LOG
             })
             .ok_or(InstallError::Missing)?;
-        let bytes: [u8; 16] = artifact
-            .bytes
-            .as_slice()
-            .try_into()
-            .map_err(|_| InstallError::Decode { index })?;
-        let op = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-        if op > commit_op {
-            return Err(InstallError::Decode { index });
-        }
-        self.op = op;
-        self.digest = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
-        Ok(())
+        self.restore(commit_op, &artifact.bytes, index)
     }
 }

@@ -40,10 +40,10 @@ pub struct Snapshot {
 /// artifact, which is all the core lets a partition receiver install (§11.2 step 3); a
 /// METADATA_SNAPSHOT offer is rejected there, so the transfer could never complete.
 fn machine(group: GroupId) -> DigestStateMachine {
-    DigestStateMachine {
+    crate::Buffered::new(crate::DigestMachine {
         partition: !group.is_metadata(),
-        ..DigestStateMachine::default()
-    }
+        ..crate::DigestMachine::default()
+    })
 }
 
 /// Replicas of one group, a FIFO network and immediate storage.
@@ -327,6 +327,17 @@ impl Cluster {
         body: Vec<u8>,
     ) -> ClientRequest {
         ClientRequest::new(client, operation, session, request, body)
+    }
+
+    /// Primary affinity: asks replica `r` to take over (`Replica::take_over`) and runs the
+    /// cluster.
+    pub fn take_over(&mut self, r: u8) -> Result<u32, crate::Ignored> {
+        let now = self.now;
+        let replica = self.replicas[r as usize].as_mut().expect("replica is up");
+        let result = replica.take_over(now, &mut self.outbox);
+        self.execute(ReplicaId(r));
+        self.run();
+        result
     }
 
     /// Submits a request to replica `r` and runs the cluster.

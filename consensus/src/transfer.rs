@@ -3,7 +3,11 @@
 //! the manifest (length and XXH3-64) before anything is installed.
 //!
 //! Artifacts come from the [`StateMachine`] (and, on the metadata plane, the core's own client
-//! table, kind CLIENT_TABLE). After an install the driver makes the state durable
+//! table, kind CLIENT_TABLE). They are streamed (decision 170): the serving side reads each
+//! chunk from the state machine's frozen offer as it is asked for, the receiving side hands
+//! each in-order chunk to the state machine to stage and folds it into a running XXH3-64, so
+//! the core holds at most one chunk of state-machine artifact bytes at a time
+//! ([`TRANSFER_BYTES_HELD_MAX`]). After an install the driver makes the state durable
 //! ([`Effect::Checkpoint`]) and the core repairs the ops after `commit_op`.
 
 use std::collections::BTreeMap;
@@ -17,13 +21,14 @@ use wire::manifest::{self, ArtifactKind, ManifestEntry};
 
 use crate::client_table::ClientTable;
 use crate::constants::{
-    OFFER_EXPIRY_RETRIES, OFFER_EXPIRY_RETRIES_DONE, STATE_CHUNK_LEN_MAX, STATE_TRANSFER_STALLS_MAX,
+    OFFER_EXPIRY_RETRIES, OFFER_EXPIRY_RETRIES_DONE, STATE_CHUNK_LEN_MAX,
+    STATE_TRANSFER_STALLS_MAX, TRANSFER_BYTES_HELD_MAX,
 };
 use crate::frames;
 use crate::ignored::Ignored;
 use crate::io::{Effect, Outbox};
 use crate::replica::Replica;
-use crate::state_machine::{Artifact, StateMachine};
+use crate::state_machine::StateMachine;
 use crate::types::{Frame, Now, Plane, ReplicaId, Status};
 
 /// Per-artifact cap (metadata: 1 GiB) and total cap (4 GiB), §11.2 step 3.
@@ -65,6 +70,22 @@ impl TransferStage {
     }
 }
 
+/// XXH3-64 folded over an artifact's chunks as they arrive.
+#[derive(Clone)]
+pub(crate) struct RunningChecksum(xxhash_rust::xxh3::Xxh3Default);
+
+impl RunningChecksum {
+    fn new() -> RunningChecksum {
+        RunningChecksum(xxhash_rust::xxh3::Xxh3Default::new())
+    }
+}
+
+impl std::fmt::Debug for RunningChecksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RunningChecksum({:#x})", self.0.digest())
+    }
+}
+
 /// A receiver session.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
@@ -72,21 +93,48 @@ pub(crate) struct Session {
     pub peer: ReplicaId,
     pub commit_op: u64,
     pub entries: Vec<ManifestEntry>,
-    pub received: Vec<Vec<u8>>,
+    /// Bytes received (and staged) per manifest entry.
+    pub received: Vec<u64>,
+    /// Checksum of the first incomplete artifact's bytes so far.
+    pub running: RunningChecksum,
+    /// Manifest index -> index among the state machine's staged artifacts (`None`: the
+    /// CLIENT_TABLE, which the core keeps itself).
+    pub staged_index: Vec<Option<usize>>,
+    /// The CLIENT_TABLE's bytes (metadata plane): the core's own state, decoded at install.
+    pub client_table: Vec<u8>,
     pub idle_ticks: u64,
     pub stalls: u32,
     pub failures: u32,
     /// The view of the server's offer (0 until the target arrives).
     pub view: u32,
+    /// Leading artifacts whose length and checksum were verified.
+    pub verified: usize,
 }
 
-/// An offer cached by the server for one requester.
+impl Session {
+    /// The artifact the next chunk belongs to.
+    fn first_incomplete(&self) -> Option<usize> {
+        (0..self.entries.len()).find(|i| self.received[*i] < self.entries[*i].len)
+    }
+
+    /// The next artifact to verify, if it is complete.
+    fn verified_upto(&self) -> Option<usize> {
+        let i = self.verified;
+        (i < self.entries.len() && self.received[i] == self.entries[i].len).then_some(i)
+    }
+}
+
+/// An offer cached by the server for one requester: the manifest only; the bytes stay with
+/// the state machine's frozen image (and, for the CLIENT_TABLE, here).
 #[derive(Debug, Clone)]
 pub(crate) struct Offer {
     pub nonce: u128,
     pub commit_op: u64,
     pub manifest: Vec<u8>,
-    pub artifacts: Vec<Artifact>,
+    /// Artifact lengths in manifest order.
+    pub lens: Vec<u64>,
+    /// Manifest index of the CLIENT_TABLE and its encoding as of the offer (metadata plane).
+    pub client_table: Option<(usize, Vec<u8>)>,
     pub idle_ticks: u64,
     pub done: bool,
 }
@@ -101,9 +149,17 @@ pub(crate) struct Transfer {
     /// After an install left the head at `commit_op` without its identity: the next op is
     /// accepted from the current primary's journal without a parent check.
     pub anchor_unknown: bool,
+    /// Most state-machine artifact bytes the core held at once for this group (observability:
+    /// the simulator's report, the memory-bound test).
+    pub held_peak: usize,
 }
 
 impl Transfer {
+    fn held(&mut self, bytes: usize) {
+        debug_assert!(bytes <= TRANSFER_BYTES_HELD_MAX, "transfer memory bound");
+        self.held_peak = self.held_peak.max(bytes);
+    }
+
     pub fn is_active(&self) -> bool {
         self.stage != TransferStage::Idle
     }
@@ -141,6 +197,10 @@ impl<S: StateMachine> Replica<S> {
             commit_op: 0,
             entries: Vec::new(),
             received: Vec::new(),
+            running: RunningChecksum::new(),
+            staged_index: Vec::new(),
+            client_table: Vec::new(),
+            verified: 0,
             idle_ticks: 0,
             stalls: 0,
             failures: 0,
@@ -164,13 +224,11 @@ impl<S: StateMachine> Replica<S> {
         let Some(session) = self.transfer.session.as_ref() else {
             return;
         };
-        let Some(index) = (0..session.entries.len())
-            .find(|i| (session.received[*i].len() as u64) < session.entries[*i].len)
-        else {
+        let Some(index) = session.first_incomplete() else {
             return;
         };
         let entry = &session.entries[index];
-        let offset = session.received[index].len() as u64;
+        let offset = session.received[index];
         let len = (entry.len - offset).min(u64::from(chunk_len_max(self.config.max_message_size)));
         let mut h = RequestStateChunkHeader::zeroed();
         h.frame = FrameHeader::new(Command::RequestStateChunk, self.sender());
@@ -224,10 +282,15 @@ impl<S: StateMachine> Replica<S> {
             }
         };
         let total: u64 = entries.iter().map(|e| e.len).fold(0, u64::saturating_add);
+        let client_tables = entries
+            .iter()
+            .filter(|e| e.kind == ArtifactKind::CLIENT_TABLE)
+            .count();
         if entries
             .iter()
             .any(|e| !allowed(e.kind) || e.len > ARTIFACT_LEN_MAX)
             || total > TOTAL_LEN_MAX
+            || client_tables > 1
         {
             return Err(Ignored::Malformed);
         }
@@ -246,24 +309,33 @@ impl<S: StateMachine> Replica<S> {
             self.fall_back_to_repair(out);
             return Ok(());
         }
+        let mut staged = Vec::new();
+        let mut staged_index = Vec::with_capacity(entries.len());
+        for e in &entries {
+            if e.kind == ArtifactKind::CLIENT_TABLE {
+                staged_index.push(None);
+            } else {
+                staged_index.push(Some(staged.len()));
+                staged.push(*e);
+            }
+        }
         let session = self.transfer.session.as_mut().expect("checked");
         session.commit_op = commit_op;
         session.view = header.frame.view.get();
-        session.received = vec![Vec::new(); entries.len()];
+        session.received = vec![0; entries.len()];
+        session.running = RunningChecksum::new();
+        session.staged_index = staged_index;
+        session.client_table = Vec::new();
+        session.verified = 0;
         session.entries = entries;
         session.idle_ticks = 0;
         session.stalls = 0;
         self.transfer.move_to(TransferStage::Fetching);
-        if self
-            .transfer
-            .session
-            .as_ref()
-            .is_some_and(|s| s.entries.iter().all(|e| e.len == 0))
-        {
-            self.install_transfer(now, out);
-        } else {
-            self.request_next_chunk(out);
+        if self.sm.stage_begin(&staged).is_err() {
+            self.fail_transfer(out);
+            return Ok(());
         }
+        self.after_chunk(now, out);
         Ok(())
     }
 
@@ -282,10 +354,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Status);
         }
         let index = header.artifact.get() as usize;
-        let first_incomplete = (0..session.entries.len())
-            .find(|i| (session.received[*i].len() as u64) < session.entries[*i].len);
-        if first_incomplete != Some(index)
-            || header.offset.get() != session.received[index].len() as u64
+        if session.first_incomplete() != Some(index)
+            || header.offset.get() != session.received[index]
             || body.is_empty()
             || header
                 .offset
@@ -295,77 +365,103 @@ impl<S: StateMachine> Replica<S> {
         {
             return Err(Ignored::Scope);
         }
-        session.received[index].extend_from_slice(body);
+        let offset = session.received[index];
+        session.running.0.update(body);
+        let staged = match session.staged_index[index] {
+            Some(staged) => self.sm.stage_chunk(staged, offset, body).is_ok(),
+            None => {
+                session.client_table.extend_from_slice(body);
+                true
+            }
+        };
+        session.received[index] += body.len() as u64;
         session.idle_ticks = 0;
         session.stalls = 0;
-        let complete = (0..session.entries.len())
-            .all(|i| session.received[i].len() as u64 == session.entries[i].len);
-        if complete {
+        if !staged {
+            self.fail_transfer(out);
+            return Ok(());
+        }
+        self.after_chunk(now, out);
+        Ok(())
+    }
+
+    /// After a descriptor or a chunk: verifies every artifact that just became complete
+    /// (zero-length ones included) against its manifest checksum, then asks for the next chunk
+    /// or installs. A mismatch discards the session (§11.2 step 6).
+    fn after_chunk(&mut self, now: Now, out: &mut Outbox) {
+        let session = self.transfer.session.as_mut().expect("a session");
+        let mut intact = true;
+        while let Some(index) = session.verified_upto() {
+            // `index` is complete and not yet verified: the running checksum covers it whole.
+            let entry = &session.entries[index];
+            intact &= session.received[index] == entry.len
+                && session.running.0.digest() == entry.checksum;
+            session.running = RunningChecksum::new();
+            session.verified += 1;
+        }
+        if !intact {
+            self.fail_transfer(out);
+        } else if session.first_incomplete().is_none() {
             self.install_transfer(now, out);
         } else {
             self.request_next_chunk(out);
         }
-        Ok(())
     }
 
-    /// Verifies every artifact, then installs (§11.2 step 6, §11.3).
+    /// Discards the session (a checksum mismatch, a staging failure, or an install the state
+    /// machine refused) and re-arms a new one with a fresh nonce, within the failure budget
+    /// (§11.2 step 6); beyond it, falls back to journal repair.
+    fn fail_transfer(&mut self, out: &mut Outbox) {
+        let session = self.transfer.session.take().expect("a session");
+        let failures = session.failures + 1;
+        if failures > INSTALL_FAILURES_MAX {
+            self.transfer.move_to(TransferStage::Idle);
+            self.fall_back_to_repair(out);
+            return;
+        }
+        self.transfer.move_to(TransferStage::AwaitingTarget);
+        self.transfer.session = Some(Session {
+            nonce: self.prng.nonce(),
+            failures,
+            commit_op: 0,
+            entries: Vec::new(),
+            received: Vec::new(),
+            running: RunningChecksum::new(),
+            staged_index: Vec::new(),
+            client_table: Vec::new(),
+            verified: 0,
+            idle_ticks: 0,
+            stalls: 0,
+            peer: session.peer,
+            view: 0,
+        });
+        self.request_state_transfer(out);
+    }
+
+    /// Installs the staged, verified artifacts (§11.2 step 6, §11.3).
     fn install_transfer(&mut self, now: Now, out: &mut Outbox) {
         self.transfer.move_to(TransferStage::Installing);
-        let session = self.transfer.session.take().expect("a session");
-        let intact = session
-            .entries
-            .iter()
-            .zip(&session.received)
-            .all(|(e, bytes)| {
-                bytes.len() as u64 == e.len && manifest::artifact_checksum(bytes) == e.checksum
-            });
-        let artifacts: Vec<Artifact> = session
-            .entries
-            .iter()
-            .zip(session.received)
-            .map(|(e, bytes)| Artifact {
-                kind: e.kind,
-                frontier: e.frontier,
-                bytes,
-            })
-            .collect();
+        let session = self.transfer.session.as_ref().expect("a session");
+        debug_assert_eq!(
+            session.verified,
+            session.entries.len(),
+            "installs only verified data"
+        );
         let table = if self.plane() == Plane::Metadata {
-            artifacts
-                .iter()
-                .find(|a| a.kind == ArtifactKind::CLIENT_TABLE)
-                .and_then(|a| ClientTable::decode(&a.bytes, self.config.clients_table_max))
+            ClientTable::decode(&session.client_table, self.config.clients_table_max)
         } else {
             None
         };
         let table_ok = self.plane() == Plane::Partition || table.is_some();
         let commit_op = session.commit_op;
-        let installed = intact
-            && table_ok
-            && commit_op > self.commit_min
-            && self.sm.install(commit_op, &artifacts).is_ok();
+        let installed =
+            table_ok && commit_op > self.commit_min && self.sm.install_staged(commit_op).is_ok();
         if !installed {
             // Restart from scratch with a fresh nonce, within the failure budget.
-            let failures = session.failures + 1;
-            if failures > INSTALL_FAILURES_MAX {
-                self.transfer.move_to(TransferStage::Idle);
-                self.fall_back_to_repair(out);
-                return;
-            }
-            self.transfer.move_to(TransferStage::AwaitingTarget);
-            self.transfer.session = Some(Session {
-                nonce: self.prng.nonce(),
-                failures,
-                commit_op: 0,
-                entries: Vec::new(),
-                received: Vec::new(),
-                idle_ticks: 0,
-                stalls: 0,
-                peer: session.peer,
-                view: 0,
-            });
-            self.request_state_transfer(out);
+            self.fail_transfer(out);
             return;
         }
+        let session = self.transfer.session.take().expect("a session");
         if let Some(table) = table {
             self.clients = table;
         }
@@ -506,15 +602,25 @@ impl<S: StateMachine> Replica<S> {
         for offer in self.transfer.offers.values_mut() {
             offer.idle_ticks += 1;
         }
-        self.transfer.offers.retain(|_, o| {
-            let limit = retry
-                * if o.done {
-                    OFFER_EXPIRY_RETRIES_DONE
-                } else {
-                    OFFER_EXPIRY_RETRIES
-                };
-            o.idle_ticks < limit
-        });
+        let expired: Vec<u8> = self
+            .transfer
+            .offers
+            .iter()
+            .filter(|(_, o)| {
+                let limit = retry
+                    * if o.done {
+                        OFFER_EXPIRY_RETRIES_DONE
+                    } else {
+                        OFFER_EXPIRY_RETRIES
+                    };
+                o.idle_ticks >= limit
+            })
+            .map(|(r, _)| *r)
+            .collect();
+        for requester in expired {
+            self.transfer.offers.remove(&requester);
+            self.sm.release_offer(ReplicaId(requester));
+        }
         let Some(session) = self.transfer.session.as_mut() else {
             return;
         };
@@ -583,25 +689,28 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::NotPrimary);
         }
         let commit_op = self.commit_min;
-        let mut artifacts = self.sm.artifacts(commit_op);
+        // A new nonce replaces the requester's previous offer (the state machine's `offer`
+        // replaces its image under the same key).
+        self.transfer.offers.remove(&requester.0);
+        let Ok(mut entries) = self.sm.offer(requester, commit_op) else {
+            self.sm.release_offer(requester);
+            self.send(out, requester, self.refusal(nonce, true));
+            return Err(Ignored::ArtifactIo);
+        };
+        let mut client_table = None;
         if self.plane() == Plane::Metadata {
-            artifacts.push(Artifact {
+            let bytes = self.clients.encode();
+            entries.push(ManifestEntry {
                 kind: ArtifactKind::CLIENT_TABLE,
                 frontier: commit_op,
-                bytes: self.clients.encode(),
+                len: bytes.len() as u64,
+                checksum: manifest::artifact_checksum(&bytes),
             });
+            client_table = Some((entries.len() - 1, bytes));
         }
-        let entries: Vec<ManifestEntry> = artifacts
-            .iter()
-            .map(|a| ManifestEntry {
-                kind: a.kind,
-                frontier: a.frontier,
-                len: a.bytes.len() as u64,
-                checksum: manifest::artifact_checksum(&a.bytes),
-            })
-            .collect();
         let mut manifest_bytes = Vec::new();
         if manifest::encode(&entries, &mut manifest_bytes).is_err() {
+            self.sm.release_offer(requester);
             self.send(out, requester, self.refusal(nonce, false));
             return Err(Ignored::Malformed);
         }
@@ -609,7 +718,8 @@ impl<S: StateMachine> Replica<S> {
             nonce,
             commit_op,
             manifest: manifest_bytes,
-            artifacts,
+            lens: entries.iter().map(|e| e.len).collect(),
+            client_table,
             idle_ticks: 0,
             done: false,
         };
@@ -637,28 +747,47 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::Nonce);
         };
         let index = header.artifact.get() as usize;
-        let Some(artifact) = offer.artifacts.get(index) else {
+        let Some(&len_total) = offer.lens.get(index) else {
             return Err(Ignored::Scope);
         };
         let offset = header.offset.get();
-        let len_total = artifact.bytes.len() as u64;
         if offset >= len_total {
             return Err(Ignored::Scope);
         }
         let cap = u64::from(chunk_len_max(self.config.max_message_size));
         let len = u64::from(header.len.get()).min(cap).min(len_total - offset);
-        let bytes = artifact.bytes[offset as usize..(offset + len) as usize].to_vec();
         offer.idle_ticks = 0;
-        if index + 1 == offer.artifacts.len() && offset + len == len_total {
+        if index + 1 == offer.lens.len() && offset + len == len_total {
             offer.done = true;
         }
+        // The chunk is read straight into the frame that carries it: one chunk held, no copy.
+        let mut frame = Vec::with_capacity(wire::HEADER_SIZE + len as usize);
+        frame.resize(wire::HEADER_SIZE, 0);
+        match offer.client_table.as_ref().filter(|(i, _)| *i == index) {
+            Some((_, bytes)) => {
+                frame.extend_from_slice(&bytes[offset as usize..(offset + len) as usize]);
+            }
+            None => {
+                if self
+                    .sm
+                    .read_chunk(requester, index, offset, len as usize, &mut frame)
+                    .is_err()
+                    || frame.len() != wire::HEADER_SIZE + len as usize
+                {
+                    // The requester's stall timer asks again; a persistent failure ends in
+                    // its fallback to journal repair.
+                    return Err(Ignored::ArtifactIo);
+                }
+            }
+        }
+        self.transfer.held(frame.capacity());
         let mut h = StateChunkHeader::zeroed();
         h.frame = FrameHeader::new(Command::StateChunk, self.sender());
         h.nonce.set(nonce);
         h.offset.set(offset);
         h.group.set(self.group.0);
         h.artifact.set(index as u32);
-        let frame = frames::finish(h, &bytes);
+        let frame = frames::finish_in_place(h, frame);
         self.send(out, requester, frame);
         Ok(())
     }

@@ -336,3 +336,144 @@ fn a_transferring_backup_acks_after_the_install_and_lifts_the_barrier() {
     assert_eq!((p.commit_min(), p.commit_max()), (3, 3));
     assert!(p.is_caught_up_primary(), "the barrier is lifted");
 }
+
+/// A chunk whose bytes differ from what the manifest's checksum covers (StateChunk bodies carry
+/// no integrity of their own) is caught when its artifact completes: nothing is installed, the
+/// session is discarded and a new one (fresh nonce) asks again.
+#[test]
+fn a_corrupted_chunk_is_never_installed() {
+    let mut c = primary_with(3);
+    let mut b = fresh(3, 2);
+    let before = b.state_machine().clone();
+    let mut out = crate::Outbox::new();
+    b.start_state_transfer(ReplicaId(0), &mut out);
+    let effects: Vec<Effect> = out.drain().collect();
+    let first_nonce = b.transfer.session.as_ref().unwrap().nonce;
+    let p = c.replicas[0].as_mut().unwrap();
+    let (_, served) = feed(p, 2, sent(&effects[0]).1);
+    let (_, effects) = feed(&mut b, 0, sent(&served[0]).1);
+    // The snapshot artifact (16 bytes: op, digest) comes in one chunk; flip a digest byte.
+    let (_, served) = feed(p, 2, sent(&effects[0]).1);
+    let chunk = sent(&served[0]).1;
+    let h = StateChunkHeader::view(chunk.bytes()).unwrap();
+    assert_eq!(
+        (h.artifact.get(), h.offset.get(), chunk.body().len()),
+        (0, 0, 16)
+    );
+    let mut bytes = chunk.bytes().to_vec();
+    bytes[wire::HEADER_SIZE + 12] ^= 0x40;
+    let (result, effects) = feed(&mut b, 0, &crate::Frame::new(bytes));
+    assert_eq!(result, Ok(()));
+    assert_eq!(b.transfer.stage, TransferStage::AwaitingTarget);
+    let session = b.transfer.session.as_ref().unwrap();
+    assert_ne!(session.nonce, first_nonce, "a fresh session");
+    assert_eq!(session.failures, 1);
+    let (to, frame) = sent(&effects[0]);
+    assert_eq!(
+        (to, frame.command()),
+        (0, Some(Command::RequestStateTransfer))
+    );
+    assert_eq!(b.commit_min(), 0);
+    assert_eq!(b.state_machine(), &before);
+    assert_eq!(b.transfers_installed(), 0);
+}
+
+/// Primary affinity (decision 171): a backup's `take_over` starts a view change toward the
+/// smallest later view it is the primary of; everything else refuses.
+#[test]
+fn take_over_aims_at_the_next_view_this_replica_leads() {
+    let now = crate::Now {
+        tick: 1,
+        realtime_us: 1_000_000,
+    };
+    let mut b = fresh(3, 2);
+    let mut out = crate::Outbox::new();
+    assert_eq!(b.take_over(now, &mut out), Ok(2));
+    assert_eq!((b.status(), b.view()), (crate::Status::ViewChange, 2));
+    assert_eq!(b.takeovers(), 1);
+    // Mid view change: not Normal, refused.
+    assert_eq!(b.take_over(now, &mut out), Err(Ignored::Status));
+    // The primary of its view refuses.
+    let mut p = fresh(3, 0);
+    assert_eq!(p.take_over(now, &mut out), Err(Ignored::NotBackup));
+    assert_eq!((p.status(), p.view()), (crate::Status::Normal, 0));
+    // From view 4 (primary 1), replica 0 aims at view 6 and replica 2 at view 5.
+    for (r, target) in [(0, 6), (2, 5)] {
+        let mut b = fresh(3, r);
+        b.view = 4;
+        b.log_view = 4;
+        assert_eq!(b.take_over(now, &mut out), Ok(target), "replica {r}");
+    }
+}
+
+/// End to end over the reference driver: replica 2 takes over a partition group; the
+/// committed log survives the view change and the new primary commits new requests.
+#[test]
+fn take_over_moves_the_primary_and_keeps_the_log() {
+    let key = wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 1,
+    };
+    let group = GroupId::partition(key).unwrap();
+    let mut c = Cluster::new(3, group, |_| {});
+    let body = || {
+        let batch = crate::partition::build_batch(&[b"a", b"bb"]);
+        crate::partition::build_send_messages_request(&batch, 1)
+    };
+    for request in 1..=3u64 {
+        c.submit(
+            0,
+            Cluster::request(11, wire::Operation::SendMessages, 1, request, body()),
+        );
+    }
+    c.ticks(60);
+    let committed = c.replica(0).commit_min();
+    assert_eq!(committed, 3);
+    assert_eq!(c.take_over(2), Ok(2));
+    c.ticks(60);
+    assert!(c.replica(2).is_primary(), "{:?}", c.replica(2).status());
+    for r in 0..3 {
+        assert_eq!(c.replica(r).view(), 2, "replica {r}");
+        assert!(c.replica(r).commit_max() >= committed, "replica {r}");
+    }
+    c.submit(
+        2,
+        Cluster::request(11, wire::Operation::SendMessages, 1, 4, body()),
+    );
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(c.replica(r).commit_min(), committed + 1, "replica {r}");
+        assert_eq!(c.replica(r).next_offset(), 8, "replica {r}");
+    }
+    assert_eq!(c.replica(2).state_machine(), c.replica(0).state_machine());
+}
+
+/// Primary affinity backs off (decision 171): a replica that is a backup again after its
+/// takeover (the view change went elsewhere) refuses the next `take_over` for twice the
+/// heartbeat timeout, then tries again.
+#[test]
+fn take_over_backs_off_after_a_takeover_that_did_not_hold() {
+    let at = |tick: u64| crate::Now {
+        tick,
+        realtime_us: 1_000_000 + tick * 10_000,
+    };
+    let timeout = raw(3, 1).heartbeat_timeout_ticks;
+    let mut b = fresh(3, 1);
+    let mut out = crate::Outbox::new();
+    assert_eq!(b.take_over(at(10), &mut out), Ok(1));
+    persisted(&mut b);
+    // Replica 2 wins view 2 instead; the taker follows it as a backup.
+    let (result, _) = feed(&mut b, 2, &start_view(2, 2, 0, 0, &[]));
+    assert_eq!(result, Ok(()));
+    persisted(&mut b);
+    assert_eq!((b.status(), b.view()), (crate::Status::Normal, 2));
+    assert_eq!(b.take_over(at(20), &mut out), Err(Ignored::Abdicated));
+    assert_eq!(
+        b.take_over(at(20 + 2 * timeout - 1), &mut out),
+        Err(Ignored::Abdicated)
+    );
+    assert_eq!((b.status(), b.view()), (crate::Status::Normal, 2));
+    assert_eq!(b.take_over(at(20 + 2 * timeout), &mut out), Ok(4));
+    assert_eq!(b.takeovers(), 2);
+}

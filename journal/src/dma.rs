@@ -142,6 +142,10 @@ impl DmaStorage {
 }
 
 impl Storage for DmaStorage {
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        Some(&self.root)
+    }
+
     fn location(&self) -> String {
         self.root.display().to_string()
     }

@@ -89,6 +89,10 @@ impl FileStorage {
 }
 
 impl Storage for FileStorage {
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        Some(&self.root)
+    }
+
     fn location(&self) -> String {
         self.root.display().to_string()
     }

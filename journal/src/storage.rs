@@ -110,6 +110,12 @@ pub trait Storage {
     /// An open file.
     type File: std::fmt::Debug;
 
+    /// The directory on the local file system, when the storage is one (state-transfer staging
+    /// writes its temporary files there with std IO; decision 220). In-memory storage: `None`.
+    fn local_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
+
     /// Opens (or creates) a file by name. Names contain no `/`.
     async fn open(&self, name: &str, mode: OpenMode) -> Result<Self::File, StorageError>;
     /// Reads into `buf` from `offset`; returns the bytes read, short only at the end of the

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use consensus::{Artifact, Frame, Recovered, StateMachine};
+use consensus::{Artifact, Frame, Recovered};
 use journal::artifact::{Snapshot, SnapshotStore};
 use journal::boot::boot_metadata;
 use journal::metadata::{JournalConfig, JournalError, MetadataJournal, SlotState};
@@ -539,7 +539,7 @@ pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::V
 /// ring vouches for is handed over as held but faulty (`Recovered::faulty`, decision 62) and
 /// repaired from peers; a torn top the ring never knew is cut, after the truncation ceiling
 /// covering it is durable (decision 51).
-pub async fn recover<S: Storage + Clone, M: StateMachine>(
+pub async fn recover<S: Storage + Clone, M: crate::metadata_group::Checkpointable>(
     storage: S,
     path: &Path,
     identity: Identity,
@@ -565,7 +565,7 @@ pub async fn recover<S: Storage + Clone, M: StateMachine>(
         };
         let decoded = decode_snapshot(payload).ok_or_else(|| bad("payload".into()))?;
         state_machine
-            .install(*op, &decoded.artifacts)
+            .restore(*op, &decoded.artifacts)
             .map_err(|e| bad(e.to_string()))?;
         core.snapshot_op = *op;
         core.client_table = decoded.client_table;

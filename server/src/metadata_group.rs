@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use consensus::{
     Completion, Effect, Frame, Input, Now, Outbox, Replica, ReplicaId, StateMachine, Status,
+    WholeArtifacts,
 };
 use journal::artifact::Snapshot;
 use journal::metadata::JournalError;
@@ -43,16 +44,33 @@ use crate::boot::{MetadataDisk, encode_snapshot, persisted_state};
 use crate::metrics::Gauges;
 
 /// A state machine the node can checkpoint through the shared reference the core hands out
-/// (`Replica::state_machine`), at the op the core names in `Effect::Checkpoint`.
+/// (`Replica::state_machine`), at the op the core names in `Effect::Checkpoint`, and restore
+/// at boot from the snapshot it wrote.
 pub trait Checkpointable: StateMachine {
-    /// The artifacts [`StateMachine::install`] restores this exact state from.
+    /// The artifacts [`Checkpointable::restore`] restores this exact state from.
     fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact>;
+
+    /// Replaces the whole state with a checkpoint's artifacts (boot); leaves it untouched on
+    /// error.
+    fn restore(
+        &mut self,
+        commit_op: u64,
+        artifacts: &[consensus::Artifact],
+    ) -> Result<(), consensus::InstallError>;
 }
 
 impl Checkpointable for consensus::DigestStateMachine {
     fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<consensus::Artifact> {
         // 16 bytes of state: a clone costs nothing.
-        self.clone().artifacts(commit_op)
+        self.machine.clone().artifacts(commit_op)
+    }
+
+    fn restore(
+        &mut self,
+        commit_op: u64,
+        artifacts: &[consensus::Artifact],
+    ) -> Result<(), consensus::InstallError> {
+        self.machine.install(commit_op, artifacts)
     }
 }
 
@@ -813,7 +831,7 @@ mod tests {
     use super::*;
     use crate::boot::{MetadataBoot, recover};
     use crate::test_frames::prepare;
-    use consensus::{DigestStateMachine, StateMachine};
+    use consensus::{DigestStateMachine, WholeArtifacts};
     use journal::MemStorage;
     use journal::metadata::JournalConfig;
 
@@ -895,7 +913,7 @@ mod tests {
                             identity_of(&p1),
                             1_001,
                             &[],
-                            &DigestStateMachine {
+                            &consensus::DigestMachine {
                                 op: 1,
                                 digest: 77,
                                 partition: false,
@@ -1038,7 +1056,7 @@ mod tests {
                                 0,
                                 0,
                                 &[],
-                                &DigestStateMachine::default().artifacts(1),
+                                &consensus::DigestMachine::default().artifacts(1),
                             ),
                         },
                         prepare: (0, 0),
@@ -1081,7 +1099,7 @@ mod tests {
                                 0,
                                 0,
                                 &[],
-                                &DigestStateMachine::default().artifacts(1),
+                                &consensus::DigestMachine::default().artifacts(1),
                             ),
                         },
                         prepare: (0, 0),

@@ -69,6 +69,12 @@ impl Gauges {
             .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
     }
 
+    /// The view this node's metadata replica leads as the primary of a normal view, `None`
+    /// otherwise (primary affinity reads it from every shard, decision 221).
+    pub fn metadata_lead(&self) -> Option<u64> {
+        (self.is_primary.load(Ordering::Relaxed) == 1).then(|| self.view.load(Ordering::Relaxed))
+    }
+
     /// The metadata primary of the view this node is in, while that view is normal (what
     /// GetClusterMetadata names as leader); `None` during a view change or recovery.
     pub fn metadata_primary(&self, replica_count: u8) -> Option<u8> {

@@ -153,7 +153,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         counters: client_counters.clone(),
         started: std::time::SystemTime::now(),
     };
-    let machine = Arc::new(Mutex::new(Some(machine)));
+    let machine = Arc::new(Mutex::new(Some(consensus::Buffered::new(machine))));
     let clients = SocketAddr::new(node.ip, node.ports.tcp);
     let test_register_ticks = match std::env::var(metadata::TEST_REGISTER_ENV) {
         Ok(ms) => {
@@ -313,7 +313,7 @@ struct Shard {
     superblock_wedged: Option<Duration>,
     rejoin: bool,
     /// The metadata state machine, taken by shard 0 at boot.
-    machine: Arc<Mutex<Option<MetadataStateMachine>>>,
+    machine: Arc<Mutex<Option<consensus::Buffered<MetadataStateMachine>>>>,
     /// Where shard 0's pump publishes committed sessions.
     metadata_handle: Arc<MetadataHandle>,
     /// What every shard's client core shares.
@@ -339,6 +339,9 @@ impl Shard {
         let inbox = Rc::new(Inbox::new(self.gauges.clone()));
         let shards = u16::try_from(ctx.shards).expect("shard counts fit u16");
         let host = partitions::Host::new(ctx.id, shards, self.lanes, self.partition_gauges.clone());
+        // Partition primaries follow the metadata primary (decision 221).
+        let metadata_gauges = self.gauges.clone();
+        host.set_metadata_lead(Rc::new(move || metadata_gauges.metadata_lead()));
         let mesh = Rc::new(ctx.mesh);
         // Frames route by group: metadata, this shard's partition groups, another shard's
         // (forwarded over the mesh), or unknown (decision 166).
@@ -460,7 +463,7 @@ impl Shard {
     /// main thread stops the node on it).
     fn spawn_pump<S: journal::Storage + 'static>(
         &self,
-        boot: MetadataBoot<S, MetadataStateMachine>,
+        boot: MetadataBoot<S, consensus::Buffered<MetadataStateMachine>>,
         plane: &Rc<Plane>,
         inbox: &Rc<Inbox>,
         stop: &shard::StopSignal,
@@ -604,7 +607,7 @@ impl Shard {
         storage: S,
         dir: &Path,
         backend: &'static str,
-    ) -> Result<MetadataBoot<S, MetadataStateMachine>, String> {
+    ) -> Result<MetadataBoot<S, consensus::Buffered<MetadataStateMachine>>, String> {
         let journal = journal::JournalConfig {
             slot_count: u64::from(self.slots),
             slot_size: boot::METADATA_SLOT_SIZE,
@@ -644,8 +647,8 @@ impl Shard {
 /// variants' size difference costs nothing).
 #[allow(clippy::large_enum_variant)]
 enum Booted {
-    Dma(MetadataBoot<DmaStorage, MetadataStateMachine>),
-    File(MetadataBoot<FileStorage, MetadataStateMachine>),
+    Dma(MetadataBoot<DmaStorage, consensus::Buffered<MetadataStateMachine>>),
+    File(MetadataBoot<FileStorage, consensus::Buffered<MetadataStateMachine>>),
 }
 
 /// Whether `O_DIRECT` opens in `dir` (tmpfs refuses it); without it the journal still

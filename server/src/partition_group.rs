@@ -126,6 +126,9 @@ fn group_of_prefix(name: &str) -> Option<u64> {
 pub struct PartitionGauges {
     /// Groups hosted.
     pub groups: AtomicU64,
+    /// `Replica::take_over` calls that started a view change toward this node (primary
+    /// affinity, decision 221).
+    pub takeovers: AtomicU64,
     /// Of them, primary in a normal view.
     pub primaries: AtomicU64,
     /// Sum of the groups' `commit_min`.
@@ -1145,7 +1148,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         offsets.next_offset = frontier;
         let machine = match PartitionStateMachine::restore(GroupId(group), &stored[..cut], offsets)
         {
-            Ok(m) => m,
+            // A received transfer stages in this directory (decision 220).
+            Ok(m) => m.with_staging_dir(self.partitions.local_dir().map(ToOwned::to_owned)),
             Err(e) => {
                 error!(group, error = %e, "partition segments inconsistent; the group stays down");
                 return;
@@ -1250,9 +1254,69 @@ pub struct Host {
     queues: RefCell<Option<Rc<Queues>>>,
     /// This shard's counters.
     pub gauges: Arc<PartitionGauges>,
+    /// Primary affinity's source (decision 221): the view in which this node's metadata
+    /// replica is the primary of a normal view, `None` otherwise. Unset: no affinity.
+    metadata_lead: RefCell<Option<MetadataLead>>,
+}
+
+/// Reads, lock-free, the view in which this node's metadata replica is the Normal primary
+/// (`None` while it is not); the node reads the metadata pump's gauges.
+pub type MetadataLead = Rc<dyn Fn() -> Option<u64>>;
+
+/// Primary affinity in the partition pump (decision 221, spec README decision 3): once this
+/// node's metadata replica has led one normal view for `heartbeat_timeout` ticks, each hosted
+/// group whose primary is elsewhere is asked to take over, at most once per
+/// `heartbeat_timeout` per group (`Replica::take_over` itself backs off after setbacks).
+#[derive(Debug, Default)]
+struct Affinity {
+    /// The led view and the tick it was first seen.
+    lead: Option<(u64, u64)>,
+    /// The tick of each group's last call.
+    tried: BTreeMap<u64, u64>,
+}
+
+impl Affinity {
+    /// The groups to call `take_over` for at tick `tick`, given the lead read now.
+    fn due(
+        &mut self,
+        tick: u64,
+        lead: Option<u64>,
+        heartbeat_timeout: u64,
+        backups: impl Iterator<Item = u64>,
+    ) -> Vec<u64> {
+        self.lead = match (lead, self.lead) {
+            (Some(view), Some((led, since))) if view == led => Some((led, since)),
+            (Some(view), _) => Some((view, tick)),
+            (None, _) => None,
+        };
+        let Some((_, since)) = self.lead else {
+            return Vec::new();
+        };
+        if tick < since + heartbeat_timeout {
+            return Vec::new();
+        }
+        backups
+            .filter(|group| {
+                let due = self
+                    .tried
+                    .get(group)
+                    .is_none_or(|last| tick >= last + heartbeat_timeout);
+                if due {
+                    self.tried.insert(*group, tick);
+                }
+                due
+            })
+            .collect()
+    }
 }
 
 impl Host {
+    /// Makes the pump pull its groups' primaries to this node while `lead` says this node's
+    /// metadata replica leads (decision 221).
+    pub fn set_metadata_lead(&self, lead: MetadataLead) {
+        *self.metadata_lead.borrow_mut() = Some(lead);
+    }
+
     /// The host of shard `shard` of `shards` with `lanes` replica lanes.
     pub fn new(shard: u16, shards: u16, lanes: u16, gauges: Arc<PartitionGauges>) -> Rc<Host> {
         Rc::new(Host {
@@ -1264,6 +1328,7 @@ impl Host {
             busy: Rc::default(),
             queues: RefCell::default(),
             gauges,
+            metadata_lead: RefCell::default(),
         })
     }
 
@@ -1556,6 +1621,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
     let mut ticks = 0u64;
+    let mut affinity = Affinity::default();
     let mut next_tick = Instant::now() + TICK;
     let mut exec = Executor {
         transport,
@@ -1579,6 +1645,26 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 for (group, hosted) in groups.iter_mut() {
                     let _ = hosted.replica.step(at, Input::Tick, &mut out);
                     exec.run(*group, &hosted.replica, &mut out);
+                }
+                let lead = host.metadata_lead.borrow().as_ref().and_then(|lead| lead());
+                let backups = groups
+                    .iter()
+                    .filter(|(_, h)| {
+                        h.replica.status() == Status::Normal && !h.replica.is_primary()
+                    })
+                    .map(|(group, _)| *group);
+                for group in affinity.due(ticks, lead, core.heartbeat_timeout_ticks, backups) {
+                    let Some(hosted) = groups.get_mut(&group) else {
+                        continue;
+                    };
+                    match hosted.replica.take_over(at, &mut out) {
+                        Ok(view) => {
+                            add(&host.gauges.takeovers, 1);
+                            info!(group, view, "taking over the primary (affinity)");
+                        }
+                        Err(why) => debug!(group, ?why, "take-over refused"),
+                    }
+                    exec.run(group, &hosted.replica, &mut out);
                 }
             }
             exec.deliver();
@@ -1842,6 +1928,42 @@ impl Executor {
         for (client, frame) in self.pending_replies.drain(..) {
             self.replies.reply(client, frame);
         }
+    }
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::Affinity;
+
+    /// Nothing is due until the lead has held one view for a heartbeat timeout; then each
+    /// backup group once per heartbeat timeout; a new view or a lost lead starts over.
+    #[test]
+    fn takeovers_wait_for_a_steady_lead_and_repeat_once_per_timeout() {
+        let mut a = Affinity::default();
+        let groups = || [1u64, 2].into_iter();
+        assert!(a.due(0, None, 10, groups()).is_empty());
+        assert!(a.due(1, Some(3), 10, groups()).is_empty(), "lead just seen");
+        assert!(a.due(10, Some(3), 10, groups()).is_empty());
+        assert_eq!(a.due(11, Some(3), 10, groups()), vec![1, 2]);
+        assert!(
+            a.due(12, Some(3), 10, groups()).is_empty(),
+            "once per timeout"
+        );
+        assert_eq!(
+            a.due(20, Some(3), 10, [2u64].into_iter()),
+            Vec::<u64>::new()
+        );
+        assert_eq!(a.due(21, Some(3), 10, groups()), vec![1, 2]);
+        assert!(
+            a.due(40, Some(4), 10, groups()).is_empty(),
+            "a new view starts over"
+        );
+        assert!(a.due(45, None, 10, groups()).is_empty());
+        assert!(
+            a.due(60, Some(4), 10, groups()).is_empty(),
+            "the lead was lost"
+        );
+        assert_eq!(a.due(70, Some(4), 10, groups()), vec![1, 2]);
     }
 }
 

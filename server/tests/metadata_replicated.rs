@@ -5,8 +5,8 @@
 use std::collections::VecDeque;
 
 use consensus::{
-    ClientId, ClientRequest, Completion, Effect, Frame, GroupId, Input, Now, Outbox, RawConfig,
-    Recovered, Replica, ReplicaId,
+    Buffered, ClientId, ClientRequest, Completion, Effect, Frame, GroupId, Input, Now, Outbox,
+    RawConfig, Recovered, Replica, ReplicaId,
 };
 use server::client::codec::{Identifier, Name, Options};
 use server::client::reply::{LoginReply, StreamDetails, TopicDetails, read_result};
@@ -19,7 +19,7 @@ use server::metadata::{Genesis, MetadataStateMachine, RootCredentials};
 use wire::Operation;
 
 struct Cluster {
-    replicas: Vec<Replica<MetadataStateMachine>>,
+    replicas: Vec<Replica<Buffered<MetadataStateMachine>>>,
     network: VecDeque<(ReplicaId, ReplicaId, Frame)>,
     completions: VecDeque<(ReplicaId, Completion)>,
     replies: Vec<(ClientId, Frame)>,
@@ -27,13 +27,15 @@ struct Cluster {
     outbox: Outbox,
 }
 
-fn machine() -> MetadataStateMachine {
-    MetadataStateMachine::new(&Genesis {
-        cluster_id: 0xC1,
-        root: RootCredentials::resolve(None, None, ("u", "p"), |_| None).unwrap(),
-        params: HashParams::TEST,
-    })
-    .unwrap()
+fn machine() -> Buffered<MetadataStateMachine> {
+    Buffered::new(
+        MetadataStateMachine::new(&Genesis {
+            cluster_id: 0xC1,
+            root: RootCredentials::resolve(None, None, ("u", "p"), |_| None).unwrap(),
+            params: HashParams::TEST,
+        })
+        .unwrap(),
+    )
 }
 
 impl Cluster {

@@ -3,8 +3,13 @@
 //! checkers can compare bodies, not only header identities (a partition prepare's identity does
 //! not cover its stamped body, wire.md §7).
 
-use consensus::{Artifact, DigestStateMachine, InstallError, Projection, StateMachine};
+use std::collections::BTreeMap;
+
+use consensus::{
+    DigestMachine, InstallError, Projection, ReplicaId, StateMachine, TransferError, WholeArtifacts,
+};
 use wire::header::PrepareHeader;
+use wire::manifest::{ArtifactKind, ManifestEntry};
 
 /// One applied op: its number, its header and the XXH3 of the body as applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,16 +22,103 @@ pub struct AppliedBody {
     pub body_digest: u64,
 }
 
-/// `DigestStateMachine` with an applied log.
+/// `DigestMachine` with an applied log, serving and staging its artifacts by chunk (decision
+/// 170) without ever holding one whole: the SEGMENT_LOG (or METADATA_SNAPSHOT) artifact is the
+/// 16-byte `(op, digest)` followed by `artifact_pad` bytes generated from it, so a seed can
+/// transfer artifacts many chunks long while the machine keeps O(1) bytes per offer and per
+/// staging session. The receiver checks every padding byte against the generator as it
+/// arrives (a decode check; the core checks length and checksum).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SimMachine {
     /// The digest machine doing the actual work.
-    pub inner: DigestStateMachine,
+    pub inner: DigestMachine,
     /// Every op applied in this life, in order (the simulator reads it with a cursor).
     pub applied: Vec<AppliedBody>,
     /// Partition plane: the end (`base_offset + message_count`) of the highest committed
     /// SendMessages batch applied; the offset counter must never mint below it (journal.md G8).
     pub offset_end: u64,
+    /// Padding bytes after the 16-byte state in the main artifact (per seed; 0 = none).
+    pub artifact_pad: u64,
+    /// Frozen images by requester.
+    pub(crate) offers: BTreeMap<u8, Image>,
+    /// The receiving session's staged data.
+    pub(crate) staging: Option<Staging>,
+}
+
+/// A frozen offer: everything its artifacts are generated from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Image {
+    state: [u8; 16],
+    offset_end: u64,
+    pad: u64,
+    kind: ArtifactKind,
+    partition: bool,
+}
+
+/// What a receiver staged so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Staging {
+    entries: Vec<ManifestEntry>,
+    received: Vec<u64>,
+    /// The main artifact's first 16 bytes.
+    state: Vec<u8>,
+    /// The CONSUMER_OFFSETS artifact (8 bytes).
+    offsets: Vec<u8>,
+    /// A padding byte differed from the generator, or an artifact was longer than its shape.
+    damaged: bool,
+}
+
+/// Padding byte `i` for the state `state`: a cheap keyed stream (splitmix64 per 8-byte word).
+fn pad_words(state: &[u8; 16], from: u64, len: usize, out: &mut Vec<u8>) {
+    let key = wire::integrity::xxh3(state);
+    let mut i = from;
+    let end = from + len as u64;
+    while i < end {
+        let word = i / 8;
+        let mut z = key ^ word.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let bytes = z.to_le_bytes();
+        let lo = (i % 8) as usize;
+        let take = (8 - lo).min((end - i) as usize);
+        out.extend_from_slice(&bytes[lo..lo + take]);
+        i += take as u64;
+    }
+}
+
+impl Image {
+    fn main_len(&self) -> u64 {
+        16 + self.pad
+    }
+
+    /// Appends bytes `[offset, offset + len)` of artifact `index`.
+    fn read(&self, index: usize, offset: u64, len: usize, out: &mut Vec<u8>) -> Option<()> {
+        let total = match index {
+            0 => self.main_len(),
+            1 if self.partition => 8,
+            _ => return None,
+        };
+        if offset.checked_add(len as u64)? > total {
+            return None;
+        }
+        if index == 1 {
+            let bytes = self.offset_end.to_le_bytes();
+            out.extend_from_slice(&bytes[offset as usize..offset as usize + len]);
+            return Some(());
+        }
+        let mut at = offset;
+        let end = offset + len as u64;
+        if at < 16 {
+            let upto = end.min(16);
+            out.extend_from_slice(&self.state[at as usize..upto as usize]);
+            at = upto;
+        }
+        if at < end {
+            pad_words(&self.state, at - 16, (end - at) as usize, out);
+        }
+        Some(())
+    }
 }
 
 impl StateMachine for SimMachine {
@@ -49,27 +141,136 @@ impl StateMachine for SimMachine {
         self.inner.apply(header, body, reply);
     }
 
-    fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact> {
-        let mut artifacts = self.inner.artifacts(commit_op);
-        if self.inner.partition {
-            // The offset frontier travels with the segment log so an install (and a snapshot
-            // of the installed state) resumes minting after it.
-            artifacts.push(Artifact {
-                kind: wire::manifest::ArtifactKind::CONSUMER_OFFSETS,
+    fn offer(
+        &mut self,
+        requester: ReplicaId,
+        commit_op: u64,
+    ) -> Result<Vec<ManifestEntry>, TransferError> {
+        // Register/Logout never reach `apply`, so the machine's op may lag `commit_op`.
+        debug_assert!(self.inner.op <= commit_op);
+        let image = Image {
+            state: self.inner.state_bytes(),
+            offset_end: self.offset_end,
+            pad: self.artifact_pad,
+            kind: self.inner.kind(),
+            partition: self.inner.partition,
+        };
+        let mut entries = Vec::new();
+        let count = if image.partition { 2 } else { 1 };
+        let mut chunk = Vec::new();
+        for index in 0..count {
+            let len = if index == 0 { image.main_len() } else { 8 };
+            // The checksum is computed streaming over the generated bytes, as a node would
+            // over a file.
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            let mut at = 0;
+            while at < len {
+                let take = (len - at).min(1 << 16) as usize;
+                chunk.clear();
+                image.read(index, at, take, &mut chunk).expect("in range");
+                hasher.update(&chunk);
+                at += take as u64;
+            }
+            entries.push(ManifestEntry {
+                kind: if index == 0 {
+                    image.kind
+                } else {
+                    ArtifactKind::CONSUMER_OFFSETS
+                },
                 frontier: commit_op,
-                bytes: self.offset_end.to_le_bytes().to_vec(),
+                len,
+                checksum: hasher.digest(),
             });
         }
-        artifacts
+        self.offers.insert(requester.0, image);
+        Ok(entries)
     }
 
-    fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
-        let offset_end = artifacts
+    fn read_chunk(
+        &mut self,
+        requester: ReplicaId,
+        index: usize,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TransferError> {
+        self.offers
+            .get(&requester.0)
+            .and_then(|image| image.read(index, offset, len, buf))
+            .ok_or(TransferError::NoOffer)
+    }
+
+    fn release_offer(&mut self, requester: ReplicaId) {
+        self.offers.remove(&requester.0);
+    }
+
+    fn stage_begin(&mut self, entries: &[ManifestEntry]) -> Result<(), TransferError> {
+        self.staging = Some(Staging {
+            entries: entries.to_vec(),
+            received: vec![0; entries.len()],
+            state: Vec::with_capacity(16),
+            offsets: Vec::with_capacity(8),
+            damaged: false,
+        });
+        Ok(())
+    }
+
+    fn stage_chunk(
+        &mut self,
+        index: usize,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), TransferError> {
+        let staging = self.staging.as_mut().ok_or(TransferError::NoOffer)?;
+        let entry = *staging.entries.get(index).ok_or(TransferError::NoOffer)?;
+        if staging.received[index] != offset {
+            return Err(TransferError::NoOffer);
+        }
+        staging.received[index] += bytes.len() as u64;
+        match entry.kind {
+            ArtifactKind::CONSUMER_OFFSETS => {
+                staging.offsets.extend_from_slice(bytes);
+                staging.damaged |= staging.offsets.len() > 8;
+            }
+            ArtifactKind::SEGMENT_LOG | ArtifactKind::METADATA_SNAPSHOT => {
+                let head = (16 - offset.min(16)) as usize;
+                let (state, pad) = bytes.split_at(head.min(bytes.len()));
+                staging.state.extend_from_slice(state);
+                if !pad.is_empty() {
+                    let Ok(key) = <[u8; 16]>::try_from(staging.state.as_slice()) else {
+                        staging.damaged = true;
+                        return Ok(());
+                    };
+                    let mut expected = Vec::with_capacity(pad.len());
+                    let pad_at = (offset + state.len() as u64) - 16;
+                    pad_words(&key, pad_at, pad.len(), &mut expected);
+                    staging.damaged |= expected != pad;
+                }
+            }
+            _ => staging.damaged = true,
+        }
+        Ok(())
+    }
+
+    fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError> {
+        let staging = self.staging.take().ok_or(InstallError::Missing)?;
+        let index = staging
+            .entries
             .iter()
-            .find(|a| a.kind == wire::manifest::ArtifactKind::CONSUMER_OFFSETS)
-            .and_then(|a| <[u8; 8]>::try_from(a.bytes.as_slice()).ok())
-            .map(u64::from_le_bytes);
-        self.inner.install(commit_op, artifacts)?;
+            .position(|e| e.kind == self.inner.kind())
+            .ok_or(InstallError::Missing)?;
+        if staging.damaged {
+            return Err(InstallError::Decode { index });
+        }
+        let offset_end = if self.inner.partition {
+            let offsets = <[u8; 8]>::try_from(staging.offsets.as_slice())
+                .map_err(|_| InstallError::Missing)?;
+            Some(u64::from_le_bytes(offsets))
+        } else {
+            None
+        };
+        // Validated: now mutate.
+        self.inner.restore(commit_op, &staging.state, index)?;
         if let Some(end) = offset_end {
             self.offset_end = end;
         }

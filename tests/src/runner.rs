@@ -72,6 +72,10 @@ macro_rules! summary_with_counters {
             $($(#[doc = $doc])* pub $name: u64,)*
             /// Longest time from healing to convergence.
             pub heal_ticks_max: u64,
+            /// Largest artifact prefix served in any seed.
+            pub transfer_artifact_max: u64,
+            /// Most artifact bytes any core held at once for a transfer, over all seeds.
+            pub transfer_bytes_peak: u64,
             /// The first violation of each failed seed.
             pub failures: Vec<Value>,
         }
@@ -141,6 +145,10 @@ summary_with_counters! {
     repair_floor_served,
     /// Partition RangeEvicted above the commit point that became a state transfer.
     repair_floor_transfers,
+    /// State-transfer artifact bytes served.
+    transfer_bytes,
+    /// Partition view changes started by primary affinity.
+    takeovers,
 }
 
 impl Summary {
@@ -152,6 +160,8 @@ impl Summary {
         self.stalls += report.stalls;
         self.add_counters(report);
         self.heal_ticks_max = self.heal_ticks_max.max(report.heal_ticks);
+        self.transfer_artifact_max = self.transfer_artifact_max.max(report.transfer_artifact_max);
+        self.transfer_bytes_peak = self.transfer_bytes_peak.max(report.transfer_bytes_peak);
         if let Some(v) = report.violations.first() {
             self.failed_seeds.push(report.seed);
             self.failures.push(json!({
@@ -174,6 +184,14 @@ impl Summary {
         object.insert("stalls".to_owned(), json!(self.stalls));
         self.counters_json(&mut object);
         object.insert("heal_ticks_max".to_owned(), json!(self.heal_ticks_max));
+        object.insert(
+            "transfer_artifact_max".to_owned(),
+            json!(self.transfer_artifact_max),
+        );
+        object.insert(
+            "transfer_bytes_peak".to_owned(),
+            json!(self.transfer_bytes_peak),
+        );
         object.insert("failed_seeds".to_owned(), json!(self.failed_seeds));
         object.insert("failures".to_owned(), json!(self.failures));
         // The core's own invariant sweep ran after every step of every replica (decision 70).

@@ -125,6 +125,16 @@ pub struct Report {
     /// Partition groups: RangeEvicted above the receiver's commit point that started a state
     /// transfer (the primary evicted ops the receiver lacks).
     pub repair_floor_transfers: u64,
+    /// State-transfer artifact bytes served (StateChunk bodies sent).
+    pub transfer_bytes: u64,
+    /// Largest artifact prefix served (`offset + len` of a StateChunk): how far beyond the
+    /// core's memory bound the seed's artifacts went.
+    pub transfer_artifact_max: u64,
+    /// Most state-machine artifact bytes any core held at once for a transfer
+    /// (`Replica::transfer_bytes_peak`, bounded by `TRANSFER_BYTES_HELD_MAX`, decision 170).
+    pub transfer_bytes_peak: u64,
+    /// Partition-group view changes started by primary affinity (`Replica::take_over`).
+    pub takeovers: u64,
 }
 
 /// A durable snapshot of a group (written by `Effect::Checkpoint`).
@@ -196,6 +206,11 @@ struct Host {
     /// Refused to boot (interior journal corruption) and was wiped: the next start rejoins
     /// with `Recovered::wiped`.
     wiped: bool,
+    /// Primary affinity: the tick since which this node's metadata replica has been the
+    /// Normal primary of its current view (what the node itself knows).
+    metadata_primary_since: Option<(u32, u64)>,
+    /// Primary affinity: the last tick a partition group was asked to take over.
+    takeover_at: BTreeMap<u64, u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -314,6 +329,8 @@ impl Sim {
                 connected: (0..swarm.replicas).filter(|&p| p != id).collect(),
                 slow: swarm.slow_disk == Some(id),
                 wiped: false,
+                metadata_primary_since: None,
+                takeover_at: BTreeMap::new(),
             })
             .collect();
         let mut prng_identity = Prng::new(seed, Stream::Identity);
@@ -499,8 +516,14 @@ impl Sim {
                 .get(&group)
                 .map(|s| s.state.clone())
                 .unwrap_or_default();
-            // A partition group's machine offers (and accepts) a SEGMENT_LOG artifact.
+            // A partition group's machine offers (and accepts) a SEGMENT_LOG artifact, padded
+            // to the seed's artifact size (decision 170).
             state.inner.partition = matches!(GroupId(group).kind(), wire::GroupKind::Partition(_));
+            state.artifact_pad = if state.inner.partition {
+                self.swarm.artifact_pad
+            } else {
+                0
+            };
             if let Some(sb) = recovered.superblock.as_ref() {
                 self.checker
                     .on_durable_view(self.tick, r, group, sb.view, sb.log_view);
@@ -657,6 +680,8 @@ impl Sim {
         }
         host.up = false;
         host.live.clear();
+        host.metadata_primary_since = None;
+        host.takeover_at.clear();
         host.reads.clear();
         let landed: Vec<PendingCheckpoint> = std::mem::take(&mut host.checkpoints);
         for c in landed {
@@ -944,8 +969,8 @@ impl Sim {
                     client_table: live.replica.client_table_encoded(),
                     state: SimMachine {
                         inner: live.replica.state_machine().inner.clone(),
-                        applied: Vec::new(),
                         offset_end: live.replica.state_machine().offset_end,
+                        ..SimMachine::default()
                     },
                 };
                 self.hosts[usize::from(r)]
@@ -997,6 +1022,15 @@ impl Sim {
                 }
             }
             Command::RequestStateTransfer => self.report.state_transfer_requests += 1,
+            Command::StateChunk => {
+                if let Some(h) = <wire::header::StateChunkHeader as wire::Layout>::view(&header[..])
+                {
+                    let body = (frame.bytes().len() - wire::HEADER_SIZE) as u64;
+                    self.report.transfer_bytes += body;
+                    self.report.transfer_artifact_max =
+                        self.report.transfer_artifact_max.max(h.offset.get() + body);
+                }
+            }
             _ => {}
         }
         let requester_side = matches!(
@@ -1101,6 +1135,10 @@ impl Sim {
             return;
         };
         let replica = &live.replica;
+        self.report.transfer_bytes_peak = self
+            .report
+            .transfer_bytes_peak
+            .max(replica.transfer_bytes_peak() as u64);
         let observed = Observed {
             view: replica.view(),
             log_view: replica.log_view(),
@@ -1213,8 +1251,79 @@ impl Sim {
                 self.step(r, group, Input::Tick);
             }
         }
+        if self.swarm.affinity {
+            for &r in &order {
+                self.primary_affinity(r);
+            }
+        }
         self.clients_act();
         self.track_memory_ack_budget();
+    }
+
+    /// Primary affinity (spec README decision 3, decision 171), as the node drives it: once
+    /// this node's metadata replica has been the Normal primary of one view for at least
+    /// `heartbeat_timeout`, each of its partition groups whose primary is elsewhere is asked to
+    /// take over, at most once per `heartbeat_timeout` per group. Only what the node knows
+    /// locally (its own replicas' status) decides.
+    fn primary_affinity(&mut self, r: u8) {
+        let tick = self.tick;
+        let host = &mut self.hosts[usize::from(r)];
+        if !host.up {
+            return;
+        }
+        let Some(metadata) = host.live.get(&GroupId::METADATA.0) else {
+            return;
+        };
+        let timeout = metadata.replica.config().heartbeat_timeout_ticks;
+        if !metadata.replica.is_primary() {
+            host.metadata_primary_since = None;
+            return;
+        }
+        let view = metadata.replica.view();
+        let since = match host.metadata_primary_since {
+            Some((v, since)) if v == view => since,
+            _ => {
+                host.metadata_primary_since = Some((view, tick));
+                tick
+            }
+        };
+        if tick < since + timeout {
+            return;
+        }
+        let due: Vec<u64> = host
+            .live
+            .iter()
+            .filter(|(group, live)| {
+                **group != GroupId::METADATA.0
+                    && live.replica.status() == Status::Normal
+                    && live.replica.primary_index(live.replica.view()) != ReplicaId(r)
+                    && host
+                        .takeover_at
+                        .get(group)
+                        .is_none_or(|at| tick >= at + timeout)
+            })
+            .map(|(group, _)| *group)
+            .collect();
+        for group in due {
+            self.hosts[usize::from(r)].takeover_at.insert(group, tick);
+            let now = self.now(r);
+            let mut outbox = std::mem::take(&mut self.outbox);
+            let live = self.hosts[usize::from(r)]
+                .live
+                .get_mut(&group)
+                .expect("listed above");
+            match live.replica.take_over(now, &mut outbox) {
+                Ok(view) => {
+                    self.report.takeovers += 1;
+                    self.trace(format_args!(
+                        "r{r} group {group:#x} takes over toward view {view}"
+                    ));
+                }
+                Err(_) => self.report.inputs_ignored += 1,
+            }
+            self.outbox = outbox;
+            self.after_step(r, group);
+        }
     }
 
     /// Ack level "memory" (decision 73) keeps its promise while at most `n - Q_vc` replicas of

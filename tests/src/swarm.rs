@@ -100,7 +100,16 @@ pub struct Swarm {
     /// Partition groups with ack level "memory" (decision 73): bit `p` for partition group `p`
     /// (the metadata group never). Drawn only for clusters of at least 3 replicas.
     pub memory_ack_groups: u8,
+    /// Padding bytes in every partition group's main transfer artifact (decision 170): some
+    /// seeds transfer artifacts many chunks long, far beyond the core's memory bound.
+    pub artifact_pad: u64,
+    /// Primary affinity (spec README decision 3, decision 171): the node that is metadata
+    /// primary pulls its partition groups' primaries to itself.
+    pub affinity: bool,
 }
+
+/// Largest drawn artifact padding: 16 full chunks (4 MiB).
+pub const ARTIFACT_PAD_MAX: u64 = 16 * consensus::constants::STATE_CHUNK_LEN_MAX as u64;
 
 /// Largest drawn metadata journal slot count.
 pub const JOURNAL_SLOT_COUNT_MAX: u64 = 256;
@@ -220,6 +229,8 @@ impl Swarm {
             checkpoint_interval_ops: p.range_inclusive(8, 32),
             journal_slot_count: 0,
             memory_ack_groups: 0,
+            artifact_pad: 0,
+            affinity: true,
         };
         // After every other draw, for the same reason; it depends on the interval. Half the
         // seeds run the tightest room the core accepts, so backpressure actually binds.
@@ -241,9 +252,16 @@ impl Swarm {
         } else {
             0
         };
+        // Drawn last, so every other parameter of a seed is unchanged.
+        let artifact_pad = if p.chance_ppm(250_000) {
+            p.range_inclusive(1, ARTIFACT_PAD_MAX)
+        } else {
+            0
+        };
         Swarm {
             journal_slot_count,
             memory_ack_groups,
+            artifact_pad,
             ..swarm
         }
     }
@@ -278,6 +296,8 @@ impl Swarm {
             checkpoint_interval_ops: 64,
             journal_slot_count: JOURNAL_SLOT_COUNT_MAX,
             memory_ack_groups: 0,
+            artifact_pad: 0,
+            affinity: true,
         }
     }
 }

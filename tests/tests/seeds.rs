@@ -91,18 +91,42 @@ fn a_seed_replays_bit_for_bit() {
 fn fixed_seeds() {
     let mut failing = Vec::new();
     for (seed, overrides) in [
-        47, 341, 54, 28, 895, 1018, 1173, 464, 1665, 1832, 692, 1260, 2614, 363, 620,
+        47,
+        341,
+        54,
+        28,
+        895,
+        1018,
+        1173,
+        464,
+        1665,
+        1832,
+        692,
+        1260,
+        2614,
+        363,
+        620,
         // Partition-group stalls (decision 32): a Recovering replica offered a StartView
         // without a suffix by a primary whose journal lacked its committed head (4967); a view
         // change whose canonical DVCs described no committed head, so no one could anchor it
         // (3722).
-        3722, 4967,
+        3722,
+        4967,
         // Hash chain after a transfer and stalls of a wiped replica (core e93399a).
-        3880, 9492, 9801,
+        3880,
+        9492,
+        9801,
         // Agreement (issue 8, decision 50): a restarted replica kept log_view 1 but lost the
         // header of op 6 it held only in memory, and as the only highest-log_view sender its
         // shorter log discarded committed op 6.
         9100001119,
+        // Primary affinity without backoff (decision 171), fresh seeds: the metadata primary
+        // took a partition group back right after abdicating there (its backup's clock
+        // refused its timestamps), forever (6521744102340548486, `--replicas 2`-sized); a
+        // replica whose takeover view changes never completed took over again at once, each
+        // time stalling the group (7978156039964786132).
+        6_521_744_102_340_548_486,
+        7_978_156_039_964_786_132,
     ]
     .map(|seed| (seed, Overrides::default()))
     .into_iter()

@@ -145,7 +145,7 @@ impl Node {
         .unwrap();
         let handle = machine.handle().clone();
         let reader = machine.reader();
-        let machine = Arc::new(Mutex::new(Some(machine)));
+        let machine = Arc::new(Mutex::new(Some(consensus::Buffered::new(machine))));
         let counters = Arc::new(Counters::default());
         let gauges = Arc::new(Gauges::default());
         let seen = Arc::new(Mutex::new(Seen::default()));

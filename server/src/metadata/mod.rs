@@ -25,7 +25,7 @@ mod tests;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use consensus::{Artifact, InstallError, Projection, StateMachine};
+use consensus::{Artifact, InstallError, Projection, WholeArtifacts};
 use wire::Operation;
 use wire::header::PrepareHeader;
 use wire::manifest::ArtifactKind;
@@ -417,7 +417,9 @@ impl Assigned {
     }
 }
 
-impl StateMachine for MetadataStateMachine {
+/// Runs in a replica behind `consensus::Buffered` (decision 170): the metadata snapshot is
+/// small enough to build whole and serve from memory.
+impl WholeArtifacts for MetadataStateMachine {
     /// Refuses, before replication, every metadata operation this machine does not serve
     /// (status 5) and every body that does not decode or breaks a rule against the applied
     /// state. Apply checks the same rules again: the applied state may move between the two.
@@ -540,14 +542,19 @@ impl StateMachine for MetadataStateMachine {
     }
 }
 
-impl crate::metadata_group::Checkpointable for MetadataStateMachine {
+impl crate::metadata_group::Checkpointable for consensus::Buffered<MetadataStateMachine> {
     /// The applied state as the METADATA_SNAPSHOT artifact (the core emits a checkpoint at
     /// `commit_min`, when this state is exactly at `commit_op`).
     fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<Artifact> {
         vec![Artifact {
             kind: ArtifactKind::METADATA_SNAPSHOT,
             frontier: commit_op,
-            bytes: self.snapshot(),
+            bytes: self.machine.snapshot(),
         }]
+    }
+
+    /// The snapshot [`Self::checkpoint_artifacts`] wrote, installed as a transfer would.
+    fn restore(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
+        self.machine.install(commit_op, artifacts)
     }
 }

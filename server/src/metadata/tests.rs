@@ -1,7 +1,7 @@
 //! Metadata state machine tests: replies of apply sequences, determinism across instances,
 //! snapshot/install, malformed prepares, the read handle, root credentials.
 
-use consensus::{Artifact, InstallError, StateMachine};
+use consensus::{Artifact, InstallError, WholeArtifacts};
 use proptest::prelude::*;
 use wire::Operation;
 use wire::header::{Layout, PrepareHeader};

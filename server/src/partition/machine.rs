@@ -16,14 +16,16 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use consensus::{Artifact, Frame, InstallError, StateMachine};
+use consensus::{Artifact, Frame, InstallError, ReplicaId, StateMachine, TransferError};
 use journal::artifact::OffsetTable;
 use journal::batch;
 use wire::header::{Layout, PrepareHeader, ReplyHeader};
-use wire::manifest::ArtifactKind;
+use wire::manifest::{ArtifactKind, ManifestEntry};
 use wire::{Command, GroupId, Operation};
 
 use crate::client::codec::Consumer;
@@ -66,6 +68,93 @@ pub struct PartitionStateMachine {
     next_offset: u64,
     offsets: OffsetTable,
     storage: RefCell<Vec<StorageWork>>,
+    /// Where a receiving transfer stages the SEGMENT_LOG (the shard's partition directory);
+    /// `None` stages it in memory (in-memory storage, tests).
+    staging_dir: Option<PathBuf>,
+    /// Frozen images served to requesters (decision 220).
+    offers: BTreeMap<u8, Image>,
+    /// The transfer being received.
+    staged: Option<Staged>,
+}
+
+/// A frozen image of the state for one requester: the batches are the machine's own `Bytes`
+/// (shared, never copied), so an offer costs a pointer per batch and the encoded offsets table.
+#[derive(Debug)]
+struct Image {
+    /// The SEGMENT_LOG's batches, in offset order (empty: no SEGMENT_LOG artifact).
+    batches: Vec<Bytes>,
+    /// `ends[i]`: the byte just past batch `i` within the SEGMENT_LOG.
+    ends: Vec<u64>,
+    /// The CONSUMER_OFFSETS artifact.
+    offsets: Vec<u8>,
+}
+
+impl Image {
+    fn read(&self, index: usize, offset: u64, len: usize, buf: &mut Vec<u8>) -> Option<()> {
+        let segment = usize::from(!self.batches.is_empty());
+        if index == segment {
+            let start = usize::try_from(offset).ok()?;
+            buf.extend_from_slice(self.offsets.get(start..start.checked_add(len)?)?);
+            return Some(());
+        }
+        if index != 0 || segment == 0 {
+            return None;
+        }
+        let end = offset.checked_add(len as u64)?;
+        if end > *self.ends.last()? {
+            return None;
+        }
+        let mut at = offset;
+        let mut i = self.ends.partition_point(|e| *e <= at);
+        while at < end {
+            let batch_start = if i == 0 { 0 } else { self.ends[i - 1] };
+            let from = (at - batch_start) as usize;
+            let to = (end.min(self.ends[i]) - batch_start) as usize;
+            buf.extend_from_slice(&self.batches[i][from..to]);
+            at = batch_start + to as u64;
+            i += 1;
+        }
+        Some(())
+    }
+}
+
+/// A transfer being received: the manifest and each artifact's bytes so far.
+#[derive(Debug)]
+struct Staged {
+    entries: Vec<ManifestEntry>,
+    sinks: Vec<Sink>,
+}
+
+/// Where one staged artifact's bytes go.
+#[derive(Debug)]
+enum Sink {
+    /// The SEGMENT_LOG, in a temporary file of the partition directory.
+    File {
+        path: PathBuf,
+        file: std::fs::File,
+        written: u64,
+    },
+    /// In memory (the offsets table, or no staging directory).
+    Memory(Vec<u8>),
+}
+
+impl Sink {
+    fn len(&self) -> u64 {
+        match self {
+            Sink::File { written, .. } => *written,
+            Sink::Memory(bytes) => bytes.len() as u64,
+        }
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        for sink in &self.sinks {
+            if let Sink::File { path, .. } = sink {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
 }
 
 /// Poll replies carry at most this many bytes of batches (one whole batch at least).
@@ -107,7 +196,94 @@ impl PartitionStateMachine {
             next_offset,
             offsets,
             storage: RefCell::default(),
+            staging_dir: None,
+            offers: BTreeMap::new(),
+            staged: None,
         })
+    }
+
+    /// Stages received SEGMENT_LOG artifacts in temporary files of `dir` (the shard's
+    /// partition directory) instead of memory.
+    /// A staging file a crash left behind (staging is not durable) is removed here.
+    pub fn with_staging_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.staging_dir = dir;
+        if let Some(path) = self.staging_path(0) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    tracing::info!(path = %path.display(), "removed an interrupted transfer's staging file")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(%error, path = %path.display(), "staging file"),
+            }
+        }
+        self
+    }
+
+    /// Offers held for requesters (tests, observability).
+    pub fn offers_held(&self) -> usize {
+        self.offers.len()
+    }
+
+    fn staging_path(&self, index: usize) -> Option<PathBuf> {
+        // Not `p{group}-...`: the boot's directory listing must not take it for a group's file.
+        // Only the SEGMENT_LOG (index 0, first in the manifest) is staged in a file.
+        self.staging_dir
+            .as_ref()
+            .map(|d| d.join(format!("t{:016x}-{index}.staging", self.group.0)))
+    }
+
+    /// Validates the artifacts of a transfer or a checkpoint and, only if all are sound,
+    /// replaces the state with them.
+    fn install_whole(
+        &mut self,
+        artifacts: &[(ArtifactKind, u64, Bytes)],
+    ) -> Result<(), InstallError> {
+        let (index, table) = artifacts
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.0 == ArtifactKind::CONSUMER_OFFSETS)
+            .ok_or(InstallError::Missing)?;
+        let table = OffsetTable::decode(&table.2).map_err(|_| InstallError::Decode { index })?;
+        let mut batches = BTreeMap::new();
+        let mut next: Option<u64> = None;
+        for (index, (_, frontier, bytes)) in artifacts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.0 == ArtifactKind::SEGMENT_LOG)
+        {
+            if next.is_some_and(|n| n != *frontier) {
+                return Err(InstallError::Decode { index });
+            }
+            let mut at = 0;
+            let mut expected = *frontier;
+            while at < bytes.len() {
+                let info =
+                    batch::verify(&bytes[at..]).map_err(|_| InstallError::Decode { index })?;
+                if info.base_offset != expected {
+                    return Err(InstallError::Decode { index });
+                }
+                let len = info.len as usize;
+                // A slice of the artifact's buffer: the batches share it, nothing is copied.
+                batches.insert(info.base_offset, bytes.slice(at..at + len));
+                expected = info.end_offset();
+                at += len;
+            }
+            next = Some(expected);
+        }
+        let end = next.unwrap_or(table.next_offset);
+        if end > table.next_offset {
+            return Err(InstallError::Decode { index });
+        }
+        self.next_offset = table.next_offset;
+        self.offsets = table.clone();
+        self.batches = batches;
+        let mut storage = self.storage.borrow_mut();
+        storage.clear();
+        storage.push(StorageWork::Install {
+            batches: self.batches.values().cloned().collect(),
+            offsets: table,
+        });
+        Ok(())
     }
 
     /// An empty partition.
@@ -221,62 +397,169 @@ impl StateMachine for PartitionStateMachine {
         }
     }
 
-    fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact> {
-        crate::metadata_group::Checkpointable::checkpoint_artifacts(self, commit_op)
+    /// The image is the held batches themselves (shared `Bytes`: decision 163 keeps every
+    /// committed batch in memory, and the segments may lag the applied op), so freezing it
+    /// copies no message; the checksums are computed streaming over the batches.
+    fn offer(
+        &mut self,
+        requester: ReplicaId,
+        commit_op: u64,
+    ) -> Result<Vec<ManifestEntry>, TransferError> {
+        let batches: Vec<Bytes> = self.batches.values().cloned().collect();
+        let mut ends = Vec::with_capacity(batches.len());
+        let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+        let mut total = 0u64;
+        for b in &batches {
+            hasher.update(b);
+            total += b.len() as u64;
+            ends.push(total);
+        }
+        let mut entries = Vec::with_capacity(2);
+        if let Some(first) = self.batches.keys().next() {
+            entries.push(ManifestEntry {
+                kind: ArtifactKind::SEGMENT_LOG,
+                frontier: *first,
+                len: total,
+                checksum: hasher.digest(),
+            });
+        }
+        let offsets = self.offsets.encode();
+        entries.push(ManifestEntry {
+            kind: ArtifactKind::CONSUMER_OFFSETS,
+            frontier: commit_op,
+            len: offsets.len() as u64,
+            checksum: wire::manifest::artifact_checksum(&offsets),
+        });
+        self.offers.insert(
+            requester.0,
+            Image {
+                batches,
+                ends,
+                offsets,
+            },
+        );
+        Ok(entries)
     }
 
-    fn install(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
-        let _ = commit_op;
-        // Validate everything first (the state stays untouched on error).
-        let (index, table) = artifacts
-            .iter()
-            .enumerate()
-            .find(|(_, a)| a.kind == ArtifactKind::CONSUMER_OFFSETS)
-            .ok_or(InstallError::Missing)?;
-        let table =
-            OffsetTable::decode(&table.bytes).map_err(|_| InstallError::Decode { index })?;
-        let mut batches = BTreeMap::new();
-        let mut next: Option<u64> = None;
-        for (index, a) in artifacts
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.kind == ArtifactKind::SEGMENT_LOG)
-        {
-            if next.is_some_and(|n| n != a.frontier) {
-                return Err(InstallError::Decode { index });
-            }
-            let mut at = 0;
-            let mut expected = a.frontier;
-            while at < a.bytes.len() {
-                let info =
-                    batch::verify(&a.bytes[at..]).map_err(|_| InstallError::Decode { index })?;
-                if info.base_offset != expected {
-                    return Err(InstallError::Decode { index });
+    fn read_chunk(
+        &mut self,
+        requester: ReplicaId,
+        index: usize,
+        offset: u64,
+        len: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TransferError> {
+        self.offers
+            .get(&requester.0)
+            .and_then(|image| image.read(index, offset, len, buf))
+            .ok_or(TransferError::NoOffer)
+    }
+
+    fn release_offer(&mut self, requester: ReplicaId) {
+        self.offers.remove(&requester.0);
+    }
+
+    /// The SEGMENT_LOG goes to a temporary file of the partition directory (when there is
+    /// one), the offsets table to memory. Staging is not durable (decision 170): a crash
+    /// leaves the old state, and the next `stage_begin` of the group truncates the file.
+    fn stage_begin(&mut self, entries: &[ManifestEntry]) -> Result<(), TransferError> {
+        self.staged = None;
+        let mut sinks = Vec::with_capacity(entries.len());
+        for (index, entry) in entries.iter().enumerate() {
+            let path = (entry.kind == ArtifactKind::SEGMENT_LOG)
+                .then(|| self.staging_path(index))
+                .flatten();
+            sinks.push(match path {
+                Some(path) => {
+                    let file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .write(true)
+                        .read(true)
+                        .truncate(true)
+                        .open(&path)
+                        .map_err(|error| {
+                            tracing::warn!(%error, path = %path.display(), "transfer staging");
+                            TransferError::Io
+                        })?;
+                    Sink::File {
+                        path,
+                        file,
+                        written: 0,
+                    }
                 }
-                let len = info.len as usize;
-                batches.insert(
-                    info.base_offset,
-                    Bytes::copy_from_slice(&a.bytes[at..at + len]),
-                );
-                expected = info.end_offset();
-                at += len;
-            }
-            next = Some(expected);
+                None => Sink::Memory(Vec::new()),
+            });
         }
-        let end = next.unwrap_or(table.next_offset);
-        if end > table.next_offset {
-            return Err(InstallError::Decode { index });
-        }
-        self.next_offset = table.next_offset;
-        self.offsets = table.clone();
-        self.batches = batches;
-        let mut storage = self.storage.borrow_mut();
-        storage.clear();
-        storage.push(StorageWork::Install {
-            batches: self.batches.values().cloned().collect(),
-            offsets: table,
+        self.staged = Some(Staged {
+            entries: entries.to_vec(),
+            sinks,
         });
         Ok(())
+    }
+
+    fn stage_chunk(
+        &mut self,
+        index: usize,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), TransferError> {
+        let sink = self
+            .staged
+            .as_mut()
+            .and_then(|s| s.sinks.get_mut(index))
+            .ok_or(TransferError::NoOffer)?;
+        if sink.len() != offset {
+            return Err(TransferError::NoOffer);
+        }
+        match sink {
+            Sink::File {
+                file,
+                written,
+                path,
+            } => {
+                file.write_all(bytes).map_err(|error| {
+                    tracing::warn!(%error, path = %path.display(), "transfer staging");
+                    TransferError::Io
+                })?;
+                *written += bytes.len() as u64;
+            }
+            Sink::Memory(buf) => buf.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
+
+    /// Reads each staged artifact back once into one buffer the installed batches share
+    /// (decision 163 holds them in memory; nothing is copied twice), validates everything,
+    /// then replaces the state and queues the disk install; the temporary files go.
+    fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError> {
+        let _ = commit_op;
+        let mut staged = self.staged.take().ok_or(InstallError::Missing)?;
+        let mut artifacts = Vec::with_capacity(staged.entries.len());
+        for (index, (entry, sink)) in staged.entries.iter().zip(&mut staged.sinks).enumerate() {
+            let bytes = match sink {
+                Sink::Memory(buf) => Bytes::from(std::mem::take(buf)),
+                Sink::File {
+                    file,
+                    path,
+                    written,
+                } => {
+                    let mut buf = Vec::with_capacity(*written as usize);
+                    let read =
+                        std::io::Seek::rewind(file).and_then(|()| file.read_to_end(&mut buf));
+                    if let Err(error) = read {
+                        tracing::warn!(%error, path = %path.display(), "reading a staged artifact");
+                        return Err(InstallError::Decode { index });
+                    }
+                    Bytes::from(buf)
+                }
+            };
+            if bytes.len() as u64 != entry.len {
+                return Err(InstallError::Decode { index });
+            }
+            artifacts.push((entry.kind, entry.frontier, bytes));
+        }
+        drop(staged);
+        self.install_whole(&artifacts)
     }
 
     fn next_offset(&self) -> u64 {
@@ -307,6 +590,15 @@ impl crate::metadata_group::Checkpointable for PartitionStateMachine {
             bytes: self.offsets.encode(),
         });
         out
+    }
+
+    fn restore(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
+        let _ = commit_op;
+        let artifacts: Vec<(ArtifactKind, u64, Bytes)> = artifacts
+            .iter()
+            .map(|a| (a.kind, a.frontier, Bytes::copy_from_slice(&a.bytes)))
+            .collect();
+        self.install_whole(&artifacts)
     }
 }
 
@@ -466,7 +758,7 @@ mod tests {
 
         let artifacts = m.checkpoint_artifacts(5);
         let mut other = PartitionStateMachine::new(group());
-        other.install(5, &artifacts).unwrap();
+        other.restore(5, &artifacts).unwrap();
         assert_eq!(other.batches, m.batches);
         assert_eq!(other.offsets, m.offsets);
         assert_eq!(other.next_offset(), 3);
@@ -477,7 +769,7 @@ mod tests {
         let mut bad = artifacts.clone();
         bad[0].bytes[300] ^= 1;
         let mut third = PartitionStateMachine::new(group());
-        assert!(third.install(5, &bad).is_err());
+        assert!(third.restore(5, &bad).is_err());
         assert_eq!(third.next_offset(), 0);
         // Restored from the segments' bytes.
         let stored = [b1.clone(), b2.clone()].concat();
@@ -487,6 +779,84 @@ mod tests {
             PartitionStateMachine::restore(group(), &[b2, b1].concat(), OffsetTable::default())
                 .is_err()
         );
+    }
+
+    /// Streams `m`'s offer for replica 1 into `into` in `chunk`-byte pieces, flipping byte
+    /// `flip` of the SEGMENT_LOG on the way if given; returns the install's result.
+    fn transfer(
+        m: &mut PartitionStateMachine,
+        into: &mut PartitionStateMachine,
+        chunk: usize,
+        flip: Option<usize>,
+    ) -> Result<(), InstallError> {
+        let entries = m.offer(ReplicaId(1), 9).unwrap();
+        into.stage_begin(&entries).unwrap();
+        for (index, entry) in entries.iter().enumerate() {
+            let mut offset = 0;
+            while offset < entry.len {
+                let len = chunk.min((entry.len - offset) as usize);
+                let mut buf = Vec::new();
+                m.read_chunk(ReplicaId(1), index, offset, len, &mut buf)
+                    .unwrap();
+                assert_eq!(buf.len(), len);
+                if let Some(at) = flip.filter(|_| index == 0)
+                    && (offset as usize..offset as usize + len).contains(&at)
+                {
+                    buf[at - offset as usize] ^= 1;
+                }
+                into.stage_chunk(index, offset, &buf).unwrap();
+                offset += len as u64;
+            }
+        }
+        m.release_offer(ReplicaId(1));
+        into.install_staged(9)
+    }
+
+    /// A transfer staged through a file installs the same batches and offsets, reading chunks
+    /// that straddle batches; the file is gone afterwards. A damaged SEGMENT_LOG is refused
+    /// and changes nothing (the file goes too); a staging file a crash left is removed when
+    /// the machine is given its directory.
+    #[test]
+    fn a_transfer_stages_in_a_file_and_a_damaged_one_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("strand-staging-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let staged = dir.join(format!("t{:016x}-0.staging", group().0));
+        let mut m = PartitionStateMachine::new(group());
+        let mut reply = Vec::new();
+        let mut at = 0;
+        for i in 0..20u8 {
+            let payload = vec![i; 100 + usize::from(i) * 7];
+            let b = batch::build(3, at, 100, &[&payload, b"x"]);
+            m.apply(&header(Operation::SendMessages), &b, &mut reply);
+            at += 2;
+        }
+        m.apply(
+            &header(Operation::StoreConsumerOffset),
+            &store(5),
+            &mut reply,
+        );
+        let _ = m.take_storage();
+        assert_eq!(m.offers_held(), 0);
+
+        std::fs::write(&staged, b"left by a crash").unwrap();
+        let mut other = PartitionStateMachine::new(group()).with_staging_dir(Some(dir.clone()));
+        assert!(!staged.exists(), "a crash's staging file is removed");
+        transfer(&mut m, &mut other, 333, None).unwrap();
+        assert_eq!(other.batches, m.batches);
+        assert_eq!(other.offsets, m.offsets);
+        assert_eq!(other.next_offset(), 40);
+        assert!(!staged.exists());
+        assert!(
+            matches!(&other.take_storage()[..], [StorageWork::Install { batches, .. }] if batches.len() == 20)
+        );
+
+        let mut third = PartitionStateMachine::new(group()).with_staging_dir(Some(dir.clone()));
+        assert!(transfer(&mut m, &mut third, 1000, Some(500)).is_err());
+        assert_eq!(third.next_offset(), 0);
+        assert!(third.batches.is_empty());
+        assert!(third.take_storage().is_empty());
+        assert!(!staged.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn reply_frame(operation: Operation, body: &[u8]) -> Frame {
