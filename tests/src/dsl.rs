@@ -112,6 +112,13 @@ impl Scenario {
             .expect("a durable metadata entry to damage")
     }
 
+    /// Wipes the data directory of the (down) replica `r`: its next start rejoins from an
+    /// empty directory, as a replica that lost its state.
+    pub fn wipe(&mut self, r: u8) -> &mut Self {
+        self.sim.wipe_replica(r);
+        self
+    }
+
     /// Restarts replica `r` from its disk.
     pub fn restart(&mut self, r: u8) -> &mut Self {
         self.sim.restart_replica(r);

@@ -463,6 +463,10 @@ impl Sim {
         };
         let refusal = match boots {
             Ok(mut boots) => {
+                let host = &mut self.hosts[usize::from(r)];
+                if host.disk.rejoin_formatted() && boots.values().all(|b| b.state.is_some()) {
+                    host.disk.rejoin_marked();
+                }
                 let mut refusal = None;
                 for &group in groups.iter().filter(|_| !wiped) {
                     let boot = boots.remove(&group).unwrap_or_default();
@@ -482,16 +486,8 @@ impl Sim {
             // Interior damage: boot is refused (journal.md G3). The operator wipes the data
             // directory and the node rejoins a while later.
             let delay = self.prng_crashes.range_inclusive(50, 500);
-            let identity = self.disk_identity(r);
-            let host = &mut self.hosts[usize::from(r)];
-            host.wiped = true;
-            host.disk = Disk::new(
-                identity,
-                journal_config(self.swarm.journal_slot_count),
-                self.options.lying_sync,
-            );
-            host.snapshots.clear();
-            host.restart_at = self.tick + delay;
+            self.wipe_host(r);
+            self.hosts[usize::from(r)].restart_at = self.tick + delay;
             self.report.boot_refusals += 1;
             self.trace(format_args!(
                 "r{r} refuses boot: {why}; wiped, rejoins in {delay} ticks"
@@ -499,12 +495,13 @@ impl Sim {
             return;
         }
         if wiped {
-            // A wiped directory boots empty.
+            // A wiped directory boots empty, formatted for the rejoin: its stamp says so before
+            // any group writes its lost-state mark, so a crash before a mark is durable still
+            // boots that group in lost state (decision 230).
             let groups = self.groups.clone();
-            self.hosts[usize::from(r)]
-                .disk
-                .boot(&groups)
-                .expect("an empty directory boots");
+            let disk = &mut self.hosts[usize::from(r)].disk;
+            disk.format_for_rejoin();
+            disk.boot(&groups).expect("an empty directory boots");
         }
         self.hosts[usize::from(r)].up = true;
         self.net.set_down(Node::Replica(r), false);
@@ -557,6 +554,20 @@ impl Sim {
         self.sync_connections();
     }
 
+    /// The operator moves replica `r`'s data directory aside: its next start rejoins from an
+    /// empty one (`Recovered::wiped`).
+    fn wipe_host(&mut self, r: u8) {
+        let identity = self.disk_identity(r);
+        let host = &mut self.hosts[usize::from(r)];
+        host.wiped = true;
+        host.disk = Disk::new(
+            identity,
+            journal_config(self.swarm.journal_slot_count),
+            self.options.lying_sync,
+        );
+        host.snapshots.clear();
+    }
+
     fn disk_identity(&self, r: u8) -> journal::Identity {
         journal::Identity {
             cluster: self.cluster,
@@ -593,6 +604,15 @@ impl Sim {
             }
         }
         recovered.superblock = boot.state.clone();
+        if boot.state.is_none() && host.disk.rejoin_formatted() {
+            // The rejoin's lost-state mark never landed: this group's prior life (before the
+            // wipe) may have acknowledged prepares, so it rejoins in lost state (decision 230).
+            recovered.lost_state = true;
+            self.trace(format_args!(
+                "r{r} group {group:#x}: no superblock in a directory formatted by a rejoin; \
+                 lost state"
+            ));
+        }
         self.trace(format_args!(
             "r{r} boot group {group:#x}: state {:?} checkpoint {} entries {:?} damaged {:?}",
             boot.state,
@@ -736,6 +756,17 @@ impl Sim {
     pub fn power_cut_replica(&mut self, r: u8) {
         self.hosts[usize::from(r)].disk.tear_last_on_crash = true;
         self.crash(r, "power cut");
+    }
+
+    /// Wipes the data directory of replica `r`, which must be down: its next start rejoins
+    /// from an empty directory (scenario DSL).
+    pub fn wipe_replica(&mut self, r: u8) {
+        assert!(
+            !self.hosts[usize::from(r)].up,
+            "wipe a replica that is down"
+        );
+        self.wipe_host(r);
+        self.trace(format_args!("wipe r{r}"));
     }
 
     /// Restarts replica `r` now if it is down (scenario DSL).

@@ -159,6 +159,11 @@ pub struct Disk {
     /// The next crash is a power cut that lands every unreported append and tears the last
     /// one of each file (scenario stories; reset by the crash).
     pub tear_last_on_crash: bool,
+    /// The directory was formatted by a rejoin (`--rejoin` on an empty directory, decisions 28
+    /// and 230): the node's stamp records it, written durably before any group boots, and it
+    /// stays until every group's lost-state superblock is durable. A group that boots without
+    /// a superblock from such a directory is a rejoin whose mark never landed: lost state.
+    rejoin_formatted: bool,
 }
 
 fn prefix(group: u64) -> String {
@@ -222,7 +227,25 @@ impl Disk {
             next_id: 1,
             stats: DiskStats::default(),
             tear_last_on_crash: false,
+            rejoin_formatted: false,
         }
+    }
+
+    /// Formats this (empty) directory for a rejoin: the stamp says so, durably, before any
+    /// group boots (decision 230).
+    pub fn format_for_rejoin(&mut self) {
+        self.rejoin_formatted = true;
+    }
+
+    /// Whether the directory was formatted by a rejoin that has not yet marked every group.
+    pub fn rejoin_formatted(&self) -> bool {
+        self.rejoin_formatted
+    }
+
+    /// Every group's lost-state mark is durable (each booted with a superblock): the rejoin's
+    /// format is complete and the stamp drops the flag.
+    pub fn rejoin_marked(&mut self) {
+        self.rejoin_formatted = false;
     }
 
     /// Recovers every group: the metadata superblock and journal, the partition WAL, each

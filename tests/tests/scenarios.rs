@@ -282,3 +282,42 @@ fn a_damaged_newest_entry_is_repaired_not_discarded() {
     s.submit(1).expect_commits(4, 20_000);
     s.expect_converged(20_000);
 }
+
+/// Decision 230: a wiped replica that rejoins and loses power before any group's lost-state
+/// superblock is durable boots again with no superblock anywhere; its directory's rejoin
+/// format must still make every group lost state (it may have acknowledged prepares in the
+/// life before the wipe), never a fresh replica that votes. Seed 728396823963137041 found it.
+#[test]
+fn a_rejoin_cut_before_its_marks_land_boots_in_lost_state_again() {
+    let mut s = Scenario::with(0, tests::swarm::Swarm::calm(3, 2));
+    s.submit(3).expect_commits(3, 10_000);
+    s.crash(0).wipe(0).restart(0);
+    let groups = s.sim.groups().to_vec();
+    assert!(
+        groups
+            .iter()
+            .all(|&g| s.sim.replica(0, g).is_some_and(|x| x.is_lost_state())),
+        "a wiped rejoin starts in lost state"
+    );
+    // The power goes before a single superblock write completed.
+    s.power_cut(0).restart(0);
+    let fresh: Vec<u64> = groups
+        .iter()
+        .copied()
+        .filter(|&g| s.sim.replica(0, g).is_some_and(|x| !x.is_lost_state()))
+        .collect();
+    assert!(
+        fresh.is_empty(),
+        "groups booted fresh after a cut rejoin: {fresh:#x?}"
+    );
+    s.submit(2).expect_commits(5, 20_000);
+    s.expect_converged(20_000);
+    // The metadata group, which committed ops, completes the rejoin once r0 holds the
+    // adopted view's log (a group still at op 0 stays lost state: nothing to hold).
+    assert!(
+        s.sim
+            .replica(0, groups[0])
+            .is_some_and(|x| !x.is_lost_state()),
+        "the metadata group's rejoin completes"
+    );
+}

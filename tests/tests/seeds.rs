@@ -127,6 +127,10 @@ fn fixed_seeds() {
         // time stalling the group (7978156039964786132).
         6_521_744_102_340_548_486,
         7_978_156_039_964_786_132,
+        // A wiped rejoin crashed one tick after starting, before one partition group's
+        // lost-state superblock was durable; the next boot found no superblock there, booted
+        // that group fresh, and its vote elected a primary without a replied op (decision 230).
+        728_396_823_963_137_041,
     ]
     .map(|seed| (seed, Overrides::default()))
     .into_iter()
