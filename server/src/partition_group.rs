@@ -576,6 +576,8 @@ struct StorageTask<S: Storage> {
     limits: ReclaimLimits,
     /// The durable lsn at the last reclaim.
     last_reclaim_at: u64,
+    /// The stamp records a rejoin (decision 240).
+    rejoin: bool,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -1171,6 +1173,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 None => lost_state = true,
             }
         }
+        // Decision 240: in a rejoined directory a group without a superblock state may have
+        // acknowledged prepares in the life before the wipe; it boots lost, and the core
+        // persists the mark before it sends anything (its sends wait for the superblock).
+        let rejoin_lost = crate::boot::boots_lost_by_stamp(self.rejoin, superblock.as_ref());
+        lost_state |= rejoin_lost;
         let frames: Vec<Frame> = replayed
             .range(checkpoint_op..)
             .map(|(_, f)| Frame::new(f.clone()))
@@ -1191,6 +1198,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             checkpoint_op,
             replayed = recovered.frames.len(),
             next_offset = boot.next_offset,
+            lost_state =
+                recovered.lost_state || recovered.superblock.as_ref().is_some_and(|s| s.lost_state),
+            rejoin_lost,
             "partition group recovered"
         );
         let disk = GroupDisk {
@@ -1468,6 +1478,9 @@ pub struct Pump<S: Storage> {
     pub limits: ReclaimLimits,
     /// `[[partition.topic]]` ack overrides.
     pub ack_overrides: AckOverrides,
+    /// The data directory's stamp records a rejoin (decision 240): a group that boots without
+    /// a superblock state boots in lost state.
+    pub rejoin: bool,
 }
 
 /// Opens the shard's WAL and the groups with state on disk, then runs every partition group of
@@ -1485,6 +1498,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         stop,
         limits,
         ack_overrides,
+        rejoin,
     } = pump;
     // Groups with a superblock here, and their checkpoint op (durable outside the WAL).
     let mut on_disk: BTreeMap<u64, u64> = BTreeMap::new();
@@ -1552,6 +1566,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         started: Instant::now(),
         limits,
         last_reclaim_at: 0,
+        rejoin,
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -1928,6 +1943,7 @@ mod tests {
                     started: Instant::now(),
                     limits: ReclaimLimits::default(),
                     last_reclaim_at: 0,
+                    rejoin: false,
                 };
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
