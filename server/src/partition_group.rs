@@ -130,6 +130,8 @@ pub struct PartitionGauges {
     pub primaries: AtomicU64,
     /// Sum of the groups' `commit_min`.
     pub commit: AtomicU64,
+    /// Of them, in lost state (decisions 73, 240): they neither ack nor vote.
+    pub lost: AtomicU64,
     /// Appends made durable.
     pub appends: AtomicU64,
     /// WAL windows committed (one write + one `fdatasync` each).
@@ -167,6 +169,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// Appends the partition groups' metrics of every shard (decision 167), labelled
 /// `plane="partition"` and `shard`: gauges `strand_partition_groups`,
 /// `strand_partition_primaries`, `strand_partition_commit` (sum of the groups' `commit_min`),
+/// `strand_partition_lost_groups`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
@@ -179,7 +182,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 16] = [
+    let rows: [(&str, &str, &str, Pick); 17] = [
         (
             "partition_groups",
             "gauge",
@@ -197,6 +200,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "gauge",
             "sum of the partition groups' applied ops",
             |g| &g.commit,
+        ),
+        (
+            "partition_lost_groups",
+            "gauge",
+            "partition groups in lost state (they neither ack nor vote)",
+            |g| &g.lost,
         ),
         (
             "wal_lag_lsns",
@@ -1779,6 +1788,11 @@ fn observe(host: &Host) {
     g.primaries.store(primaries as u64, Ordering::Relaxed);
     let commit: u64 = groups.values().map(|h| h.replica.commit_min()).sum();
     g.commit.store(commit, Ordering::Relaxed);
+    let lost = groups
+        .values()
+        .filter(|h| h.replica.is_lost_state())
+        .count();
+    g.lost.store(lost as u64, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.
