@@ -66,6 +66,9 @@ pub struct Stamp {
     pub replica_count: u8,
     /// What the partition layout under the directory depends on (decision 192).
     pub layout: ShardLayout,
+    /// The directory was formatted by `--rejoin` (decision 240): while the stamp says so,
+    /// every group that boots without a superblock state boots in lost state.
+    pub rejoin: bool,
 }
 
 /// What places a partition group's data under the data directory: its lane is
@@ -93,6 +96,9 @@ struct StampFile {
     shards: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     replica_lanes: Option<u16>,
+    /// Written `true` by `--rejoin` (decision 240); absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    rejoin: bool,
 }
 
 impl Stamp {
@@ -104,6 +110,7 @@ impl Stamp {
             replica_count: self.replica_count,
             shards: Some(self.layout.shards),
             replica_lanes: Some(self.layout.replica_lanes),
+            rejoin: self.rejoin,
         };
         format!(
             "# Written once when this directory was formatted; never edit it.\n{}",
@@ -131,6 +138,7 @@ impl Stamp {
                 shards: 0,
                 replica_lanes: 0,
             }),
+            rejoin: file.rejoin,
         };
         Some((stamp, layout))
     }
@@ -200,8 +208,9 @@ pub enum BootError {
     #[error(
         "{path}: --rejoin formats an empty data directory as a replica that lost its state, but \
          this directory already holds one ({what}); refusing to start (rule: never formatted \
-         over data, docs/decisions.md 191). Drop --rejoin to boot from it (a rejoin that has not \
-         finished is remembered in its superblock), or move it aside to rejoin empty"
+         over data, docs/decisions.md 191). Drop --rejoin to boot from it (a rejoin whose stamp \
+         was written is recorded in the stamp, and its groups boot in lost state with or without \
+         the flag, decision 240), or move it aside to rejoin empty"
     )]
     RejoinOverData {
         /// The data directory.
@@ -278,8 +287,15 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 }
 
 /// Refuses `--rejoin` unless `data` has never held a node (no stamp, no `shard-0`): rejoining
-/// formats, and nothing formats over data (decision 191).
+/// formats, and nothing formats over data (decision 191). A directory whose stamp records a
+/// rejoin (decision 240: the stamp landed, a crash came before the groups' marks did) is
+/// accepted: the rejoin goes on from the stamp, which is what a start without the flag does.
 pub fn check_rejoin(data: &Path) -> Result<(), BootError> {
+    if let Ok(text) = std::fs::read_to_string(data.join(STAMP_FILE))
+        && Stamp::decode(&text).is_some_and(|(s, _)| s.rejoin)
+    {
+        return Ok(());
+    }
     for what in [STAMP_FILE, "shard-0"] {
         if data.join(what).exists() {
             return Err(BootError::RejoinOverData {
@@ -351,7 +367,13 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                 None => {
                     // A stamp from before the layout was recorded: no partition data was laid
                     // out by shard then, so the current layout is recorded now.
-                    write_stamp(data, expected)?;
+                    write_stamp(
+                        data,
+                        &Stamp {
+                            rejoin: found.rejoin,
+                            ..expected.clone()
+                        },
+                    )?;
                     Ok(false)
                 }
             }
@@ -374,6 +396,23 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
         }
         Err(e) => Err(io(&path, "reading")(e)),
     }
+}
+
+/// Whether `data`'s stamp records a rejoin (decision 240). Read after [`check_or_format`], so
+/// the stamp exists and parses.
+pub fn stamp_records_rejoin(data: &Path) -> Result<bool, BootError> {
+    let path = data.join(STAMP_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path, "reading"))?;
+    Stamp::decode(&text)
+        .map(|(s, _)| s.rejoin)
+        .ok_or(BootError::StampUnreadable { path })
+}
+
+/// Whether a group boots in lost state by the stamp (decision 240): the directory is a rejoin
+/// and the group has no superblock state, so its own mark never landed (or it never had
+/// one) and this life may have acknowledged what the disk does not hold.
+pub fn boots_lost_by_stamp(rejoin: bool, superblock: Option<&consensus::VsrState>) -> bool {
+    rejoin && superblock.is_none()
 }
 
 /// What a checkpoint snapshot holds besides the state machine (the core needs them back).
@@ -809,6 +848,7 @@ mod tests {
                 shards: 2,
                 replica_lanes: 16,
             },
+            rejoin: false,
         }
     }
 
@@ -952,6 +992,62 @@ mod tests {
         let error = check_rejoin(&dir).unwrap_err().to_string();
         assert!(error.contains("shard-0"), "{error}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision 240: the stamp written by `--rejoin` records the rejoin durably before any
+    /// group boots; every later boot reads it (with or without the flag, and through a layout
+    /// record upgrade), `--rejoin` again on such a directory goes on with the rejoin, and a
+    /// plain format records none.
+    #[test]
+    fn the_stamp_records_a_rejoin_until_cleared() {
+        let dir = temp("rejoin-stamp");
+        let rejoin = Stamp {
+            rejoin: true,
+            ..stamp()
+        };
+        check_rejoin(&dir).unwrap();
+        assert!(check_or_format(&dir, &rejoin).unwrap());
+        assert!(stamp_records_rejoin(&dir).unwrap());
+        // The crash window: stamp written, no group marked. `--rejoin` again is accepted and
+        // a start without it still reads the rejoin.
+        check_rejoin(&dir).unwrap();
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        assert!(stamp_records_rejoin(&dir).unwrap());
+        assert!(!check_or_format(&dir, &rejoin).unwrap());
+        // A pre-192 stamp completed at boot keeps the rejoin.
+        let text = std::fs::read_to_string(dir.join(STAMP_FILE)).unwrap();
+        let old: String = text
+            .lines()
+            .filter(|l| !l.starts_with("shards") && !l.starts_with("replica_lanes"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(dir.join(STAMP_FILE), old).unwrap();
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        assert!(stamp_records_rejoin(&dir).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let plain = temp("plain-stamp");
+        assert!(check_or_format(&plain, &stamp()).unwrap());
+        assert!(!stamp_records_rejoin(&plain).unwrap());
+        assert!(
+            !std::fs::read_to_string(plain.join(STAMP_FILE))
+                .unwrap()
+                .contains("rejoin"),
+            "a plain stamp stays as before decision 240"
+        );
+        assert!(check_rejoin(&plain).is_err());
+        let _ = std::fs::remove_dir_all(&plain);
+    }
+
+    /// Decision 240: only a group without a superblock state in a rejoined directory boots
+    /// lost by the stamp; a group whose superblock landed boots from it (lost or not).
+    #[test]
+    fn only_a_group_without_a_superblock_boots_lost_by_the_stamp() {
+        let state = consensus::VsrState::default();
+        assert!(boots_lost_by_stamp(true, None));
+        assert!(!boots_lost_by_stamp(true, Some(&state)));
+        assert!(!boots_lost_by_stamp(false, None));
+        assert!(!boots_lost_by_stamp(false, Some(&state)));
     }
 
     /// Decision 191: a rejoining group's `lost_state` is durable before the core runs, so a

@@ -91,6 +91,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             shards: u16::try_from(config.system.sharding.shards()).context("shard count")?,
             replica_lanes: config.cluster.replica_lanes,
         },
+        rejoin: args.rejoin,
     };
     if args.rejoin {
         boot::check_rejoin(&data)?;
@@ -98,6 +99,12 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     }
     if boot::check_or_format(&data, &stamp)? {
         info!(data_dir = %data.display(), "formatted a fresh data directory");
+    }
+    // Decision 240: the stamp, durable before any group boots, says whether this directory is
+    // a rejoin; `--rejoin` only wrote it.
+    let rejoin = boot::stamp_records_rejoin(&data)?;
+    if rejoin {
+        warn!(data_dir = %data.display(), "the stamp records a rejoin: groups without a superblock boot in lost state (decision 240)");
     }
     let shards = config.system.sharding.shards();
     let net = Arc::new(wiring::net_config(&config)?);
@@ -189,7 +196,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
                 slots,
                 test_register_ticks,
                 superblock_wedged,
-                rejoin: args.rejoin,
+                rejoin,
                 machine: machine.clone(),
                 metadata_handle: metadata_handle.clone(),
                 node_info: node_info.clone(),
@@ -538,6 +545,7 @@ impl Shard {
                     stop: Box::new(move || flag.is_set()),
                     limits: partitions::ReclaimLimits::default(),
                     ack_overrides: self.ack_overrides.clone(),
+                    rejoin: self.rejoin,
                 })
             };
         }
@@ -621,7 +629,7 @@ impl Shard {
         let mut boot = boot::recover(storage, dir, self.identity, journal, machine)
             .await
             .map_err(|e| e.to_string())?;
-        if self.rejoin {
+        if boot::boots_lost_by_stamp(self.rejoin, boot.recovered.superblock.as_ref()) {
             boot::mark_lost_state(&mut boot, dir)
                 .await
                 .map_err(|e| e.to_string())?;

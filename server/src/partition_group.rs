@@ -133,6 +133,8 @@ pub struct PartitionGauges {
     pub primaries: AtomicU64,
     /// Sum of the groups' `commit_min`.
     pub commit: AtomicU64,
+    /// Of them, in lost state (decisions 73, 240): they neither ack nor vote.
+    pub lost: AtomicU64,
     /// Appends made durable.
     pub appends: AtomicU64,
     /// WAL windows committed (one write + one `fdatasync` each).
@@ -170,6 +172,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// Appends the partition groups' metrics of every shard (decision 167), labelled
 /// `plane="partition"` and `shard`: gauges `strand_partition_groups`,
 /// `strand_partition_primaries`, `strand_partition_commit` (sum of the groups' `commit_min`),
+/// `strand_partition_lost_groups`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
@@ -182,7 +185,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 16] = [
+    let rows: [(&str, &str, &str, Pick); 17] = [
         (
             "partition_groups",
             "gauge",
@@ -200,6 +203,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "gauge",
             "sum of the partition groups' applied ops",
             |g| &g.commit,
+        ),
+        (
+            "partition_lost_groups",
+            "gauge",
+            "partition groups in lost state (they neither ack nor vote)",
+            |g| &g.lost,
         ),
         (
             "wal_lag_lsns",
@@ -579,6 +588,8 @@ struct StorageTask<S: Storage> {
     limits: ReclaimLimits,
     /// The durable lsn at the last reclaim.
     last_reclaim_at: u64,
+    /// The stamp records a rejoin (decision 240).
+    rejoin: bool,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -1175,6 +1186,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 None => lost_state = true,
             }
         }
+        // Decision 240: in a rejoined directory a group without a superblock state may have
+        // acknowledged prepares in the life before the wipe; it boots lost, and the core
+        // persists the mark before it sends anything (its sends wait for the superblock).
+        let rejoin_lost = crate::boot::boots_lost_by_stamp(self.rejoin, superblock.as_ref());
+        lost_state |= rejoin_lost;
         let frames: Vec<Frame> = replayed
             .range(checkpoint_op..)
             .map(|(_, f)| Frame::new(f.clone()))
@@ -1195,6 +1211,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             checkpoint_op,
             replayed = recovered.frames.len(),
             next_offset = boot.next_offset,
+            lost_state =
+                recovered.lost_state || recovered.superblock.as_ref().is_some_and(|s| s.lost_state),
+            rejoin_lost,
             "partition group recovered"
         );
         let disk = GroupDisk {
@@ -1533,6 +1552,9 @@ pub struct Pump<S: Storage> {
     pub limits: ReclaimLimits,
     /// `[[partition.topic]]` ack overrides.
     pub ack_overrides: AckOverrides,
+    /// The data directory's stamp records a rejoin (decision 240): a group that boots without
+    /// a superblock state boots in lost state.
+    pub rejoin: bool,
 }
 
 /// Opens the shard's WAL and the groups with state on disk, then runs every partition group of
@@ -1550,6 +1572,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         stop,
         limits,
         ack_overrides,
+        rejoin,
     } = pump;
     // Groups with a superblock here, and their checkpoint op (durable outside the WAL).
     let mut on_disk: BTreeMap<u64, u64> = BTreeMap::new();
@@ -1617,6 +1640,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         started: Instant::now(),
         limits,
         last_reclaim_at: 0,
+        rejoin,
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -1850,6 +1874,11 @@ fn observe(host: &Host) {
     g.primaries.store(primaries as u64, Ordering::Relaxed);
     let commit: u64 = groups.values().map(|h| h.replica.commit_min()).sum();
     g.commit.store(commit, Ordering::Relaxed);
+    let lost = groups
+        .values()
+        .filter(|h| h.replica.is_lost_state())
+        .count();
+    g.lost.store(lost as u64, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.
@@ -2050,6 +2079,7 @@ mod tests {
                     started: Instant::now(),
                     limits: ReclaimLimits::default(),
                     last_reclaim_at: 0,
+                    rejoin: false,
                 };
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());

@@ -307,6 +307,118 @@ fn a_wiped_node_rejoins_in_lost_state_and_never_helps_form_a_quorum() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Decision 240 across processes: the crash window of a rejoin. `strand start --rejoin` writes
+/// the stamp (recording the rejoin) on the main thread before shard 0 marks the metadata
+/// superblock lost; a crash between the two leaves a stamped directory with no superblock.
+/// The test formats a wiped backup's directory exactly that way (`boot::check_rejoin` and
+/// `boot::check_or_format` with the node's stamp, as `strand start --rejoin` does) and starts
+/// it without the flag: it boots in lost state and, with only the primary up beside it, the
+/// primary's commit point does not move. `--rejoin` again on that directory is accepted and
+/// boots lost; once the other backup returns, the node catches up and leaves lost state.
+#[test]
+fn a_rejoin_cut_before_its_superblock_mark_boots_in_lost_state_without_the_flag() {
+    let _serial = serial();
+    let dir = scratch("rejoin-window");
+    let ports = free_ports(9);
+    let config_path = dir.join("strand.toml");
+    let cluster = "rejoin-window-e2e";
+    std::fs::write(&config_path, config(cluster, 3, &ports, "")).unwrap();
+    let logs = dir.join("nodes.log");
+    let mut nodes = nodes(&dir, 3, &ports);
+    for node in nodes.iter_mut() {
+        spawn(&config_path, node, &logs, &[]);
+    }
+    run_cluster(&mut nodes, &logs, |nodes| {
+        let all = wait_until("a committing cluster", &all_nodes_of(nodes), &logs, |all| {
+            one_primary(all) && all.iter().all(|m| m["commit_min"] >= 5)
+        });
+        let primary = all.iter().position(|m| m["is_primary"] == 1).unwrap();
+        let backups: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
+        let (wiped, other) = (backups[0], backups[1]);
+        kill(&mut nodes[wiped]);
+        kill(&mut nodes[other]);
+        std::fs::remove_dir_all(&nodes[wiped].dir).unwrap();
+        std::fs::create_dir_all(&nodes[wiped].dir).unwrap();
+        // What `strand start --rejoin` does on the main thread before any shard runs.
+        let stamp = server::boot::Stamp {
+            cluster_name: cluster.into(),
+            cluster_id: wire::cluster_id(cluster),
+            replica_id: u8::try_from(wiped).unwrap(),
+            replica_count: 3,
+            layout: server::boot::ShardLayout {
+                shards: 1,
+                replica_lanes: 16,
+            },
+            rejoin: true,
+        };
+        server::boot::check_rejoin(&nodes[wiped].dir).unwrap();
+        assert!(server::boot::check_or_format(&nodes[wiped].dir, &stamp).unwrap());
+        assert!(
+            !nodes[wiped]
+                .dir
+                .join("shard-0")
+                .join("metadata")
+                .join("superblock")
+                .exists(),
+            "the crash window: no superblock yet"
+        );
+
+        let stuck_at = metrics(nodes[primary].http).expect("the primary answers")["commit_max"];
+        spawn(&config_path, &mut nodes[wiped], &logs, &[]);
+        let pair = [&nodes[primary], &nodes[wiped]];
+        wait_until("the cut rejoin answers", &pair, &logs, |_| true);
+        let watched = Instant::now();
+        let mut lost = Vec::new();
+        while watched.elapsed() < Duration::from_secs(5) {
+            if let (Some(p), Some(w)) = (metrics(nodes[primary].http), metrics(nodes[wiped].http)) {
+                assert_eq!(
+                    p["commit_max"],
+                    stuck_at,
+                    "the primary committed with the cut rejoin's help: {p:?} {w:?}\n{}",
+                    std::fs::read_to_string(&logs).unwrap_or_default()
+                );
+                lost.push(w["lost_state"]);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(lost.len() >= 5, "too few samples: {lost:?}");
+        assert!(lost.iter().all(|l| *l == 1), "{lost:?}");
+        let booted = log_lines(&logs, "metadata group recovered");
+        assert!(
+            booted.last().unwrap().contains("lost_state=true"),
+            "{booted:?}"
+        );
+        assert!(
+            !log_lines(&logs, "the stamp records a rejoin").is_empty(),
+            "the boot names the stamp's rejoin"
+        );
+
+        // `--rejoin` again on the stamped directory goes on with the rejoin.
+        kill(&mut nodes[wiped]);
+        spawn(&config_path, &mut nodes[wiped], &logs, &["--rejoin"]);
+        let again = wait_until(
+            "the rejoin goes on with the flag",
+            &[&nodes[primary], &nodes[wiped]],
+            &logs,
+            |all| all[1]["lost_state"] == 1,
+        );
+        assert_eq!(again[0]["commit_max"], stuck_at, "{again:?}");
+
+        spawn(&config_path, &mut nodes[other], &logs, &[]);
+        wait_until(
+            "the cluster with the rejoined node",
+            &all_nodes_of(nodes),
+            &logs,
+            |all| {
+                one_primary(all)
+                    && all[wiped]["lost_state"] == 0
+                    && all[wiped]["commit_min"] > stuck_at + 3
+            },
+        );
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Decision 192: a node formatted with one shard refuses to start with two, naming the stamp,
 /// both counts and what to do; with one again it boots.
 #[test]

@@ -247,18 +247,7 @@ impl Client {
     /// SendMessages of `payloads` to `partition` of stream 0 / topic 0: the confirmed
     /// `(partition, base_offset)`.
     fn send(&mut self, partition: u32, payloads: &[Vec<u8>]) -> (u32, u64) {
-        let slices: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
-        let batch = wire::batch::build(0, 0, 0, 0, &slices);
-        let mut envelope = vec![1, 4];
-        envelope.extend_from_slice(&stream_id().to_le_bytes());
-        envelope.extend_from_slice(&[1, 4]);
-        envelope.extend_from_slice(&0u32.to_le_bytes());
-        envelope.extend_from_slice(&[2, 4]);
-        envelope.extend_from_slice(&partition.to_le_bytes());
-        envelope.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
-        let mut body = (envelope.len() as u32).to_le_bytes().to_vec();
-        body.extend_from_slice(&envelope);
-        body.extend_from_slice(&batch);
+        let body = send_body(partition, payloads);
         let answer = self.replicated(SEND_MESSAGES, &body);
         assert_eq!(answer.status(), 0, "SendMessages to partition {partition}");
         let confirmations = decode_send_reply(answer.body()).unwrap();
@@ -341,6 +330,23 @@ impl Client {
         assert_eq!(answer.status(), 0);
         ConsumerOffsetReply::decode(answer.body()).unwrap()
     }
+}
+
+/// The body of a SendMessages of `payloads` to `partition` of the test's stream, topic 0.
+fn send_body(partition: u32, payloads: &[Vec<u8>]) -> Vec<u8> {
+    let slices: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    let batch = wire::batch::build(0, 0, 0, 0, &slices);
+    let mut envelope = vec![1, 4];
+    envelope.extend_from_slice(&stream_id().to_le_bytes());
+    envelope.extend_from_slice(&[1, 4]);
+    envelope.extend_from_slice(&0u32.to_le_bytes());
+    envelope.extend_from_slice(&[2, 4]);
+    envelope.extend_from_slice(&partition.to_le_bytes());
+    envelope.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
+    let mut body = (envelope.len() as u32).to_le_bytes().to_vec();
+    body.extend_from_slice(&envelope);
+    body.extend_from_slice(&batch);
+    body
 }
 
 fn consumer() -> Consumer {
@@ -622,6 +628,164 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                 partition_sum(&m, "strand_wal_commits_total"),
             );
         }
+    }));
+    kill_all(&mut nodes);
+    if let Err(panic) = result {
+        eprintln!(
+            "logs:\n{}",
+            std::fs::read_to_string(&logs).unwrap_or_default()
+        );
+        std::panic::resume_unwind(panic);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Decision 240 across processes, for partition groups: a rejoined node whose metadata group
+/// left lost state crashes before its partition groups' superblocks land. The test makes that
+/// directory: a backup of both partition groups is killed, its partition data (WAL and
+/// group files, every shard) is removed, its metadata kept, and its stamp records a rejoin
+/// (the line `strand start --rejoin` writes). With the other partition backup down it boots
+/// both partition groups in lost state (`strand_partition_lost_groups`, the boot log's
+/// `rejoin_lost=true`), and a SendMessages at the partition primary does not commit
+/// (`strand_partition_commit` stands); once the other backup returns, the send commits and
+/// the rejoined node's groups leave lost state.
+#[test]
+fn a_rejoined_node_boots_its_partition_groups_lost_and_never_helps_their_quorum() {
+    let _serial = common::serial();
+    let dir = common::scratch("partition-rejoin");
+    let ports = common::free_ports(9);
+    let config_path = dir.join("strand.toml");
+    std::fs::write(
+        &config_path,
+        common::config("partition-rejoin-e2e", 3, &ports, ""),
+    )
+    .unwrap();
+    let logs = dir.join("nodes.log");
+    let mut nodes = common::nodes(&dir, 3, &ports);
+    let tcp = |i: usize| ports[i * 3];
+    for node in nodes.iter_mut() {
+        spawn(&config_path, node, &logs);
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mp = metadata_primary(&nodes, &logs);
+        let mut admin = Client::connect(tcp(mp), 0xAD);
+        admin.login();
+        for s in 0..=stream_id() {
+            let answer = admin.replicated(CREATE_STREAM, &name(&format!("orders-{s}")));
+            assert_eq!(answer.result(), 0);
+        }
+        let mut topic = vec![1, 4];
+        topic.extend_from_slice(&stream_id().to_le_bytes());
+        topic.extend_from_slice(&2u32.to_le_bytes());
+        topic.extend_from_slice(&name("events"));
+        assert_eq!(admin.replicated(CREATE_TOPIC, &topic).result(), 0);
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let mut producer = Client::connect(tcp(pp), 0xB0B);
+        producer.login();
+        let mut acked: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut acked, 0, 6);
+        for i in 0..3 {
+            reads_back(tcp(i), 0xC0 + i as u128, &acked, &logs, &format!("n{i}"));
+        }
+        let backups: Vec<usize> = (0..3).filter(|&i| i != pp).collect();
+        let (wiped, other) = (backups[0], backups[1]);
+        eprintln!("partition primary n{pp}, rejoined n{wiped}, other backup n{other}");
+        common::kill(&mut nodes[wiped]);
+        common::kill(&mut nodes[other]);
+        // The cut rejoin: metadata kept, every partition file gone, the stamp a rejoin.
+        for entry in std::fs::read_dir(&nodes[wiped].dir).unwrap() {
+            let shard = entry.unwrap().path();
+            if !shard.is_dir() {
+                continue;
+            }
+            for inner in std::fs::read_dir(&shard).unwrap() {
+                let path = inner.unwrap().path();
+                if path.file_name().unwrap() != "metadata" {
+                    if path.is_dir() {
+                        std::fs::remove_dir_all(&path).unwrap();
+                    } else {
+                        std::fs::remove_file(&path).unwrap();
+                    }
+                }
+            }
+        }
+        let stamp = nodes[wiped].dir.join("strand.cluster");
+        let mut text = std::fs::read_to_string(&stamp).unwrap();
+        assert!(!text.contains("rejoin ="), "{text}");
+        text.push_str("rejoin = true\n");
+        std::fs::write(&stamp, text).unwrap();
+
+        // The other backup is down: the metadata group runs on the primary and the rejoined
+        // node (its metadata is intact), the partition groups cannot commit.
+        spawn(&config_path, &mut nodes[wiped], &logs);
+        let pair = [pp, wiped];
+        let both = eventually("the rejoined node hosts both groups, lost", &logs, || {
+            let all: Option<Vec<_>> = pair
+                .iter()
+                .map(|&i| common::scrape(nodes[i].http))
+                .collect();
+            let all = all?;
+            (partition_sum(&all[1], "strand_partition_groups") == 2
+                && partition_sum(&all[1], "strand_partition_lost_groups") == 2)
+                .then_some(all)
+        });
+        let commit = partition_sum(&both[0], "strand_partition_commit");
+        let booted: Vec<String> = std::fs::read_to_string(&logs)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("partition group recovered") && l.contains("rejoin_lost=true"))
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(booted.len(), 2, "{booted:?}");
+        let mut pending = Client::connect(tcp(pp), 0xBAD);
+        pending.login();
+        let request = frame(
+            pending.client,
+            SEND_MESSAGES,
+            0,
+            pending.session,
+            pending.request,
+            &send_body(0, &[payload(99, 0)]),
+        );
+        pending.stream.write_all(&request).unwrap();
+        let mut samples = 0;
+        let watched = Instant::now();
+        while watched.elapsed() < Duration::from_secs(5) {
+            if let (Some(p), Some(w)) = (
+                common::scrape(nodes[pp].http),
+                common::scrape(nodes[wiped].http),
+            ) {
+                samples += 1;
+                assert_eq!(
+                    partition_sum(&p, "strand_partition_commit"),
+                    commit,
+                    "the partition primary committed with the lost node's help"
+                );
+                assert_eq!(partition_sum(&w, "strand_partition_lost_groups"), 2);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(samples >= 5, "too few samples: {samples}");
+
+        // The other backup returns: the send commits, the rejoined node catches up and
+        // leaves lost state.
+        spawn(&config_path, &mut nodes[other], &logs);
+        eventually(
+            "the send commits and the rejoined node leaves lost state",
+            &logs,
+            || {
+                let p = common::scrape(nodes[pp].http)?;
+                let w = common::scrape(nodes[wiped].http)?;
+                (partition_sum(&p, "strand_partition_commit") > commit
+                    && partition_sum(&w, "strand_partition_lost_groups") == 0)
+                    .then_some(())
+            },
+        );
+        // The commit that moved is the pending send (the only request): the rejoined node
+        // reads it after everything acknowledged before.
+        let next = acked[0].len() as u64;
+        acked[0].push((next, payload(99, 0)));
+        reads_back(tcp(wiped), 0xE0, &acked, &logs, "the rejoined node");
     }));
     kill_all(&mut nodes);
     if let Err(panic) = result {

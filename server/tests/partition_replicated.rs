@@ -92,6 +92,8 @@ struct Cluster {
     wal: WalConfig,
     limits: ReclaimLimits,
     checkpoint_interval: u64,
+    /// Replicas whose data directory's stamp records a rejoin (decision 240).
+    rejoined: BTreeSet<u8>,
 }
 
 fn group(partition: u32) -> GroupId {
@@ -187,6 +189,7 @@ impl Cluster {
             },
             limits: ReclaimLimits::default(),
             checkpoint_interval,
+            rejoined: BTreeSet::new(),
         };
         for r in 0..n {
             c.start(r);
@@ -225,6 +228,7 @@ impl Cluster {
             stop: Box::new(move || flag.get()),
             limits: self.limits,
             ack_overrides: Default::default(),
+            rejoin: self.rejoined.contains(&r),
         }))
         .detach();
         self.net.hosts.borrow_mut()[r as usize] = Some(host.clone());
@@ -663,6 +667,111 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
     });
 }
 
+/// Decision 240: a replica whose directory was wiped and formatted as a rejoin boots every
+/// partition group in lost state (they have no superblock): with the other backup down, the
+/// primary's commit point does not move, because the rejoined replica never acks; once the
+/// other backup returns the cluster commits, the rejoined replica catches up and leaves lost
+/// state, and a restart still in the rejoined directory boots from the superblocks it wrote.
+#[test]
+fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum() {
+    run(|| async {
+        let mut c = Cluster::new_with("rejoin", 3, view(2, 1_000_000), 8);
+        until("both groups hosted everywhere", || {
+            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+        })
+        .await;
+        until_accepting(&c, 0).await;
+        until_accepting(&c, 1).await;
+        send_burst(&c, 2, 0, 10).await;
+        until("replica 2 applied them", || {
+            (0..2).all(|p| next_offset(c.host(2), p) >= 20)
+        })
+        .await;
+        assert_eq!(c.stop(1).await, Outcome::Stopped);
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        // Replica 2 loses its disk and rejoins.
+        std::fs::remove_dir_all(&c.dirs[2]).unwrap();
+        std::fs::create_dir_all(&c.dirs[2]).unwrap();
+        c.rejoined.insert(2);
+        c.start(2);
+        for g in [group(0), group(1)] {
+            for (a, b) in [(2, 0), (0, 2)] {
+                c.host(a).inbox.push(Event::Peer {
+                    peer: b,
+                    lane: shard::mapping::lane(g, LANES),
+                    connected: true,
+                });
+            }
+        }
+        until("replica 2 booted both groups", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(
+                c.host(2).is_lost_state(group(p)),
+                Some(true),
+                "partition {p} boots in lost state in a rejoined directory"
+            );
+        }
+        let before: Vec<u64> = (0..2)
+            .map(|p| c.host(0).group_state(group(p)).unwrap().2)
+            .collect();
+        let replies = c.nodes[0].as_ref().unwrap().replies.clone();
+        let answered = replies.0.borrow().len();
+        for p in 0..2 {
+            let (a, b) = (payload(1000), payload(1001));
+            c.host(0)
+                .submit(group(p), send(100 + u128::from(p), 11, p, &[&a, &b]))
+                .unwrap();
+        }
+        // A quorum of one remembering replica plus the lost one must not commit: wait many
+        // heartbeats and prepare retries, then check nothing moved.
+        for _ in 0..150 {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+            for p in 0..2 {
+                let (_, _, commit, _, _) = c.host(0).group_state(group(p)).unwrap();
+                assert_eq!(
+                    commit, before[p as usize],
+                    "partition {p}: the primary committed with the lost replica's help"
+                );
+                assert_eq!(c.host(2).is_lost_state(group(p)), Some(true));
+            }
+            assert_eq!(replies.0.borrow().len(), answered, "nothing was replied");
+        }
+        // The other backup returns: the requests commit, replica 2 catches up and leaves
+        // lost state.
+        c.start(1);
+        c.reconnect(1, &[group(0), group(1)]);
+        until("both requests replied", || {
+            replies.0.borrow().len() >= answered + 2
+        })
+        .await;
+        until("replica 2 caught up", || {
+            (0..2).all(|p| next_offset(c.host(2), p) == 22)
+        })
+        .await;
+        until("replica 2 out of lost state", || {
+            (0..2).all(|p| c.host(2).is_lost_state(group(p)) == Some(false))
+        })
+        .await;
+        // Still a rejoined directory, but every group's superblock landed: a restart boots
+        // from them, not lost.
+        assert_eq!(c.stop(2).await, Outcome::Stopped);
+        c.start(2);
+        until("replica 2 booted both groups again", || {
+            (0..2).all(|p| c.host(2).hosts(group(p).0))
+        })
+        .await;
+        for p in 0..2 {
+            assert_eq!(c.host(2).is_lost_state(group(p)), Some(false));
+        }
+        for r in 0..3 {
+            assert_eq!(c.stop(r).await, Outcome::Stopped);
+        }
+    });
+}
+
 /// A replica that crashes before its segments flushed (the topic flushes every 10^6 messages,
 /// no checkpoint ran) recovers every message it committed from its WAL alone.
 #[test]
@@ -979,6 +1088,7 @@ impl Cluster {
                 copy_forward: false,
             },
             checkpoint_interval: 8,
+            rejoined: BTreeSet::new(),
         };
         c.start(0);
         c
