@@ -207,6 +207,7 @@ impl Cluster {
                 stop: Box::new(|| false),
                 limits: ReclaimLimits::default(),
                 ack_overrides: Default::default(),
+                rejoin: false,
             }))
             .detach();
             c.net.hosts.borrow_mut()[r as usize] = Some(host.clone());
