@@ -224,7 +224,10 @@ mod tests {
         // Request 2 waits; request 1 commits now and its Reply comes back.
         let second = registry.wait_for(client, 1, 2).unwrap();
         registry.reply(client, reply_to(client, 1));
-        assert!(ready(&second).is_none(), "request 1's reply answered request 2");
+        assert!(
+            ready(&second).is_none(),
+            "request 1's reply answered request 2"
+        );
         assert_eq!(counters.stale.load(Ordering::Relaxed), 1);
         assert_eq!(registry.waiting(), 1);
         // Its own reply is delivered.
