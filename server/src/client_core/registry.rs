@@ -64,10 +64,17 @@ impl Slot {
 /// refused it.
 pub type ReplyLane = Box<dyn Fn(u16, u128, Frame) -> bool>;
 
+/// A connection waiting for one request's reply.
+struct Waiter {
+    conn: u64,
+    /// The awaited request number.
+    request: u64,
+    slot: Rc<Slot>,
+}
+
 /// The registry of one shard.
 pub struct Registry {
-    /// Client id -> (connection, awaited request number, slot).
-    waiters: RefCell<HashMap<u128, (u64, u64, Rc<Slot>)>>,
+    waiters: RefCell<HashMap<u128, Waiter>>,
     remote: RefCell<HashMap<u128, u16>>,
     lane: RefCell<Option<ReplyLane>>,
     counters: std::sync::Arc<Counters>,
@@ -94,18 +101,25 @@ impl Registry {
     /// same id; it gets a transient refusal instead of stealing the first one's reply).
     pub fn wait_for(&self, client: u128, conn: u64, request: u64) -> Option<Rc<Slot>> {
         let mut waiters = self.waiters.borrow_mut();
-        if waiters.get(&client).is_some_and(|(c, _, _)| *c != conn) {
+        if waiters.get(&client).is_some_and(|w| w.conn != conn) {
             return None;
         }
         let slot = Rc::new(Slot::default());
-        waiters.insert(client, (conn, request, slot.clone()));
+        waiters.insert(
+            client,
+            Waiter {
+                conn,
+                request,
+                slot: slot.clone(),
+            },
+        );
         Some(slot)
     }
 
     /// Connection `conn` stopped waiting for `client` (it answered, timed out, or closed).
     pub fn forget(&self, client: u128, conn: u64) {
         let mut waiters = self.waiters.borrow_mut();
-        if waiters.get(&client).is_some_and(|(c, _, _)| *c == conn) {
+        if waiters.get(&client).is_some_and(|w| w.conn == conn) {
             waiters.remove(&client);
         }
     }
@@ -126,13 +140,13 @@ impl Registry {
     /// for another request number than the awaited one is dropped and counted (`stale`).
     pub fn deliver_local(&self, client: u128, frame: Frame) {
         let mut waiters = self.waiters.borrow_mut();
-        let Some((_, awaited, _)) = waiters.get(&client) else {
+        let Some(awaited) = waiters.get(&client).map(|w| w.request) else {
             drop(waiters);
             self.counters.undeliverable.fetch_add(1, Ordering::Relaxed);
             return;
         };
         if let Some(request) = reply_request(&frame)
-            && request != *awaited
+            && request != awaited
         {
             drop(waiters);
             self.counters.stale.fetch_add(1, Ordering::Relaxed);
@@ -143,9 +157,9 @@ impl Registry {
             );
             return;
         }
-        let (_, _, slot) = waiters.remove(&client).expect("looked up above");
+        let waiter = waiters.remove(&client).expect("looked up above");
         drop(waiters);
-        slot.fill(frame);
+        waiter.slot.fill(frame);
     }
 
     /// Clients waiting on this shard (tests, metrics).
