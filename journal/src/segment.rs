@@ -412,19 +412,18 @@ impl<S: Storage> PartitionLog<S> {
         let idx_at = seg.index.len() * INDEX_ENTRY / SECTOR * SECTOR;
         let mut idx_buf =
             AlignedBuf::zeroed(sector_ceil((count * INDEX_ENTRY - idx_at) as u64) as usize);
-        for (i, e) in seg
-            .index
-            .iter()
-            .chain([&entry])
-            .enumerate()
-            .skip(idx_at / INDEX_ENTRY)
-        {
-            let o = i * INDEX_ENTRY - idx_at;
-            let out = &mut idx_buf.as_mut_slice()[o..o + INDEX_ENTRY];
-            out[0..8].copy_from_slice(&e.offset.to_le_bytes());
-            out[8..16].copy_from_slice(&e.timestamp.to_le_bytes());
-            out[16..24].copy_from_slice(&e.position.to_le_bytes());
+        // The rewritten sectors start at `idx_at`, which need not be an entry boundary (a
+        // sector holds 170 and 2/3 entries): the entries from the one that straddles it are
+        // encoded, and the bytes from `idx_at` on are written.
+        let first = idx_at / INDEX_ENTRY;
+        let mut entries = Vec::with_capacity((count - first) * INDEX_ENTRY);
+        for e in seg.index.iter().chain([&entry]).skip(first) {
+            entries.extend_from_slice(&e.offset.to_le_bytes());
+            entries.extend_from_slice(&e.timestamp.to_le_bytes());
+            entries.extend_from_slice(&e.position.to_le_bytes());
         }
+        let tail = &entries[idx_at - first * INDEX_ENTRY..];
+        idx_buf.as_mut_slice()[..tail.len()].copy_from_slice(tail);
         self.storage
             .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
             .await?;

@@ -212,7 +212,7 @@ pub fn render(sources: &Sources) -> String {
         );
         let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
         let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
-        let client_counters: [(&str, &AtomicU64); 12] = [
+        let client_counters: [(&str, &AtomicU64); 13] = [
             ("client_connections_total", &c.accepted),
             ("client_requests_total", &c.requests),
             ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
@@ -226,6 +226,7 @@ pub fn render(sources: &Sources) -> String {
             ),
             ("client_replies_undeliverable_total", &c.undeliverable),
             ("client_deadline_answers_total", &c.deadline),
+            ("client_replies_stale_total", &c.stale),
             ("client_mesh_refused_total", &c.mesh_refused),
             ("client_logins_refused_total", &c.logins_refused),
             ("client_shard_disagreements_total", &c.shard_disagreement),

@@ -221,7 +221,7 @@ impl ClientCore {
     async fn metadata_call(&self, conn: u64, request: ClientRequest) -> Frame {
         let header = request.header;
         let client = header.client.get();
-        let Some(slot) = self.registry.wait_for(client, conn) else {
+        let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {
             return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
         };
         let sent = if self.shard == 0 {
@@ -256,7 +256,7 @@ impl ClientCore {
     ) -> Frame {
         let header = request.header;
         let client = header.client.get();
-        let Some(slot) = self.registry.wait_for(client, conn) else {
+        let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {
             return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
         };
         let target = self.group_shard(group);
@@ -342,7 +342,7 @@ impl ClientCore {
             return self.answer_read(header, &read);
         }
         let client = header.client.get();
-        let Some(slot) = self.registry.wait_for(client, conn) else {
+        let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {
             return frames::refused(header, TRANSIENT_NOT_ACCEPTED);
         };
         let message = ShardMsg::Read {

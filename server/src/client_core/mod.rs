@@ -86,6 +86,9 @@ pub struct Counters {
     pub undeliverable: AtomicU64,
     /// Requests answered 57 by the deadline.
     pub deadline: AtomicU64,
+    /// Replies for a request number the client no longer waits for (a request answered at
+    /// the deadline that committed later); dropped, never delivered to the next request.
+    pub stale: AtomicU64,
     /// Mesh sends refused (full or closed lane).
     pub mesh_refused: AtomicU64,
     /// Registers refused because [`LOGINS_IN_FLIGHT_MAX`] were in flight.

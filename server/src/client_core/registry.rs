@@ -5,7 +5,11 @@
 //! Lockstep (client-plane.md §1): a connection has at most one request outstanding, so one
 //! waiter per client id is enough. A reply for a client nobody waits for is dropped and counted
 //! (`undeliverable`), never written unsolicited: the SDK would take it as the answer to its
-//! next request.
+//! next request. A waiter also names the request number it waits for: a Reply whose header
+//! carries another number (a request answered 57 at the deadline that committed later, while
+//! the client already waits for its next request) is dropped and counted (`stale`), and the
+//! waiter keeps waiting (decision 250). An Eviction carries no request number and is
+//! delivered to whatever the client waits for.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -15,6 +19,8 @@ use std::sync::atomic::Ordering;
 use std::task::{Poll, Waker};
 
 use consensus::Frame;
+use wire::Command;
+use wire::header::{Layout, ReplyHeader};
 
 use super::Counters;
 use crate::groups::ReplySink;
@@ -58,9 +64,17 @@ impl Slot {
 /// refused it.
 pub type ReplyLane = Box<dyn Fn(u16, u128, Frame) -> bool>;
 
+/// A connection waiting for one request's reply.
+struct Waiter {
+    conn: u64,
+    /// The awaited request number.
+    request: u64,
+    slot: Rc<Slot>,
+}
+
 /// The registry of one shard.
 pub struct Registry {
-    waiters: RefCell<HashMap<u128, (u64, Rc<Slot>)>>,
+    waiters: RefCell<HashMap<u128, Waiter>>,
     remote: RefCell<HashMap<u128, u16>>,
     lane: RefCell<Option<ReplyLane>>,
     counters: std::sync::Arc<Counters>,
@@ -82,23 +96,30 @@ impl Registry {
         *self.lane.borrow_mut() = Some(lane);
     }
 
-    /// Connection `conn` waits for `client`'s reply. `None` when another connection already
-    /// waits for that client id (a second connection with the same id; it gets a transient
-    /// refusal instead of stealing the first one's reply).
-    pub fn wait_for(&self, client: u128, conn: u64) -> Option<Rc<Slot>> {
+    /// Connection `conn` waits for the reply to `client`'s request number `request`. `None`
+    /// when another connection already waits for that client id (a second connection with the
+    /// same id; it gets a transient refusal instead of stealing the first one's reply).
+    pub fn wait_for(&self, client: u128, conn: u64, request: u64) -> Option<Rc<Slot>> {
         let mut waiters = self.waiters.borrow_mut();
-        if waiters.get(&client).is_some_and(|(c, _)| *c != conn) {
+        if waiters.get(&client).is_some_and(|w| w.conn != conn) {
             return None;
         }
         let slot = Rc::new(Slot::default());
-        waiters.insert(client, (conn, slot.clone()));
+        waiters.insert(
+            client,
+            Waiter {
+                conn,
+                request,
+                slot: slot.clone(),
+            },
+        );
         Some(slot)
     }
 
     /// Connection `conn` stopped waiting for `client` (it answered, timed out, or closed).
     pub fn forget(&self, client: u128, conn: u64) {
         let mut waiters = self.waiters.borrow_mut();
-        if waiters.get(&client).is_some_and(|(c, _)| *c == conn) {
+        if waiters.get(&client).is_some_and(|w| w.conn == conn) {
             waiters.remove(&client);
         }
     }
@@ -115,21 +136,46 @@ impl Registry {
         remote.insert(client, origin);
     }
 
-    /// Delivers to a connection of this shard only (a reply that came over the mesh).
+    /// Delivers to a connection of this shard only (a reply that came over the mesh). A Reply
+    /// for another request number than the awaited one is dropped and counted (`stale`).
     pub fn deliver_local(&self, client: u128, frame: Frame) {
-        let waiter = self.waiters.borrow_mut().remove(&client);
-        match waiter {
-            Some((_, slot)) => slot.fill(frame),
-            None => {
-                self.counters.undeliverable.fetch_add(1, Ordering::Relaxed);
-            }
+        let mut waiters = self.waiters.borrow_mut();
+        let Some(awaited) = waiters.get(&client).map(|w| w.request) else {
+            drop(waiters);
+            self.counters.undeliverable.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let Some(request) = reply_request(&frame)
+            && request != awaited
+        {
+            drop(waiters);
+            self.counters.stale.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                client,
+                request,
+                "a reply for a request this client no longer waits for; dropped"
+            );
+            return;
         }
+        let waiter = waiters.remove(&client).expect("looked up above");
+        drop(waiters);
+        waiter.slot.fill(frame);
     }
 
     /// Clients waiting on this shard (tests, metrics).
     pub fn waiting(&self) -> usize {
         self.waiters.borrow().len()
     }
+}
+
+/// The request number of a Reply; `None` for any other frame (an Eviction answers whatever
+/// the client waits for).
+fn reply_request(frame: &Frame) -> Option<u64> {
+    if frame.command() != Some(Command::Reply) {
+        return None;
+    }
+    let header = ReplyHeader::view(frame.header_bytes()?)?;
+    Some(header.request.get())
 }
 
 impl ReplySink for Registry {
@@ -149,5 +195,75 @@ impl ReplySink for Registry {
                 self.counters.undeliverable.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Waker};
+
+    use wire::header::{Layout, RequestHeader};
+
+    use super::*;
+    use crate::client_core::frames;
+
+    fn reply_to(client: u128, request: u64) -> Frame {
+        let mut header = RequestHeader::zeroed();
+        header.client.set(client);
+        header.request.set(request);
+        header.operation = wire::Operation::SendMessages.byte();
+        frames::reply(&header, 0, &[])
+    }
+
+    fn ready(slot: &Slot) -> Option<Frame> {
+        let mut wait = std::pin::pin!(slot.wait());
+        match wait.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(frame) => Some(frame),
+            Poll::Pending => None,
+        }
+    }
+
+    /// A request answered at the deadline that commits later must not answer the client's next
+    /// request: its Reply is dropped and counted, and the next request's own Reply arrives.
+    #[test]
+    fn a_late_reply_to_an_earlier_request_is_dropped_not_delivered_to_the_next() {
+        let counters = Arc::new(Counters::default());
+        let registry = Registry::new(counters.clone());
+        let client = 7;
+        // Request 1 waited, hit the deadline, and the connection forgot it.
+        let first = registry.wait_for(client, 1, 1).unwrap();
+        registry.forget(client, 1);
+        drop(first);
+        // Request 2 waits; request 1 commits now and its Reply comes back.
+        let second = registry.wait_for(client, 1, 2).unwrap();
+        registry.reply(client, reply_to(client, 1));
+        assert!(
+            ready(&second).is_none(),
+            "request 1's reply answered request 2"
+        );
+        assert_eq!(counters.stale.load(Ordering::Relaxed), 1);
+        assert_eq!(registry.waiting(), 1);
+        // Its own reply is delivered.
+        registry.reply(client, reply_to(client, 2));
+        let frame = ready(&second).expect("request 2's reply");
+        let header = ReplyHeader::view(frame.header_bytes().unwrap()).unwrap();
+        assert_eq!(header.request.get(), 2);
+        assert_eq!(registry.waiting(), 0);
+        assert_eq!(counters.undeliverable.load(Ordering::Relaxed), 0);
+    }
+
+    /// An Eviction has no request number: it reaches whatever the client waits for.
+    #[test]
+    fn an_eviction_reaches_the_waiting_request() {
+        let counters = Arc::new(Counters::default());
+        let registry = Registry::new(counters.clone());
+        let slot = registry.wait_for(9, 1, 4).unwrap();
+        registry.deliver_local(
+            9,
+            frames::eviction(9, wire::decode::EvictionReason::SessionTooLow, None),
+        );
+        assert_eq!(ready(&slot).unwrap().command(), Some(Command::Eviction));
+        assert_eq!(counters.stale.load(Ordering::Relaxed), 0);
     }
 }
