@@ -138,6 +138,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(usize, Arc<Counters>), String>>();
     let ready_tx = Arc::new(Mutex::new(ready_tx));
     let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    record_panics_as_fatal(fatal.clone());
     let shared = NodeShared::default();
     let listen = SocketAddr::new(node.ip, node.ports.tcp_replica);
     let close_bound = config.message_bus.close_peer_timeout;
@@ -275,6 +276,44 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Test-only: the shard with this id panics right after it reported ready, so a test can show
+/// that a panicking shard stops the whole node (exit [`server::EXIT_FATAL`]) instead of leaving
+/// a process that answers `/metrics` while its shard serves nothing.
+const TEST_PANIC_SHARD_ENV: &str = "STRAND_TEST_PANIC_SHARD";
+
+/// A panic on any thread (a shard's executor above all: its groups, connections and client
+/// core die with it) becomes the node's fatal cause, so the main thread stops the node with
+/// exit [`server::EXIT_FATAL`] and a log line naming the panic, instead of running on without
+/// that shard. The default hook still prints the panic and its location first. `try_lock`: a
+/// panic while the fatal slot is held must not deadlock; the holder is reporting a fatal cause
+/// anyway.
+fn record_panics_as_fatal(fatal: Arc<Mutex<Option<String>>>) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("(no message)");
+        let at = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        // One line, so the log line of the stop names the panic whole.
+        let cause = format!(
+            "thread {} panicked at {at}: {}",
+            thread.name().unwrap_or("unnamed"),
+            message.replace('\n', " ")
+        );
+        if let Ok(mut slot) = fatal.try_lock() {
+            slot.get_or_insert(cause);
+        }
+    }));
 }
 
 /// How long `strand start` waits for every shard to bind, boot and report.
@@ -431,6 +470,13 @@ impl Shard {
         }
         plane.start_connector();
         self.report(Ok((id, plane.counters().clone())));
+        if std::env::var(TEST_PANIC_SHARD_ENV).is_ok_and(|v| v.parse() == Ok(id)) {
+            warn!(
+                shard = id,
+                "test hook {TEST_PANIC_SHARD_ENV} is set: this shard panics now"
+            );
+            panic!("test hook {TEST_PANIC_SHARD_ENV}: shard {id} panics after it reported ready");
+        }
         let pump = metadata.map(|booted| match booted {
             Booted::Dma(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),
             Booted::File(boot) => self.spawn_pump(boot, &plane, &inbox, &ctx.stop, &core),

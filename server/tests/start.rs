@@ -437,3 +437,45 @@ fn with_ports(offset: u16) -> String {
         ),
     )
 }
+
+/// A shard that panics stops the whole node with exit status 3 and a log line naming the panic
+/// (never a process that answers `/metrics` while the shard's groups and clients are gone). The
+/// test hook makes shard 1 of two panic right after it reported ready.
+#[test]
+fn a_panicking_shard_stops_the_node_with_the_fatal_status() {
+    let dir = scratch("panic");
+    let config = dir.join("strand.toml");
+    std::fs::write(&config, with_ports(7)).unwrap();
+    let mut child = strand()
+        .env("STRAND_TEST_PANIC_SHARD", "1")
+        .args(["start", "--config"])
+        .arg(&config)
+        .args(["--replica-id", "0", "--shards", "2", "--data-dir"])
+        .arg(dir.join("data"))
+        .spawn()
+        .unwrap();
+    let mut log = Log::of(&mut child);
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > PATIENCE {
+            signal(&child, libc::SIGKILL);
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rest = log.rest();
+    let status = status.unwrap_or_else(|| panic!("the node ran on:\n{}", rest.join("\n")));
+    assert_eq!(status.code(), Some(3), "{}", rest.join("\n"));
+    assert!(
+        rest.iter().any(|l| l.contains("stopped by a fatal failure")
+            && l.contains("panicked")
+            && l.contains("STRAND_TEST_PANIC_SHARD")),
+        "{}",
+        rest.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

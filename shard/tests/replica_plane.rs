@@ -425,6 +425,22 @@ fn three_nodes_exchange_sealed_frames_on_every_lane() {
     every_lane(&nodes[0], &[1, 2], 16);
     every_lane(&nodes[1], &[0, 2], 16);
     every_lane(&nodes[2], &[0, 1], 16);
+    // The sink heard every connection come up, once per (peer, lane): the pumps' connection
+    // reports start from it (a plane that never reports `connected` leaves every peer down in
+    // the core, which then skips them in chain replication).
+    for node in &nodes {
+        let mut up: Vec<(u8, u8)> = node
+            .control
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, connected)| *connected)
+            .map(|(o, _)| (o.peer, o.lane))
+            .collect();
+        up.sort_unstable();
+        assert_eq!(up, node.connections(), "node {} connected reports", node.id);
+    }
     let body = vec![0x5a; 70_000];
     for node in &nodes {
         for peer in nodes.iter().filter(|p| p.id != node.id) {

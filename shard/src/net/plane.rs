@@ -519,6 +519,8 @@ impl Plane {
             inbound,
             "replica connection established"
         );
+        // Before the reader runs, so a pump hears "up" before the first frame of the connection.
+        self.sink.connected(conn.origin);
         glommio::spawn_local(self.clone().reader(conn.clone(), read)).detach();
         glommio::spawn_local(self.clone().writer(conn, write)).detach();
     }
