@@ -454,7 +454,7 @@ fn a_panicking_shard_stops_the_node_with_the_fatal_status() {
         .arg(dir.join("data"))
         .spawn()
         .unwrap();
-    let mut log = Log::of(&mut child);
+    let log = Log::of(&mut child);
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
