@@ -285,6 +285,16 @@ pub fn single_primary(all: &[Metrics]) -> Option<usize> {
     (primaries.len() == 1).then(|| primaries[0])
 }
 
+/// The SDK's own logs on stderr, filtered by `STRAND_SDK_CLIENT_LOG` (default `warn`; e.g.
+/// `iggy=trace` shows every request's command code and size as the SDK sends it).
+pub fn init_client_log() {
+    let filter = std::env::var("STRAND_SDK_CLIENT_LOG").unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .try_init();
+}
+
 /// Runs one SDK step under [`STEP_BOUND`]; a timeout or an error panics with the step's name.
 pub async fn step<T, E: std::fmt::Debug>(
     name: &str,

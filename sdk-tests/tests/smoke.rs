@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use iggy::prelude::*;
-use strand_sdk_tests::{DevCluster, Metrics, REPLICAS, single_primary, step};
+use strand_sdk_tests::{DevCluster, Metrics, REPLICAS, init_client_log, single_primary, step};
 
 fn scratch(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
@@ -22,6 +22,7 @@ fn message(payload: &str) -> IggyMessage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_smoke_on_the_primary() {
+    init_client_log();
     let mut cluster = DevCluster::start(&scratch("smoke"));
 
     // One primary, every node in normal status.
