@@ -96,6 +96,8 @@ impl DevCluster {
                 "RUST_LOG",
                 std::env::var("STRAND_SDK_RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
+            // Commits must come from the SDK's requests only (decision 138's test source off).
+            .env_remove("STRAND_TEST_REGISTER_INTERVAL_MS")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file);
