@@ -104,6 +104,18 @@ impl DevCluster {
         // Its own process group, so cleanup reaches the nodes `strand dev` spawns even if
         // `strand dev` itself is gone.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        // And if this process dies without running the drop guard (killed by a signal, a CI
+        // timeout), `strand dev` gets SIGTERM and stops its nodes itself.
+        // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+        // which is async-signal-safe; it allocates nothing and touches no lock.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command
             .spawn()
             .unwrap_or_else(|e| panic!("starting {} dev: {e}", bin.display()));
