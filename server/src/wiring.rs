@@ -68,17 +68,11 @@ fn ticks(d: Duration) -> u64 {
     (d.as_millis() / u128::from(consensus::constants::TICK_MS)).max(1) as u64
 }
 
-/// The metadata group's core config for this node.
-pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
+/// What every group's core config takes from the cluster's timers and the message bus: the
+/// request queue (twice the prepare queue, set before), retransmit, heartbeat, view-change and
+/// repair intervals in ticks, and the peer queue capacity.
+fn cluster_settings(raw: &mut RawConfig, config: &Config) {
     let c = &config.cluster;
-    let mut raw = RawConfig::new(
-        wire::cluster_id(&c.name),
-        ReplicaId(config.replica_id),
-        u8::try_from(c.nodes.len()).context("roster size")?,
-        GroupId::METADATA,
-    );
-    let m = &config.metadata;
-    raw.prepare_queue_depth = m.prepare_queue_depth as usize;
     raw.request_queue_depth = 2 * raw.prepare_queue_depth;
     raw.prepare_retransmit_ticks = ticks(c.prepare_retransmit_interval);
     raw.commit_broadcast_ticks = ticks(c.commit_broadcast_interval);
@@ -90,6 +84,20 @@ pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
     raw.repair_retry_ticks = ticks(c.repair_retry_interval);
     raw.repair_chunk_max = c.repair_chunk_max;
     raw.peer_queue_capacity = config.message_bus.peer_queue_capacity;
+}
+
+/// The metadata group's core config for this node.
+pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
+    let c = &config.cluster;
+    let mut raw = RawConfig::new(
+        wire::cluster_id(&c.name),
+        ReplicaId(config.replica_id),
+        u8::try_from(c.nodes.len()).context("roster size")?,
+        GroupId::METADATA,
+    );
+    let m = &config.metadata;
+    raw.prepare_queue_depth = m.prepare_queue_depth as usize;
+    cluster_settings(&mut raw, config);
     // The journal's slot bounds the metadata prepares this node can hold.
     raw.max_message_size =
         usize::try_from(config.message_bus.max_message_size.min(METADATA_SLOT_SIZE))
@@ -120,17 +128,7 @@ pub fn partition_config(config: &Config) -> anyhow::Result<RawConfig> {
     );
     let p = &config.partition;
     raw.prepare_queue_depth = p.prepare_queue_depth as usize;
-    raw.request_queue_depth = 2 * raw.prepare_queue_depth;
-    raw.prepare_retransmit_ticks = ticks(c.prepare_retransmit_interval);
-    raw.commit_broadcast_ticks = ticks(c.commit_broadcast_interval);
-    raw.heartbeat_timeout_ticks = ticks(c.heartbeat_timeout);
-    raw.view_change_retransmit_ticks = ticks(c.view_change_retransmit_interval);
-    raw.view_change_status_timeout_ticks = ticks(c.view_change_status_timeout);
-    raw.request_start_view_ticks = ticks(c.request_start_view_retransmit_interval);
-    raw.view_probe_attempts_max = c.view_probe_attempts_max;
-    raw.repair_retry_ticks = ticks(c.repair_retry_interval);
-    raw.repair_chunk_max = c.repair_chunk_max;
-    raw.peer_queue_capacity = config.message_bus.peer_queue_capacity;
+    cluster_settings(&mut raw, config);
     raw.max_message_size = usize::try_from(config.message_bus.max_message_size)
         .context("message_bus.max_message_size")?;
     raw.checkpoint_interval_ops = p.checkpoint_interval_ops;
