@@ -119,13 +119,15 @@ impl ClientTable {
         self.sessions.get(&client).map(|s| s.user_id)
     }
 
-    /// Committed Register at `op`: create or rebind (epoch = op), evicting if full.
-    pub fn register(&mut self, client: u128, user_id: u32, op: u64) {
+    /// Committed Register at `op`: create or rebind (epoch = op), evicting if full. Returns
+    /// the client whose session was evicted to make room, if any.
+    pub fn register(&mut self, client: u128, user_id: u32, op: u64) -> Option<u128> {
         if let Some(entry) = self.sessions.get_mut(&client) {
             entry.epoch = op;
             entry.user_id = user_id;
-            return;
+            return None;
         }
+        let mut evicted = None;
         if self.sessions.len() >= self.capacity {
             let victim = self
                 .sessions
@@ -134,6 +136,7 @@ impl ClientTable {
                 .map(|(id, _)| *id);
             if let Some(victim) = victim {
                 self.sessions.remove(&victim);
+                evicted = Some(victim);
             }
         }
         self.sessions.insert(
@@ -146,6 +149,7 @@ impl ClientTable {
                 replies: Vec::new(),
             },
         );
+        evicted
     }
 
     /// Committed Logout: the entry goes away everywhere.

@@ -940,7 +940,12 @@ impl<S: StateMachine> Replica<S> {
         self.reply_buf.clear();
         match (self.plane(), operation) {
             (Plane::Metadata, Operation::Register) => {
-                self.clients.register(client, header.user_id.get(), op);
+                // A Register ends the client's previous session (a rebind) and, when the
+                // table is full, its least recent one's: what the machine keys by them goes.
+                if let Some(evicted) = self.clients.register(client, header.user_id.get(), op) {
+                    self.sm.end_session(evicted);
+                }
+                self.sm.end_session(client);
                 // Success body: [0] user_id, session, protocol version, server version.
                 self.reply_buf.extend_from_slice(&0u32.to_le_bytes());
                 self.reply_buf
@@ -952,6 +957,7 @@ impl<S: StateMachine> Replica<S> {
             }
             (Plane::Metadata, Operation::Logout) => {
                 self.clients.logout(client);
+                self.sm.end_session(client);
             }
             (_, Operation::Reserved) => {}
             (Plane::Partition, Operation::SendMessages) => {

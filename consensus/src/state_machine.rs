@@ -92,6 +92,15 @@ pub trait StateMachine {
     /// handles them); partition SendMessages bodies arrive stamped.
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>);
 
+    /// Metadata plane: the session of `client` ended at a committed op (its Logout, a new
+    /// Register under the same client id, or the client table evicting it to make room), in
+    /// the same step as the client table's change, on every replica alike. The machine drops
+    /// whatever it keys by the session (consumer-group memberships). Must be idempotent: a
+    /// client with nothing to drop is a no-op. Default: nothing is keyed by sessions.
+    fn end_session(&mut self, client: u128) {
+        let _ = client;
+    }
+
     /// Serving side: freezes the state at the current applied op (`commit_op`) as an offer for
     /// `requester` and describes its artifacts in manifest order (kind, frontier, length,
     /// XXH3-64 of the bytes). The image must stay readable, byte for byte, while later ops are
@@ -162,6 +171,11 @@ pub trait WholeArtifacts {
 
     /// See [`StateMachine::apply`].
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>);
+
+    /// See [`StateMachine::end_session`].
+    fn end_session(&mut self, client: u128) {
+        let _ = client;
+    }
 
     /// The state as artifacts at the current applied op (`commit_op`).
     fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact>;
@@ -237,6 +251,10 @@ impl<M: WholeArtifacts> StateMachine for Buffered<M> {
 
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
         self.machine.apply(header, body, reply);
+    }
+
+    fn end_session(&mut self, client: u128) {
+        self.machine.end_session(client);
     }
 
     fn offer(

@@ -9,6 +9,7 @@ use super::codec::{
     BodyError, Consumer, Identifier, Name, Options, Partitioning, PollingStrategy, Reader,
     put_str_u8, put_str_u32, read_optional_partition, write_optional_partition,
 };
+use super::groups::{DeleteConsumerOffset, GroupTarget};
 use super::status;
 
 /// Legacy command codes of the NonReplicated operation (client-plane.md §2.2).
@@ -33,8 +34,16 @@ pub mod code {
     pub const GET_STREAMS: u32 = 201;
     /// GetTopic.
     pub const GET_TOPIC: u32 = 300;
+    /// GetTopics.
+    pub const GET_TOPICS: u32 = 301;
+    /// GetConsumerGroup.
+    pub const GET_CONSUMER_GROUP: u32 = 600;
+    /// GetConsumerGroups.
+    pub const GET_CONSUMER_GROUPS: u32 = 601;
+    /// SyncConsumerGroup.
+    pub const SYNC_CONSUMER_GROUP: u32 = 606;
     /// NonReplicated codes the SDK knows and this server does not serve yet (status 5).
-    pub const KNOWN_UNSERVED: [u32; 13] = [11, 13, 20, 21, 22, 31, 32, 41, 102, 301, 600, 601, 606];
+    pub const KNOWN_UNSERVED: [u32; 9] = [11, 13, 20, 21, 22, 31, 32, 41, 102];
 }
 
 /// The protocol version this server speaks: 0.11.0 packed as `major<<20 | minor<<10 | patch`.
@@ -213,6 +222,36 @@ pub enum Request<'a> {
     StoreConsumerOffset(StoreConsumerOffset),
     /// NonReplicated 120.
     GetConsumerOffset(OffsetTarget),
+    /// Operation 162.
+    DeleteConsumerOffset(DeleteConsumerOffset),
+    /// NonReplicated 301.
+    GetTopics(Identifier),
+    /// Operation 139.
+    CreateConsumerGroup {
+        /// The stream.
+        stream: Identifier,
+        /// The topic.
+        topic: Identifier,
+        /// The group's name.
+        name: Name,
+    },
+    /// Operation 140.
+    DeleteConsumerGroup(GroupTarget),
+    /// Operation 148.
+    JoinConsumerGroup(GroupTarget),
+    /// Operation 149.
+    LeaveConsumerGroup(GroupTarget),
+    /// NonReplicated 600.
+    GetConsumerGroup(GroupTarget),
+    /// NonReplicated 601.
+    GetConsumerGroups {
+        /// The stream.
+        stream: Identifier,
+        /// The topic.
+        topic: Identifier,
+    },
+    /// NonReplicated 606.
+    SyncConsumerGroup(GroupTarget),
 }
 
 /// How to answer a request that is not served: a status (Reply) or an Eviction.
@@ -324,6 +363,15 @@ impl<'a> Request<'a> {
             PollMessages(_) => nr(code::POLL_MESSAGES),
             StoreConsumerOffset(_) => (Operation::StoreConsumerOffset, 0),
             GetConsumerOffset(_) => nr(code::GET_CONSUMER_OFFSET),
+            DeleteConsumerOffset(_) => (Operation::DeleteConsumerOffset, 0),
+            GetTopics(_) => nr(code::GET_TOPICS),
+            CreateConsumerGroup { .. } => (Operation::CreateConsumerGroup, 0),
+            DeleteConsumerGroup(_) => (Operation::DeleteConsumerGroup, 0),
+            JoinConsumerGroup(_) => (Operation::JoinConsumerGroup, 0),
+            LeaveConsumerGroup(_) => (Operation::LeaveConsumerGroup, 0),
+            GetConsumerGroup(_) => nr(code::GET_CONSUMER_GROUP),
+            GetConsumerGroups { .. } => nr(code::GET_CONSUMER_GROUPS),
+            SyncConsumerGroup(_) => nr(code::SYNC_CONSUMER_GROUP),
         }
     }
 
@@ -386,6 +434,29 @@ impl<'a> Request<'a> {
                 out.push(u8::from(s.quorum));
             }
             GetConsumerOffset(target) => write_target(out, target),
+            DeleteConsumerOffset(d) => {
+                write_target(out, &d.target);
+                out.push(u8::from(d.quorum));
+            }
+            GetTopics(stream) => stream.write(out),
+            CreateConsumerGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                stream.write(out);
+                topic.write(out);
+                name.write(out);
+            }
+            DeleteConsumerGroup(g)
+            | JoinConsumerGroup(g)
+            | LeaveConsumerGroup(g)
+            | GetConsumerGroup(g)
+            | SyncConsumerGroup(g) => g.write(out),
+            GetConsumerGroups { stream, topic } => {
+                stream.write(out);
+                topic.write(out);
+            }
         }
     }
 }
@@ -424,6 +495,13 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
                 auto_commit: r.u8("auto_commit")? != 0,
             }),
             code::GET_CONSUMER_OFFSET => Request::GetConsumerOffset(read_target(&mut r)?),
+            code::GET_TOPICS => Request::GetTopics(Identifier::read(&mut r, "stream id")?),
+            code::GET_CONSUMER_GROUP => Request::GetConsumerGroup(GroupTarget::read(&mut r)?),
+            code::GET_CONSUMER_GROUPS => Request::GetConsumerGroups {
+                stream: Identifier::read(&mut r, "stream id")?,
+                topic: Identifier::read(&mut r, "topic id")?,
+            },
+            code::SYNC_CONSUMER_GROUP => Request::SyncConsumerGroup(GroupTarget::read(&mut r)?),
             code::LEGACY_LOGIN_USER | code::LEGACY_LOGIN_PAT => {
                 return Err(Decode::Other(RequestError::LegacyLogin(code)));
             }
@@ -469,6 +547,19 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
                 quorum,
             })
         }
+        Operation::DeleteConsumerOffset => {
+            let target = read_target(&mut r)?;
+            let quorum = r.bool("ack")?;
+            Request::DeleteConsumerOffset(DeleteConsumerOffset { target, quorum })
+        }
+        Operation::CreateConsumerGroup => Request::CreateConsumerGroup {
+            stream: Identifier::read(&mut r, "stream id")?,
+            topic: Identifier::read(&mut r, "topic id")?,
+            name: Name::read(&mut r, "group name")?,
+        },
+        Operation::DeleteConsumerGroup => Request::DeleteConsumerGroup(GroupTarget::read(&mut r)?),
+        Operation::JoinConsumerGroup => Request::JoinConsumerGroup(GroupTarget::read(&mut r)?),
+        Operation::LeaveConsumerGroup => Request::LeaveConsumerGroup(GroupTarget::read(&mut r)?),
         Operation::Reserved => {
             return Err(Decode::Other(RequestError::InvalidOperation(operation)));
         }

@@ -7,12 +7,14 @@ use wire::decode::EvictionReason;
 use wire::{GroupId, Operation};
 
 use super::codec::Consumer;
+use super::groups::GroupTarget;
 use super::reply::{Refusal, refusal};
 use super::request::{
     Answer, Credentials, PollMessages, Request, check_protocol_version, code, register_prepare_body,
 };
 use super::status;
-use crate::metadata::view::{MetadataView, TopicRef, stream_record, topic_details};
+use crate::metadata::groups::consumer_of_group;
+use crate::metadata::view::{MetadataView, TopicRef, stream_record, topic_details, topic_record};
 
 /// The decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,20 @@ pub enum Route {
     },
     /// A node-level answer the caller builds from its config, roster and process.
     Node(NodeQuery),
+    /// Submit to a partition group with this body in place of the client's: a consumer-group
+    /// offset op whose group was named by name, rewritten to the group's numeric id so its
+    /// offsets have one key (decision 319).
+    PartitionRewritten {
+        /// The group.
+        group: GroupId,
+        /// The operation.
+        operation: Operation,
+        /// The body to submit.
+        body: Vec<u8>,
+    },
+    /// SyncConsumerGroup: answered from committed metadata for the request's client
+    /// (its session), which only the connection knows.
+    SyncGroup(GroupTarget),
 }
 
 /// The node-level questions.
@@ -133,6 +149,10 @@ pub fn route(
             }
         }
         Request::Logout
+        | Request::CreateConsumerGroup { .. }
+        | Request::DeleteConsumerGroup(_)
+        | Request::JoinConsumerGroup(_)
+        | Request::LeaveConsumerGroup(_)
         | Request::CreateStream { .. }
         | Request::DeleteStream(_)
         | Request::CreateTopic(_) => Route::Metadata(operation),
@@ -178,10 +198,31 @@ pub fn route(
                 Err(_) => refuse(operation, status::RESOURCE_NOT_FOUND),
             }
         }
-        Request::StoreConsumerOffset(store) => {
-            // Consumer groups and NoAck stores come with the Iggy-compatibility issue.
-            if store.target.consumer.group || !store.quorum {
+        Request::StoreConsumerOffset(mut store) => {
+            // NoAck stores come with the Iggy-compatibility issue.
+            if !store.quorum {
                 return refuse(operation, status::FEATURE_UNAVAILABLE);
+            }
+            if store.target.consumer.group {
+                return match consumer_of_group(view, &mut store.target).and_then(|()| {
+                    resolve(
+                        view,
+                        &store.target.stream,
+                        &store.target.topic,
+                        store.target.partition,
+                    )
+                }) {
+                    Ok((_, group)) => {
+                        let mut body = Vec::new();
+                        Request::StoreConsumerOffset(store).encode(&mut body);
+                        Route::PartitionRewritten {
+                            group,
+                            operation,
+                            body,
+                        }
+                    }
+                    Err(code) => refuse(operation, code),
+                };
             }
             match resolve(
                 view,
@@ -197,9 +238,20 @@ pub fn route(
                 Err(_) => refuse(operation, status::RESOURCE_NOT_FOUND),
             }
         }
-        Request::PollMessages(poll) => {
+        Request::PollMessages(mut poll) => {
             if poll.consumer.group {
-                return refuse(operation, status::FEATURE_UNAVAILABLE);
+                // The member's fence (its session, its partitions) is checked by the
+                // connection, which knows the client; the group is named by id from here on.
+                let mut target = super::request::OffsetTarget {
+                    consumer: poll.consumer.clone(),
+                    stream: poll.stream.clone(),
+                    topic: poll.topic.clone(),
+                    partition: poll.partition,
+                };
+                if let Err(code) = consumer_of_group(view, &mut target) {
+                    return refuse(operation, code);
+                }
+                poll.consumer = target.consumer;
             }
             match resolve(view, &poll.stream, &poll.topic, poll.partition) {
                 Ok((partition, group)) => Route::Poll {
@@ -210,9 +262,11 @@ pub fn route(
                 Err(code) => refuse(operation, code),
             }
         }
-        Request::GetConsumerOffset(target) => {
-            if target.consumer.group {
-                return refuse(operation, status::FEATURE_UNAVAILABLE);
+        Request::GetConsumerOffset(mut target) => {
+            if target.consumer.group
+                && let Err(code) = consumer_of_group(view, &mut target)
+            {
+                return refuse(operation, code);
             }
             match resolve(view, &target.stream, &target.topic, target.partition) {
                 Ok((partition, group)) => Route::ConsumerOffset {
@@ -223,6 +277,68 @@ pub fn route(
                 Err(code) => refuse(operation, code),
             }
         }
+        Request::DeleteConsumerOffset(mut delete) => {
+            if !delete.quorum {
+                return refuse(operation, status::FEATURE_UNAVAILABLE);
+            }
+            let rewrite = delete.target.consumer.group;
+            if rewrite && let Err(code) = consumer_of_group(view, &mut delete.target) {
+                return refuse(operation, code);
+            }
+            match resolve(
+                view,
+                &delete.target.stream,
+                &delete.target.topic,
+                delete.target.partition,
+            ) {
+                Ok((_, group)) if rewrite => {
+                    let mut body = Vec::new();
+                    Request::DeleteConsumerOffset(delete).encode(&mut body);
+                    Route::PartitionRewritten {
+                        group,
+                        operation,
+                        body,
+                    }
+                }
+                Ok((partition, group)) => Route::Partition {
+                    group,
+                    partition,
+                    operation,
+                },
+                Err(_) => refuse(operation, status::RESOURCE_NOT_FOUND),
+            }
+        }
+        Request::GetTopics(stream) => match view.stream(&stream) {
+            Ok(stream) => {
+                let mut out = (stream.topics.len() as u32).to_le_bytes().to_vec();
+                for topic in stream.topics.values() {
+                    topic_record(topic).encode(&mut out);
+                }
+                reply_ok(out)
+            }
+            Err(code) => refuse(operation, code),
+        },
+        Request::GetConsumerGroup(g) => {
+            reply_ok(match view.consumer_group(&g.stream, &g.topic, &g.group) {
+                Ok(found) => {
+                    let mut out = Vec::new();
+                    found.group.encode_details(found.partitions, &mut out);
+                    out
+                }
+                Err(_) => Vec::new(), // empty = not found (§10)
+            })
+        }
+        Request::GetConsumerGroups { stream, topic } => match view.topic_groups(&stream, &topic) {
+            Ok((_, partitions, groups)) => {
+                let mut out = Vec::new();
+                for group in groups.into_iter().flat_map(|g| g.values()) {
+                    group.encode_record(partitions, &mut out);
+                }
+                reply_ok(out)
+            }
+            Err(code) => refuse(operation, code),
+        },
+        Request::SyncConsumerGroup(g) => Route::SyncGroup(g),
     }
 }
 

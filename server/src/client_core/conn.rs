@@ -48,9 +48,10 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
     let conn = core.next_conn.get();
     core.next_conn.set(conn + 1);
     let mut header = [0u8; HEADER_SIZE];
+    let mut seen = Seen::default();
     loop {
         if stream.read_exact(&mut header).await.is_err() {
-            return; // closed by the peer (or reset)
+            break; // closed by the peer (or reset)
         }
         let size = match wire::framer::frame_size(&header, core.max_message_size) {
             Ok(Some(size)) => size,
@@ -58,7 +59,7 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
             Err(error) => {
                 Counters::add(&counters.closed_framing);
                 tracing::debug!(%error, "client frame refused; closing the connection");
-                return;
+                break;
             }
         };
         if header[60] != Command::Request.byte() {
@@ -67,20 +68,110 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
                 command = header[60],
                 "a non-Request command on the client port; closing the connection"
             );
-            return;
+            break;
         }
         let mut frame = vec![0u8; size];
         frame[..HEADER_SIZE].copy_from_slice(&header);
         if stream.read_exact(&mut frame[HEADER_SIZE..]).await.is_err() {
-            return;
+            break;
         }
         Counters::add(&counters.requests);
+        seen.note(&frame);
         let Some(answer) = core.handle(conn, &frame).await else {
             Counters::add(&counters.closed_undecodable);
-            return;
+            break;
         };
         if stream.write_all(answer.bytes()).await.is_err() {
+            break;
+        }
+    }
+    core.end_group_session(conn, &seen).await;
+}
+
+/// What a connection saw of its client's session, for ending its consumer-group
+/// memberships when it closes (decision 317).
+#[derive(Debug, Default)]
+struct Seen {
+    /// The client id and session of the last request with a session.
+    session: Option<(u128, u64)>,
+    /// The highest request number seen under that session.
+    request: u64,
+    /// A JoinConsumerGroup was sent under that session.
+    joined: bool,
+}
+
+impl Seen {
+    fn note(&mut self, frame: &[u8]) {
+        let Some(header) = frame
+            .first_chunk::<HEADER_SIZE>()
+            .and_then(|h| RequestHeader::view(h))
+        else {
             return;
+        };
+        let (client, session) = (header.client.get(), header.session.get());
+        if session == 0 || client == 0 {
+            return;
+        }
+        if self.session != Some((client, session)) {
+            *self = Seen {
+                session: Some((client, session)),
+                ..Seen::default()
+            };
+        }
+        self.request = self.request.max(header.request.get());
+        self.joined |= header.operation == Operation::JoinConsumerGroup.byte();
+    }
+}
+
+impl ClientCore {
+    /// A connection whose session joined a consumer group closed: the session is over (the
+    /// SDK draws a new client id for every connection), so this node proposes its Logout,
+    /// numbered after every request the connection carried; at its commit every replica
+    /// drops the session's memberships and the group rebalances. Only while the session is
+    /// still live and still a member; a refused or lost Logout is logged (the membership
+    /// then ends with the session's eviction from the client table, or a Leave).
+    async fn end_group_session(&self, conn: u64, seen: &Seen) {
+        let Some((client, session)) = seen.session.filter(|_| seen.joined) else {
+            return;
+        };
+        let (user, member) = {
+            let user = self.node.reader.sessions().user(client, session);
+            let view = self.node.reader.view();
+            let member = view
+                .state
+                .consumer_groups
+                .values()
+                .flat_map(|g| g.values())
+                .any(|g| g.member_of(client).is_some());
+            (user, member)
+        };
+        let (Some(user), true) = (user, member) else {
+            return;
+        };
+        let mut request = ClientRequest::new(
+            client,
+            Operation::Logout,
+            session,
+            seen.request.saturating_add(1),
+            Vec::new(),
+        );
+        request
+            .header
+            .request_checksum
+            .set(u128::from(xxhash_rust::xxh3::xxh3_64(&[])));
+        request.header.user_id.set(user);
+        let reply = self.metadata_call(conn, request).await;
+        let ended = reply.command() == Some(Command::Reply)
+            && <wire::header::ReplyHeader as Layout>::view(&reply.bytes()[..HEADER_SIZE])
+                .is_some_and(|h| h.status.get() == 0);
+        if ended {
+            Counters::add(&self.node.counters.group_sessions_ended);
+        } else {
+            tracing::warn!(
+                client,
+                session,
+                "the Logout of a closed consumer-group member's session did not commit"
+            );
         }
     }
 }
@@ -160,11 +251,46 @@ impl ClientCore {
                 request.header.user_id.set(user?);
                 Some(self.partition_call(conn, group, request).await)
             }
+            Route::PartitionRewritten {
+                group,
+                body: rewritten,
+                ..
+            } => {
+                let mut request = ClientRequest {
+                    header,
+                    body: rewritten,
+                };
+                request.header.user_id.set(user?);
+                Some(self.partition_call(conn, group, request).await)
+            }
+            Route::SyncGroup(target) => {
+                let answer = {
+                    let view = self.node.reader.view();
+                    crate::metadata::groups::sync_answer(&view, &target, client)
+                };
+                Some(frames::reply(&header, 0, &answer))
+            }
             Route::Poll {
                 group,
                 partition,
                 request,
             } => {
+                if request.consumer.group {
+                    let fenced = {
+                        let view = self.node.reader.view();
+                        crate::metadata::groups::poll_fence(
+                            &view,
+                            &request.stream,
+                            &request.topic,
+                            &request.consumer.id,
+                            client,
+                            partition,
+                        )
+                    };
+                    if let Err(code) = fenced {
+                        return Some(frames::refused(&header, code));
+                    }
+                }
                 let target = request.auto_commit.then(|| OffsetTarget {
                     consumer: request.consumer.clone(),
                     stream: request.stream.clone(),

@@ -78,6 +78,9 @@ pub struct Counters {
     pub requests: AtomicU64,
     /// Connections closed for a framing violation (size out of bounds, command byte).
     pub closed_framing: AtomicU64,
+    /// Sessions of closed connections that were consumer-group members, ended by a Logout
+    /// this node proposed (decision 317).
+    pub group_sessions_ended: AtomicU64,
     /// Connections closed because a replica command (anything but Request) arrived.
     pub closed_replica_command: AtomicU64,
     /// Connections closed for a Request header that cannot be answered (client id 0).

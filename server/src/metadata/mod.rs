@@ -14,6 +14,7 @@
 //! Map: [`state`] (the replicated state and its snapshot encoding), [`topic`] (topic
 //! options), [`password`] (Argon2id hashes), [`view`] (the lock-free read handle).
 
+pub mod groups;
 pub mod password;
 pub mod state;
 pub mod topic;
@@ -235,6 +236,22 @@ impl MetadataStateMachine {
                 check_topic(stream, &t.name, t.partitions_count)?;
                 topic::resolve(&t.options, &topic::derive(&t.options))?;
             }
+            Request::CreateConsumerGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                let (_, _, found) = self.view.topic_groups(stream, topic)?;
+                if found.is_some_and(|g| g.values().any(|g| g.name == *name)) {
+                    return Err(groups::GROUP_NAME_ALREADY_EXISTS);
+                }
+                groups::free_group_id(found).ok_or(status::ERROR)?;
+            }
+            Request::DeleteConsumerGroup(g)
+            | Request::JoinConsumerGroup(g)
+            | Request::LeaveConsumerGroup(g) => {
+                self.view.consumer_group(&g.stream, &g.topic, &g.group)?;
+            }
             _ => return Err(status::FEATURE_UNAVAILABLE),
         }
         Ok(())
@@ -268,7 +285,74 @@ impl MetadataStateMachine {
         };
         let stream_id = self.view.stream(&id)?.id;
         self.view.state.streams.remove(&stream_id);
+        self.view.state.retain_live_groups();
         Ok(RESULT_OK.to_vec())
+    }
+
+    /// Create, Delete, Join and LeaveConsumerGroup (decision 316): checked again against
+    /// the applied state; Join and Leave act for the prepare's client (its session).
+    fn apply_group(
+        &mut self,
+        operation: Operation,
+        header: &PrepareHeader,
+        body: &[u8],
+    ) -> Result<Vec<u8>, u32> {
+        let request = decode(operation, body)?;
+        self.check(&request, header.user_id.get())?;
+        let client = header.client.get();
+        let state_groups = |view: &MetadataView, g: &crate::client::groups::GroupTarget| {
+            view.consumer_group(&g.stream, &g.topic, &g.group)
+                .map(|r| ((r.stream, r.topic), r.group.id))
+        };
+        match request {
+            Request::CreateConsumerGroup {
+                stream,
+                topic,
+                name,
+            } => {
+                let (key, partitions, found) = self.view.topic_groups(&stream, &topic)?;
+                let id = groups::free_group_id(found).ok_or(status::ERROR)?;
+                let group = groups::ConsumerGroup::new(id, name);
+                let mut reply = RESULT_OK.to_vec();
+                group.encode_details(partitions, &mut reply);
+                self.view
+                    .state
+                    .consumer_groups
+                    .entry(key)
+                    .or_default()
+                    .insert(id, group);
+                Ok(reply)
+            }
+            Request::DeleteConsumerGroup(g) => {
+                let (key, id) = state_groups(&self.view, &g)?;
+                let state = &mut self.view.state;
+                if let Some(topic_groups) = state.consumer_groups.get_mut(&key) {
+                    topic_groups.remove(&id);
+                }
+                state.retain_live_groups();
+                Ok(RESULT_OK.to_vec())
+            }
+            Request::JoinConsumerGroup(g) | Request::LeaveConsumerGroup(g) => {
+                let (key, id) = state_groups(&self.view, &g)?;
+                let group = self
+                    .view
+                    .state
+                    .consumer_groups
+                    .get_mut(&key)
+                    .and_then(|t| t.get_mut(&id))
+                    .expect("resolved above");
+                if operation == Operation::JoinConsumerGroup {
+                    if client == 0 {
+                        return Err(status::INVALID_COMMAND);
+                    }
+                    group.join(client);
+                } else if !group.leave(client) {
+                    return Err(groups::MEMBER_NOT_FOUND);
+                }
+                Ok(RESULT_OK.to_vec())
+            }
+            _ => Err(status::INVALID_COMMAND),
+        }
     }
 
     fn apply_create_topic(
@@ -426,7 +510,13 @@ impl WholeArtifacts for MetadataStateMachine {
     fn preflight(&self, operation: Operation, body: &[u8]) -> Result<(), u32> {
         match operation {
             Operation::Register | Operation::Logout => Ok(()),
-            Operation::CreateStream | Operation::DeleteStream | Operation::CreateTopic => {
+            Operation::CreateStream
+            | Operation::DeleteStream
+            | Operation::CreateTopic
+            | Operation::CreateConsumerGroup
+            | Operation::DeleteConsumerGroup
+            | Operation::JoinConsumerGroup
+            | Operation::LeaveConsumerGroup => {
                 let request = decode(operation, body)?;
                 // The acting user is checked at apply (the header's user_id is stamped by the
                 // receiving shard after authentication); root is enough to pass here.
@@ -474,6 +564,10 @@ impl WholeArtifacts for MetadataStateMachine {
         let outcome = match operation {
             Operation::CreateStream => self.apply_create_stream(header, body),
             Operation::DeleteStream => self.apply_delete_stream(header, body),
+            Operation::CreateConsumerGroup
+            | Operation::DeleteConsumerGroup
+            | Operation::JoinConsumerGroup
+            | Operation::LeaveConsumerGroup => self.apply_group(operation, header, body),
             Operation::CreateTopicWithAssignments => match Assigned::decode(body) {
                 Ok(assigned) => self.apply_create_topic(header, assigned),
                 Err(_) => Err(status::INVALID_COMMAND),
@@ -507,6 +601,14 @@ impl WholeArtifacts for MetadataStateMachine {
             Err(code) => reply.extend_from_slice(&result_rejected(code)),
         }
         self.publish();
+    }
+
+    /// A session ended (Logout, a new Register under its client id, an eviction from the
+    /// client table): its memberships end in the same step, on every replica (decision 317).
+    fn end_session(&mut self, client: u128) {
+        if self.view.state.remove_member_everywhere(client) {
+            self.publish();
+        }
     }
 
     fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact> {

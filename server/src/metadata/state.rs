@@ -81,6 +81,8 @@ pub struct State {
     pub streams: BTreeMap<u32, Stream>,
     /// The next `consensus_group_id` to hand out.
     pub next_consensus_group_id: u64,
+    /// Consumer groups by (stream id, topic id); a topic without groups has no entry.
+    pub consumer_groups: BTreeMap<(u32, u32), super::groups::TopicGroups>,
 }
 
 impl Stream {
@@ -207,6 +209,8 @@ impl State {
                 }
             }
         }
+        // Appended section (decision 318): consumer groups.
+        super::groups::encode_section(self, &mut out);
         let trailer = xxh3_64(&out);
         out.extend_from_slice(&trailer.to_le_bytes());
         out
@@ -311,6 +315,10 @@ impl State {
                 stream.topics.insert(topic.id, topic);
             }
             state.streams.insert(id, stream);
+        }
+        // A snapshot written before the consumer-group section ends here: no groups.
+        if r.remaining() > 0 {
+            super::groups::decode_section(&mut r, &mut state)?;
         }
         r.finish()?;
         if group_ids

@@ -393,6 +393,18 @@ impl StateMachine for PartitionStateMachine {
                         .push(StorageWork::Offsets(self.offsets.clone()));
                 }
             }
+            Some(Operation::DeleteConsumerOffset) => {
+                let before = self.offsets.clone();
+                reply.extend_from_slice(&super::apply_delete_consumer_offset(
+                    &mut self.offsets,
+                    body,
+                ));
+                if self.offsets != before {
+                    self.storage
+                        .borrow_mut()
+                        .push(StorageWork::Offsets(self.offsets.clone()));
+                }
+            }
             _ => reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND)),
         }
     }

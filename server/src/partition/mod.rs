@@ -253,5 +253,29 @@ pub fn apply_store_consumer_offset(table: &mut OffsetTable, body: &[u8]) -> Vec<
     }
 }
 
+/// The deterministic apply of a committed DeleteConsumerOffset body (decision 322): removes
+/// the consumer's stored offset; a consumer with none is refused with 3021
+/// (ConsumerOffsetNotFound). Its reply body is a result section.
+pub fn apply_delete_consumer_offset(table: &mut OffsetTable, body: &[u8]) -> Vec<u8> {
+    let outcome = match Request::decode(wire::Operation::DeleteConsumerOffset, 0, body) {
+        Ok(Request::DeleteConsumerOffset(delete)) => {
+            let consumer = &delete.target.consumer;
+            let map = if consumer.group {
+                &mut table.groups
+            } else {
+                &mut table.consumers
+            };
+            map.remove(&consumer.key())
+                .map(|_| ())
+                .ok_or(status::CONSUMER_OFFSET_NOT_FOUND)
+        }
+        _ => Err(status::INVALID_COMMAND),
+    };
+    match outcome {
+        Ok(()) => RESULT_OK.to_vec(),
+        Err(code) => result_rejected(code).to_vec(),
+    }
+}
+
 #[cfg(test)]
 mod tests;
