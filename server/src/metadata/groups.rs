@@ -12,6 +12,10 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(test)]
+#[path = "groups_tests.rs"]
+mod tests;
+
 use super::state::{SnapshotError, State};
 use super::view::MetadataView;
 use crate::client::codec::{Identifier, Name, Reader};

@@ -230,7 +230,7 @@ fn other_operations_and_unknown_users_are_refused_deterministically() {
         Operation::UpdateStream,
         Operation::PurgeTopic,
         Operation::CreateUser,
-        Operation::CreateConsumerGroup,
+        Operation::DeleteUser,
         Operation::DeleteSegments,
     ] {
         assert_eq!(d.sm.preflight(op, &[]), Err(status::FEATURE_UNAVAILABLE));

@@ -1,0 +1,471 @@
+//! Consumer-group tests: join/leave/session end and the rebalance they cause, determinism
+//! across instances, the snapshot section, and the answers in the SDK's layouts.
+
+use consensus::WholeArtifacts;
+use wire::Operation;
+use wire::header::{Layout, PrepareHeader};
+
+use super::*;
+use crate::client::codec::{Consumer, Options};
+use crate::client::groups::GroupTarget;
+use crate::client::reply::read_result;
+use crate::client::request::{CreateTopic, Request};
+use crate::client::status;
+use crate::metadata::password::HashParams;
+use crate::metadata::{Genesis, MetadataStateMachine, ROOT_USER_ID, RootCredentials};
+
+const A: u128 = 0xA1;
+const B: u128 = 0xB2;
+const C: u128 = 0xC3;
+
+struct Driver {
+    sm: MetadataStateMachine,
+    op: u64,
+}
+
+impl Driver {
+    fn new() -> Driver {
+        let genesis = Genesis {
+            cluster_id: 0xC1,
+            root: RootCredentials::resolve(None, None, ("a", "b"), |_| None).unwrap(),
+            params: HashParams::TEST,
+        };
+        Driver {
+            sm: MetadataStateMachine::new(&genesis).unwrap(),
+            op: 0,
+        }
+    }
+
+    /// Preflight, projection and apply of `request` from `client`: `Err` is the preflight's
+    /// refusal, `Ok` the result section's outcome (payload or rejection code).
+    fn submit(&mut self, client: u128, request: &Request<'_>) -> Result<Result<Vec<u8>, u32>, u32> {
+        let (operation, _) = request.operation();
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        self.sm.preflight(operation, &body)?;
+        let projection = self.sm.project(operation, &body);
+        self.op += 1;
+        let mut h = PrepareHeader::zeroed();
+        h.op.set(self.op);
+        h.timestamp.set(self.op * 1000);
+        h.operation = projection.operation.byte();
+        h.user_id.set(ROOT_USER_ID);
+        h.client.set(client);
+        let mut reply = Vec::new();
+        self.sm.apply(&h, &projection.body, &mut reply);
+        Ok(read_result(&reply).unwrap().map(<[u8]>::to_vec))
+    }
+
+    fn ok(&mut self, client: u128, request: &Request<'_>) -> Vec<u8> {
+        self.submit(client, request).unwrap().unwrap()
+    }
+
+    fn view(&self) -> MetadataView {
+        MetadataView {
+            op: self.op,
+            state: self.sm.state().clone(),
+        }
+    }
+}
+
+fn name(text: &str) -> Name {
+    Name::new(text).unwrap()
+}
+
+fn target() -> GroupTarget {
+    GroupTarget {
+        stream: Identifier::Named(name("s")),
+        topic: Identifier::Named(name("t")),
+        group: Identifier::Named(name("g")),
+    }
+}
+
+/// A stream `s` with a topic `t` of `partitions` partitions and a group `g`.
+fn setup(partitions: u32) -> Driver {
+    let mut d = Driver::new();
+    d.ok(
+        A,
+        &Request::CreateStream {
+            name: name("s"),
+            options: Options::default(),
+        },
+    );
+    d.ok(
+        A,
+        &Request::CreateTopic(CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions_count: partitions,
+            name: name("t"),
+            options: Options::default(),
+        }),
+    );
+    let details = d.ok(
+        A,
+        &Request::CreateConsumerGroup {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            name: name("g"),
+        },
+    );
+    assert_eq!(decode_details(&details), (0, partitions, "g".into(), vec![]));
+    d
+}
+
+/// The SDK's ConsumerGroupDetailsResponse, read field by field as its decoder does.
+fn decode_details(bytes: &[u8]) -> (u32, u32, String, Vec<(u32, Vec<u32>)>) {
+    let (id, partitions, members, name, mut at) = decode_record(bytes);
+    let mut out = Vec::new();
+    for _ in 0..members {
+        let member = u32_at(bytes, at);
+        let n = u32_at(bytes, at + 4);
+        at += 8;
+        let assigned = (0..n).map(|i| u32_at(bytes, at + 4 * i as usize)).collect();
+        at += 4 * n as usize;
+        out.push((member, assigned));
+    }
+    assert_eq!(at, bytes.len(), "trailing bytes after the group details");
+    (id, partitions, name, out)
+}
+
+/// The SDK's ConsumerGroupResponse: id, partitions_count, members_count, u8-prefixed name.
+fn decode_record(bytes: &[u8]) -> (u32, u32, u32, String, usize) {
+    let len = bytes[12] as usize;
+    let name = String::from_utf8(bytes[13..13 + len].to_vec()).unwrap();
+    (
+        u32_at(bytes, 0),
+        u32_at(bytes, 4),
+        u32_at(bytes, 8),
+        name,
+        13 + len,
+    )
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+/// The SDK's SyncConsumerGroupResponse: generation u64, n u32, n × u32.
+fn decode_sync(bytes: &[u8]) -> (u64, Vec<u32>) {
+    let generation = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let n = u32_at(bytes, 8) as usize;
+    assert_eq!(bytes.len(), 12 + 4 * n);
+    (generation, (0..n).map(|i| u32_at(bytes, 12 + 4 * i)).collect())
+}
+
+fn sync(d: &Driver, client: u128) -> Option<(u64, Vec<u32>)> {
+    let answer = sync_answer(&d.view(), &target(), client);
+    (!answer.is_empty()).then(|| decode_sync(&answer))
+}
+
+fn details(d: &Driver) -> (u32, u32, String, Vec<(u32, Vec<u32>)>) {
+    let view = d.view();
+    let found = view
+        .consumer_group(&target().stream, &target().topic, &target().group)
+        .unwrap();
+    let mut out = Vec::new();
+    found.group.encode_details(found.partitions, &mut out);
+    decode_details(&out)
+}
+
+#[test]
+fn join_leave_and_session_end_rebalance_with_a_moving_generation() {
+    let mut d = setup(5);
+    assert_eq!(sync(&d, A), None, "not a member yet: empty Sync");
+
+    d.ok(A, &Request::JoinConsumerGroup(target()));
+    assert_eq!(sync(&d, A), Some((1, vec![0, 1, 2, 3, 4])));
+    d.ok(B, &Request::JoinConsumerGroup(target()));
+    assert_eq!(sync(&d, A), Some((2, vec![0, 2, 4])));
+    assert_eq!(sync(&d, B), Some((2, vec![1, 3])));
+    assert_eq!(
+        details(&d),
+        (0, 5, "g".into(), vec![(0, vec![0, 2, 4]), (1, vec![1, 3])])
+    );
+    // Joining again changes nothing (the SDK rejoins after errors).
+    d.ok(A, &Request::JoinConsumerGroup(target()));
+    assert_eq!(sync(&d, A), Some((2, vec![0, 2, 4])));
+
+    d.ok(C, &Request::JoinConsumerGroup(target()));
+    assert_eq!(sync(&d, C), Some((3, vec![2])));
+    // Leave: the others take its partitions.
+    d.ok(A, &Request::LeaveConsumerGroup(target()));
+    assert_eq!(sync(&d, A), None);
+    assert_eq!(sync(&d, B), Some((4, vec![0, 2, 4])));
+    assert_eq!(sync(&d, C), Some((4, vec![1, 3])));
+    // Leaving twice is refused with 5006 at apply, deterministically.
+    assert_eq!(
+        d.submit(A, &Request::LeaveConsumerGroup(target())),
+        Ok(Err(MEMBER_NOT_FOUND))
+    );
+    // A session ending (Logout, re-login, eviction, a closed connection's Logout) removes
+    // the member everywhere; idempotent.
+    d.sm.end_session(B);
+    assert_eq!(sync(&d, C), Some((5, vec![0, 1, 2, 3, 4])));
+    let before = d.sm.snapshot();
+    d.sm.end_session(B);
+    d.sm.end_session(0xDEAD);
+    assert_eq!(d.sm.snapshot(), before, "ending a non-member's session changes nothing");
+    // The read handle other shards use sees it.
+    let reader = d.sm.reader();
+    let published = reader.view();
+    assert_eq!(
+        sync_answer(&published, &target(), C),
+        sync_answer(&d.view(), &target(), C)
+    );
+    // Member ids are never reused.
+    d.ok(A, &Request::JoinConsumerGroup(target()));
+    assert_eq!(
+        details(&d).3,
+        vec![(2, vec![0, 2, 4]), (3, vec![1, 3])],
+        "C (member 2) and A's new membership (member 3)"
+    );
+}
+
+#[test]
+fn assignment_covers_every_partition_once_and_shares_differ_by_at_most_one() {
+    for partitions in 0..12u32 {
+        for members in 0..7u128 {
+            let mut group = ConsumerGroup::new(0, name("g"));
+            for m in 0..members {
+                group.join(100 + m);
+            }
+            let assignment = group.assignment(partitions);
+            assert_eq!(assignment.len(), members as usize);
+            let mut all: Vec<u32> = assignment.iter().flat_map(|(_, p)| p.clone()).collect();
+            all.sort_unstable();
+            if members > 0 {
+                assert_eq!(all, (0..partitions).collect::<Vec<_>>());
+            }
+            let sizes: Vec<usize> = assignment.iter().map(|(_, p)| p.len()).collect();
+            if let (Some(max), Some(min)) = (sizes.iter().max(), sizes.iter().min()) {
+                assert!(max - min <= 1, "{partitions} over {members}: {sizes:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn business_refusals_and_not_found_codes() {
+    let mut d = setup(2);
+    let create = Request::CreateConsumerGroup {
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        name: name("g"),
+    };
+    assert_eq!(d.submit(A, &create), Err(GROUP_NAME_ALREADY_EXISTS));
+    let missing = GroupTarget {
+        group: Identifier::Numeric(7),
+        ..target()
+    };
+    assert_eq!(
+        d.submit(A, &Request::JoinConsumerGroup(missing.clone())),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+    let named = GroupTarget {
+        group: Identifier::Named(name("nope")),
+        ..target()
+    };
+    assert_eq!(
+        d.submit(A, &Request::DeleteConsumerGroup(named)),
+        Err(GROUP_NAME_NOT_FOUND)
+    );
+    let no_topic = GroupTarget {
+        topic: Identifier::Numeric(9),
+        ..target()
+    };
+    assert_eq!(
+        d.submit(A, &Request::LeaveConsumerGroup(no_topic)),
+        Err(status::TOPIC_ID_NOT_FOUND)
+    );
+    // A second group takes the next id; deleting the first frees its id.
+    let h = d.ok(
+        A,
+        &Request::CreateConsumerGroup {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            name: name("h"),
+        },
+    );
+    assert_eq!(decode_details(&h).0, 1);
+    d.ok(A, &Request::DeleteConsumerGroup(target()));
+    assert_eq!(sync(&d, A), None);
+    let again = d.ok(A, &create);
+    assert_eq!(decode_details(&again).0, 0);
+    // Deleting the stream drops its groups.
+    d.ok(A, &Request::DeleteStream(Identifier::Numeric(0)));
+    assert!(d.sm.state().consumer_groups.is_empty());
+}
+
+#[test]
+fn two_instances_end_identical_and_the_snapshot_carries_the_groups() {
+    let script = |d: &mut Driver| {
+        d.ok(A, &Request::JoinConsumerGroup(target()));
+        d.ok(B, &Request::JoinConsumerGroup(target()));
+        d.ok(C, &Request::JoinConsumerGroup(target()));
+        d.sm.end_session(A);
+        let _ = d.submit(C, &Request::LeaveConsumerGroup(target()));
+    };
+    let mut one = setup(3);
+    let mut two = setup(3);
+    script(&mut one);
+    script(&mut two);
+    assert_eq!(one.sm.snapshot(), two.sm.snapshot());
+
+    let artifacts = one.sm.artifacts(one.op);
+    let mut fresh = Driver::new();
+    fresh.sm.install(one.op, &artifacts).unwrap();
+    fresh.op = one.op;
+    assert_eq!(fresh.sm.state(), one.sm.state());
+    assert_eq!(sync(&fresh, B), Some((5, vec![0, 1, 2])));
+    // The restored copy goes on like the original.
+    fresh.ok(A, &Request::JoinConsumerGroup(target()));
+    one.ok(A, &Request::JoinConsumerGroup(target()));
+    assert_eq!(fresh.sm.snapshot(), one.sm.snapshot());
+    assert_eq!(State::decode(&one.sm.snapshot()).unwrap(), *one.sm.state());
+}
+
+/// Re-seals `content` (a snapshot without its trailer) with its XXH3-64 trailer.
+fn seal(mut content: Vec<u8>) -> Vec<u8> {
+    let trailer = xxhash_rust::xxh3::xxh3_64(&content);
+    content.extend_from_slice(&trailer.to_le_bytes());
+    content
+}
+
+#[test]
+fn snapshot_sections_that_break_the_rules_are_refused() {
+    let mut d = setup(2);
+    d.ok(A, &Request::JoinConsumerGroup(target()));
+    let good = d.sm.state().clone();
+
+    // A snapshot written before the section (no groups) still decodes, without groups.
+    let mut bare = good.clone();
+    bare.consumer_groups.clear();
+    let encoded = bare.encode();
+    let old = seal(encoded[..encoded.len() - 8 - 4].to_vec());
+    assert_eq!(State::decode(&old).unwrap(), bare);
+
+    let broken = |edit: &dyn Fn(&mut State)| {
+        let mut s = good.clone();
+        edit(&mut s);
+        State::decode(&s.encode())
+    };
+    let group = |s: &mut State| -> &mut ConsumerGroup {
+        s.consumer_groups
+            .get_mut(&(0, 0))
+            .unwrap()
+            .get_mut(&0)
+            .unwrap()
+    };
+    assert!(broken(&|_| {}).is_ok());
+    // Groups of a topic that does not exist.
+    assert!(broken(&|s| {
+        let groups = s.consumer_groups.remove(&(0, 0)).unwrap();
+        s.consumer_groups.insert((0, 5), groups);
+    })
+    .is_err());
+    // A member id at or above the group's counter.
+    assert!(broken(&|s| group(s).next_member_id = 0).is_err());
+    // The same client twice.
+    assert!(broken(&|s| {
+        let g = group(s);
+        g.next_member_id = 5;
+        g.members.insert(4, A);
+    })
+    .is_err());
+    // Client id 0.
+    assert!(broken(&|s| {
+        group(s).members.insert(0, 0);
+    })
+    .is_err());
+    // Duplicate names.
+    assert!(broken(&|s| {
+        let mut copy = group(s).clone();
+        copy.id = 1;
+        copy.members.clear();
+        s.consumer_groups.get_mut(&(0, 0)).unwrap().insert(1, copy);
+    })
+    .is_err());
+    // An empty group list for a topic.
+    assert!(broken(&|s| {
+        s.consumer_groups.get_mut(&(0, 0)).unwrap().clear();
+    })
+    .is_err());
+}
+
+#[test]
+fn poll_fence_and_offset_targets_name_the_group_by_id() {
+    let mut d = setup(3);
+    d.ok(A, &Request::JoinConsumerGroup(target()));
+    d.ok(B, &Request::JoinConsumerGroup(target()));
+    let view = d.view();
+    let mut offset_target = crate::client::request::OffsetTarget {
+        consumer: Consumer {
+            group: true,
+            id: Identifier::Named(name("g")),
+        },
+        stream: target().stream,
+        topic: target().topic,
+        partition: Some(1),
+    };
+    consumer_of_group(&view, &mut offset_target).unwrap();
+    assert_eq!(offset_target.consumer.id, Identifier::Numeric(0));
+    let fence = |client, partition| {
+        poll_fence(
+            &view,
+            &target().stream,
+            &target().topic,
+            &offset_target.consumer.id,
+            client,
+            partition,
+        )
+    };
+    assert_eq!(fence(A, 0), Ok(()));
+    assert_eq!(fence(A, 2), Ok(()));
+    assert_eq!(fence(A, 1), Err(PARTITION_NOT_OWNED));
+    assert_eq!(fence(B, 1), Ok(()));
+    assert_eq!(fence(C, 1), Err(MEMBER_NOT_FOUND));
+    let mut missing = offset_target.clone();
+    missing.consumer.id = Identifier::Numeric(4);
+    assert_eq!(
+        consumer_of_group(&view, &mut missing),
+        Err(GROUP_ID_NOT_FOUND)
+    );
+}
+
+#[test]
+fn an_operation_mix_never_panics_and_replays_identically() {
+    // Random Join/Leave/end_session sequences from a few clients, applied to two instances:
+    // identical snapshots, every member's partitions disjoint and covering the topic.
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut one = setup(7);
+    let mut two = setup(7);
+    for _ in 0..400 {
+        let client = u128::from(next() % 5 + 1);
+        let action = next() % 3;
+        for d in [&mut one, &mut two] {
+            match action {
+                0 => {
+                    let _ = d.submit(client, &Request::JoinConsumerGroup(target()));
+                }
+                1 => {
+                    let _ = d.submit(client, &Request::LeaveConsumerGroup(target()));
+                }
+                _ => d.sm.end_session(client),
+            }
+        }
+        assert_eq!(one.sm.snapshot(), two.sm.snapshot());
+        let (_, _, _, members) = details(&one);
+        let mut all: Vec<u32> = members.iter().flat_map(|(_, p)| p.clone()).collect();
+        all.sort_unstable();
+        if !members.is_empty() {
+            assert_eq!(all, (0..7).collect::<Vec<_>>());
+        }
+    }
+    let _ = Operation::JoinConsumerGroup;
+}
