@@ -250,6 +250,11 @@ fn every_other_command_is_answered() {
         Operation::CreateTopic,
         Operation::SendMessages,
         Operation::StoreConsumerOffset,
+        Operation::DeleteConsumerOffset,
+        Operation::CreateConsumerGroup,
+        Operation::DeleteConsumerGroup,
+        Operation::JoinConsumerGroup,
+        Operation::LeaveConsumerGroup,
     ];
     for op in Operation::ALL {
         if supported.contains(&op) {

@@ -107,7 +107,10 @@ fn setup(partitions: u32) -> Driver {
             name: name("g"),
         },
     );
-    assert_eq!(decode_details(&details), (0, partitions, "g".into(), vec![]));
+    assert_eq!(
+        decode_details(&details),
+        (0, partitions, "g".into(), vec![])
+    );
     d
 }
 
@@ -149,7 +152,10 @@ fn decode_sync(bytes: &[u8]) -> (u64, Vec<u32>) {
     let generation = u64::from_le_bytes(bytes[..8].try_into().unwrap());
     let n = u32_at(bytes, 8) as usize;
     assert_eq!(bytes.len(), 12 + 4 * n);
-    (generation, (0..n).map(|i| u32_at(bytes, 12 + 4 * i)).collect())
+    (
+        generation,
+        (0..n).map(|i| u32_at(bytes, 12 + 4 * i)).collect(),
+    )
 }
 
 fn sync(d: &Driver, client: u128) -> Option<(u64, Vec<u32>)> {
@@ -204,7 +210,11 @@ fn join_leave_and_session_end_rebalance_with_a_moving_generation() {
     let before = d.sm.snapshot();
     d.sm.end_session(B);
     d.sm.end_session(0xDEAD);
-    assert_eq!(d.sm.snapshot(), before, "ending a non-member's session changes nothing");
+    assert_eq!(
+        d.sm.snapshot(),
+        before,
+        "ending a non-member's session changes nothing"
+    );
     // The read handle other shards use sees it.
     let reader = d.sm.reader();
     let published = reader.view();
@@ -349,47 +359,57 @@ fn snapshot_sections_that_break_the_rules_are_refused() {
         edit(&mut s);
         State::decode(&s.encode())
     };
-    let group = |s: &mut State| -> &mut ConsumerGroup {
+    fn group(s: &mut State) -> &mut ConsumerGroup {
         s.consumer_groups
             .get_mut(&(0, 0))
             .unwrap()
             .get_mut(&0)
             .unwrap()
-    };
+    }
     assert!(broken(&|_| {}).is_ok());
     // Groups of a topic that does not exist.
-    assert!(broken(&|s| {
-        let groups = s.consumer_groups.remove(&(0, 0)).unwrap();
-        s.consumer_groups.insert((0, 5), groups);
-    })
-    .is_err());
+    assert!(
+        broken(&|s| {
+            let groups = s.consumer_groups.remove(&(0, 0)).unwrap();
+            s.consumer_groups.insert((0, 5), groups);
+        })
+        .is_err()
+    );
     // A member id at or above the group's counter.
     assert!(broken(&|s| group(s).next_member_id = 0).is_err());
     // The same client twice.
-    assert!(broken(&|s| {
-        let g = group(s);
-        g.next_member_id = 5;
-        g.members.insert(4, A);
-    })
-    .is_err());
+    assert!(
+        broken(&|s| {
+            let g = group(s);
+            g.next_member_id = 5;
+            g.members.insert(4, A);
+        })
+        .is_err()
+    );
     // Client id 0.
-    assert!(broken(&|s| {
-        group(s).members.insert(0, 0);
-    })
-    .is_err());
+    assert!(
+        broken(&|s| {
+            group(s).members.insert(0, 0);
+        })
+        .is_err()
+    );
     // Duplicate names.
-    assert!(broken(&|s| {
-        let mut copy = group(s).clone();
-        copy.id = 1;
-        copy.members.clear();
-        s.consumer_groups.get_mut(&(0, 0)).unwrap().insert(1, copy);
-    })
-    .is_err());
+    assert!(
+        broken(&|s| {
+            let mut copy = group(s).clone();
+            copy.id = 1;
+            copy.members.clear();
+            s.consumer_groups.get_mut(&(0, 0)).unwrap().insert(1, copy);
+        })
+        .is_err()
+    );
     // An empty group list for a topic.
-    assert!(broken(&|s| {
-        s.consumer_groups.get_mut(&(0, 0)).unwrap().clear();
-    })
-    .is_err());
+    assert!(
+        broken(&|s| {
+            s.consumer_groups.get_mut(&(0, 0)).unwrap().clear();
+        })
+        .is_err()
+    );
 }
 
 #[test]

@@ -857,7 +857,7 @@ fn the_receiving_shard_routes_every_request() {
         Route::ConsumerOffset { partition: 1, .. }
     ));
     // Unsupported and malformed: answered, never dropped.
-    let (op, code) = (Operation::NonReplicated, 601);
+    let (op, code) = (Operation::NonReplicated, 13);
     assert_eq!(
         route(op, code, &[], user, &view, 0),
         Route::Reply(Refusal {
