@@ -927,3 +927,111 @@ fn get_stats_and_cluster_metadata_answer_from_the_node() {
         crate::client::answers::STATUS_HEALTHY
     );
 }
+
+/// Stream 0, topic 0, group 0 as numeric identifiers (client-plane.md §10).
+fn group_target() -> Vec<u8> {
+    let mut body = Vec::new();
+    for id in [0u32, 0, 0] {
+        body.extend_from_slice(&[1, 4]);
+        body.extend_from_slice(&id.to_le_bytes());
+    }
+    body
+}
+
+/// SyncConsumerGroup's answer: (generation, partitions), `None` when empty (not a member).
+fn sync_group(c: &mut Client) -> Option<(u64, Vec<u32>)> {
+    let answer = c.call(Operation::NonReplicated, 606, &group_target());
+    assert_eq!(answer.status(), 0);
+    let body = answer.body();
+    if body.is_empty() {
+        return None;
+    }
+    let n = u32::from_le_bytes(body[8..12].try_into().unwrap()) as usize;
+    assert_eq!(body.len(), 12 + 4 * n);
+    Some((
+        u64::from_le_bytes(body[..8].try_into().unwrap()),
+        (0..n)
+            .map(|i| u32::from_le_bytes(body[12 + 4 * i..16 + 4 * i].try_into().unwrap()))
+            .collect(),
+    ))
+}
+
+/// A group poll (consumer kind 2, group 0) of `partition`, offset 0.
+fn group_poll(c: &mut Client, partition: u32) -> Answer {
+    let mut body = vec![2, 1, 4, 0, 0, 0, 0];
+    body.extend_from_slice(&[1, 4, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0]);
+    body.push(1);
+    body.extend_from_slice(&partition.to_le_bytes());
+    body.push(1);
+    body.extend_from_slice(&0u64.to_le_bytes());
+    body.extend_from_slice(&10u32.to_le_bytes());
+    body.push(0);
+    c.call(Operation::NonReplicated, 100, &body)
+}
+
+#[test]
+fn consumer_group_members_are_sessions_fenced_by_partition_and_end_with_the_connection() {
+    let node = Node::start();
+    let mut c = node.connect(1);
+    let mut d = node.connect(0);
+    for x in [&mut c, &mut d] {
+        assert_eq!(x.login("iggy", "iggy").status(), 0);
+    }
+    let ok = |answer: Answer| {
+        assert_eq!(answer.status(), 0);
+        read_result(answer.body()).unwrap().unwrap().to_vec()
+    };
+    ok(c.call(Operation::CreateStream, 0, &create_stream_body("s")));
+    ok(c.call(Operation::CreateTopic, 0, &create_topic_body(0, 2, "t")));
+    let mut create = vec![1, 4, 0, 0, 0, 0, 1, 4, 0, 0, 0, 0];
+    create.extend_from_slice(&name("g"));
+    let details = ok(c.call(Operation::CreateConsumerGroup, 0, &create));
+    assert_eq!(&details[..12], [0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+
+    // GetTopics (301): u32 count, then the topic records.
+    let topics = c.call(Operation::NonReplicated, 301, &[1, 4, 0, 0, 0, 0]);
+    assert_eq!(topics.status(), 0);
+    assert_eq!(&topics.body()[..4], &1u32.to_le_bytes());
+
+    assert_eq!(sync_group(&mut c), None);
+    assert_eq!(group_poll(&mut c, 0).status(), 5006, "not a member yet");
+    ok(c.call(Operation::JoinConsumerGroup, 0, &group_target()));
+    assert_eq!(sync_group(&mut c), Some((1, vec![0, 1])));
+    ok(d.call(Operation::JoinConsumerGroup, 0, &group_target()));
+    assert_eq!(sync_group(&mut c), Some((2, vec![0])));
+    assert_eq!(sync_group(&mut d), Some((2, vec![1])));
+    // A member polling a partition of another member is fenced with 5009.
+    assert_eq!(group_poll(&mut c, 1).status(), 5009);
+    assert_eq!(group_poll(&mut c, 0).status(), 0);
+    // GetConsumerGroup (600) on every shard: two members.
+    let got = c.call(Operation::NonReplicated, 600, &group_target());
+    assert_eq!(&got.body()[8..12], &2u32.to_le_bytes());
+
+    // d's connection closes without a Leave: the node proposes its session's Logout, and
+    // the group rebalances to c alone.
+    drop(d);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while sync_group(&mut c) != Some((3, vec![0, 1])) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "d's membership outlived its connection"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        node.counters.group_sessions_ended.load(Ordering::Relaxed),
+        1
+    );
+    // Leave, then a second Leave is a committed 5006.
+    ok(c.call(Operation::LeaveConsumerGroup, 0, &group_target()));
+    let again = c.call(Operation::LeaveConsumerGroup, 0, &group_target());
+    assert_eq!(read_result(again.body()).unwrap(), Err(5006));
+    let got = c.call(Operation::NonReplicated, 600, &group_target());
+    assert_eq!(&got.body()[8..12], &0u32.to_le_bytes());
+    ok(c.call(Operation::DeleteConsumerGroup, 0, &group_target()));
+    assert!(
+        c.call(Operation::NonReplicated, 600, &group_target())
+            .body()
+            .is_empty()
+    );
+}
