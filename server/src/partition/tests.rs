@@ -228,6 +228,53 @@ fn consumer_offsets_store_and_answer() {
     assert_eq!(stored_offset(&table, &alice), Some(3));
 }
 
+#[test]
+fn consumer_offsets_delete_through_the_apply() {
+    let mut table = OffsetTable {
+        next_offset: 9,
+        ..OffsetTable::default()
+    };
+    let group = Consumer {
+        group: true,
+        id: Identifier::Numeric(0),
+    };
+    let plain = Consumer {
+        group: false,
+        id: Identifier::Numeric(0),
+    };
+    store_offset(&mut table, &group, 4).unwrap();
+    store_offset(&mut table, &plain, 5).unwrap();
+    let body = |consumer: &Consumer| {
+        let mut out = Vec::new();
+        Request::DeleteConsumerOffset(crate::client::groups::DeleteConsumerOffset {
+            target: crate::client::request::OffsetTarget {
+                consumer: consumer.clone(),
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+                partition: Some(2),
+            },
+            quorum: true,
+        })
+        .encode(&mut out);
+        out
+    };
+    assert_eq!(
+        read_result(&apply_delete_consumer_offset(&mut table, &body(&group))).unwrap(),
+        Ok(&[][..])
+    );
+    // Only the group's offset went; the plain consumer with the same id keeps its own.
+    assert_eq!(stored_offset(&table, &group), None);
+    assert_eq!(stored_offset(&table, &plain), Some(5));
+    assert_eq!(
+        read_result(&apply_delete_consumer_offset(&mut table, &body(&group))).unwrap(),
+        Err(status::CONSUMER_OFFSET_NOT_FOUND)
+    );
+    assert_eq!(
+        read_result(&apply_delete_consumer_offset(&mut table, &[9])).unwrap(),
+        Err(status::INVALID_COMMAND)
+    );
+}
+
 proptest! {
     /// Any strategy and count over any split of stored batches: the reply holds exactly the
     /// expected contiguous run of offsets, every batch verifies, and the count is honoured.
