@@ -329,10 +329,10 @@ pub fn route(
             })
         }
         Request::GetConsumerGroups { stream, topic } => match view.topic_groups(&stream, &topic) {
-            Ok((_, partitions, groups)) => {
+            Ok(found) => {
                 let mut out = Vec::new();
-                for group in groups.into_iter().flat_map(|g| g.values()) {
-                    group.encode_record(partitions, &mut out);
+                for group in found.groups.into_iter().flat_map(|g| g.values()) {
+                    group.encode_record(found.partitions, &mut out);
                 }
                 reply_ok(out)
             }

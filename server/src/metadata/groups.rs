@@ -171,6 +171,17 @@ pub fn find<'a>(
     }
 }
 
+/// A topic's groups resolved against committed metadata.
+#[derive(Debug, Clone, Copy)]
+pub struct TopicGroupsRef<'a> {
+    /// (stream id, topic id).
+    pub key: (u32, u32),
+    /// The topic's partition count.
+    pub partitions: u32,
+    /// Its groups, if it has any.
+    pub groups: Option<&'a TopicGroups>,
+}
+
 /// A group resolved against committed metadata.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupRef<'a> {
@@ -191,14 +202,14 @@ impl MetadataView {
         &self,
         stream: &Identifier,
         topic: &Identifier,
-    ) -> Result<((u32, u32), u32, Option<&TopicGroups>), u32> {
+    ) -> Result<TopicGroupsRef<'_>, u32> {
         let found = self.topic(stream, topic)?;
         let key = (found.stream.id, found.topic.id);
-        Ok((
+        Ok(TopicGroupsRef {
             key,
-            found.topic.partitions.len() as u32,
-            self.state.consumer_groups.get(&key),
-        ))
+            partitions: found.topic.partitions.len() as u32,
+            groups: self.state.consumer_groups.get(&key),
+        })
     }
 
     /// The group named by stream, topic and group identifiers, or the first not-found code.
@@ -208,12 +219,12 @@ impl MetadataView {
         topic: &Identifier,
         group: &Identifier,
     ) -> Result<GroupRef<'_>, u32> {
-        let ((stream, topic), partitions, groups) = self.topic_groups(stream, topic)?;
+        let found = self.topic_groups(stream, topic)?;
         Ok(GroupRef {
-            stream,
-            topic,
-            partitions,
-            group: find(groups, group)?,
+            stream: found.key.0,
+            topic: found.key.1,
+            partitions: found.partitions,
+            group: find(found.groups, group)?,
         })
     }
 }

@@ -241,7 +241,7 @@ impl MetadataStateMachine {
                 topic,
                 name,
             } => {
-                let (_, _, found) = self.view.topic_groups(stream, topic)?;
+                let found = self.view.topic_groups(stream, topic)?.groups;
                 if found.is_some_and(|g| g.values().any(|g| g.name == *name)) {
                     return Err(groups::GROUP_NAME_ALREADY_EXISTS);
                 }
@@ -310,8 +310,9 @@ impl MetadataStateMachine {
                 topic,
                 name,
             } => {
-                let (key, partitions, found) = self.view.topic_groups(&stream, &topic)?;
-                let id = groups::free_group_id(found).ok_or(status::ERROR)?;
+                let found = self.view.topic_groups(&stream, &topic)?;
+                let (key, partitions) = (found.key, found.partitions);
+                let id = groups::free_group_id(found.groups).ok_or(status::ERROR)?;
                 let group = groups::ConsumerGroup::new(id, name);
                 let mut reply = RESULT_OK.to_vec();
                 group.encode_details(partitions, &mut reply);
