@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use iggy::prelude::*;
-use strand_sdk_tests::{CLUSTER_BOUND, DevCluster, REPLICAS, init_client_log, single_primary, step};
+use strand_sdk_tests::{
+    CLUSTER_BOUND, DevCluster, REPLICAS, init_client_log, single_primary, step,
+};
 use tokio::sync::mpsc;
 
 const STREAM: &str = "cg-stream";
@@ -105,16 +107,14 @@ async fn collect(rx: &mut mpsc::UnboundedReceiver<Got>, want: &BTreeSet<String>)
     let deadline = Instant::now() + CLUSTER_BOUND;
     let mut seen = BTreeSet::new();
     while !want.is_subset(&seen) && Instant::now() < deadline {
-        if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await
-        {
+        if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await {
             seen.insert(item.3.clone());
             got.push(item);
         }
     }
     let settle = Instant::now() + Duration::from_secs(2);
     while Instant::now() < settle {
-        if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await
-        {
+        if let Ok(Some(item)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
             got.push(item);
         }
     }
@@ -143,7 +143,9 @@ async fn two_members_share_then_one_takes_all() {
             && single_primary(all).is_some()
             && all.iter().all(|m| m.get("status") == 0)
     });
-    let address = cluster.nodes[single_primary(&all).expect("checked")].client.clone();
+    let address = cluster.nodes[single_primary(&all).expect("checked")]
+        .client
+        .clone();
 
     let admin = client_on(&address).await;
     step("create stream", admin.create_stream(STREAM)).await;
@@ -250,7 +252,10 @@ async fn two_members_share_then_one_takes_all() {
     .await
     .expect("the group exists");
     assert_eq!(details.members_count, 1, "{details:?}");
-    assert_eq!(details.members[0].partitions, (0..PARTITIONS).collect::<Vec<_>>());
+    assert_eq!(
+        details.members[0].partitions,
+        (0..PARTITIONS).collect::<Vec<_>>()
+    );
 
     let second = send_round(&admin, "b").await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -261,7 +266,10 @@ async fn two_members_share_then_one_takes_all() {
     let payloads: Vec<&str> = got.iter().map(|g| g.3.as_str()).collect();
     let unique: BTreeSet<String> = payloads.iter().map(|p| (*p).to_owned()).collect();
     assert_eq!(payloads.len(), unique.len(), "duplicates after the leave");
-    assert_eq!(unique, second, "member a did not consume every partition after b left");
+    assert_eq!(
+        unique, second,
+        "member a did not consume every partition after b left"
+    );
     assert!(got.iter().all(|g| g.0 == 0));
 
     // A member whose connection closes without leaving: its node ends the session.
@@ -323,7 +331,11 @@ async fn two_members_share_then_one_takes_all() {
     )
     .await
     .expect("auto-commit stored the group's offset");
-    assert_eq!(stored.stored_offset, u64::from(2 * PER_PARTITION - 1), "{stored:?}");
+    assert_eq!(
+        stored.stored_offset,
+        u64::from(2 * PER_PARTITION - 1),
+        "{stored:?}"
+    );
     step(
         "delete the group's offset",
         admin.delete_consumer_offset(&group, &stream_id, &topic_id, Some(1)),
@@ -334,7 +346,10 @@ async fn two_members_share_then_one_takes_all() {
         admin.get_consumer_offset(&group, &stream_id, &topic_id, Some(1)),
     )
     .await;
-    assert!(after.is_none(), "deleted group offset still there: {after:?}");
+    assert!(
+        after.is_none(),
+        "deleted group offset still there: {after:?}"
+    );
     match admin
         .delete_consumer_offset(&plain, &stream_id, &topic_id, Some(2))
         .await
