@@ -277,3 +277,119 @@ fn three_replicas_apply_metadata_identically() {
         );
     }
 }
+
+/// Decision 317 inside the real core: consumer-group memberships end at the commit of the
+/// member's Logout and of a new Register under its client id, on every replica alike.
+#[test]
+fn group_memberships_end_with_their_sessions_on_every_replica() {
+    use server::client::groups::GroupTarget;
+    let mut c = Cluster::new(3);
+    let name = |s: &str| Name::new(s).unwrap();
+    let target = GroupTarget {
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        group: Identifier::Named(name("g")),
+    };
+    let as_client = |client: u128, session: u64, number: u64, r: &Request<'_>| {
+        let mut req = request(session, number, r);
+        req.header.client.set(client);
+        req
+    };
+    let login = |c: &mut Cluster, client: u128| {
+        let (_, body) = c.submit(ClientRequest::new(
+            client,
+            Operation::Register,
+            0,
+            0,
+            Vec::new(),
+        ));
+        LoginReply::decode(read_result(&body).unwrap().unwrap())
+            .unwrap()
+            .session
+    };
+    let s7 = login(&mut c, 7);
+    let s8 = login(&mut c, 8);
+    let ok = |c: &mut Cluster, req: ClientRequest| {
+        let (status, body) = c.submit(req);
+        assert_eq!(status, 0);
+        read_result(&body).unwrap().unwrap().to_vec()
+    };
+    ok(
+        &mut c,
+        as_client(
+            7,
+            s7,
+            1,
+            &Request::CreateStream {
+                name: name("s"),
+                options: Options::default(),
+            },
+        ),
+    );
+    ok(
+        &mut c,
+        as_client(
+            7,
+            s7,
+            2,
+            &Request::CreateTopic(CreateTopic {
+                stream: Identifier::Numeric(0),
+                partitions_count: 4,
+                name: name("t"),
+                options: Options::default(),
+            }),
+        ),
+    );
+    ok(
+        &mut c,
+        as_client(
+            7,
+            s7,
+            3,
+            &Request::CreateConsumerGroup {
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+                name: name("g"),
+            },
+        ),
+    );
+    ok(
+        &mut c,
+        as_client(7, s7, 4, &Request::JoinConsumerGroup(target.clone())),
+    );
+    ok(
+        &mut c,
+        as_client(8, s8, 1, &Request::JoinConsumerGroup(target.clone())),
+    );
+    let members = |c: &Cluster, r: usize| -> Vec<u128> {
+        let state = c.replicas[r].state_machine().state();
+        state.consumer_groups[&(0, 0)][&0]
+            .members
+            .values()
+            .copied()
+            .collect()
+    };
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(members(&c, r), vec![7, 8], "replica {r}");
+    }
+    // Client 7 logs out: its membership ends at that commit everywhere.
+    c.submit(as_client(7, s7, 5, &Request::Logout));
+    c.ticks(60);
+    for r in 0..3 {
+        assert_eq!(members(&c, r), vec![8], "replica {r} after 7's Logout");
+    }
+    // Client 8 logs in again under the same id: its old session's membership ends too.
+    login(&mut c, 8);
+    c.ticks(60);
+    let snapshot = c.replicas[0].state_machine().snapshot();
+    for r in 0..3 {
+        assert!(members(&c, r).is_empty(), "replica {r} after 8's re-login");
+        assert_eq!(c.replicas[r].state_machine().snapshot(), snapshot);
+    }
+    assert_eq!(
+        c.replicas[0].state_machine().state().consumer_groups[&(0, 0)][&0].generation,
+        4,
+        "join, join, Logout, re-login"
+    );
+}
