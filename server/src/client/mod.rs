@@ -6,10 +6,13 @@
 
 pub mod answers;
 pub mod codec;
+pub mod permit;
 pub mod reply;
 pub mod request;
 pub mod route;
 pub mod status;
+pub mod user_answers;
+pub mod users;
 
 #[cfg(test)]
 mod tests;

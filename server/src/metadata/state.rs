@@ -12,6 +12,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::password::{HASH_LEN, HashParams, PasswordHash, SALT_LEN};
 use super::topic::{self, TopicSettings};
+use super::users::Account;
 use crate::client::codec::{BodyError, Name, Options, Reader};
 
 /// Partitions a topic may have. The reference caps a topic at 1000 partitions; the group key
@@ -81,6 +82,9 @@ pub struct State {
     pub streams: BTreeMap<u32, Stream>,
     /// The next `consensus_group_id` to hand out.
     pub next_consensus_group_id: u64,
+    /// Status, permissions and tokens by user id (issue 11); a user without an entry has
+    /// the defaults of [`Account`].
+    pub accounts: BTreeMap<u32, Account>,
 }
 
 impl Stream {
@@ -207,6 +211,12 @@ impl State {
                 }
             }
         }
+        // The accounts section (issue 11), appended after the original sections.
+        out.extend_from_slice(&(self.accounts.len() as u32).to_le_bytes());
+        for (id, account) in &self.accounts {
+            out.extend_from_slice(&id.to_le_bytes());
+            account.write(&mut out);
+        }
         let trailer = xxh3_64(&out);
         out.extend_from_slice(&trailer.to_le_bytes());
         out
@@ -311,6 +321,26 @@ impl State {
                 stream.topics.insert(topic.id, topic);
             }
             state.streams.insert(id, stream);
+        }
+        // A snapshot written before the accounts section ends here.
+        if r.remaining() > 0 {
+            let count = r.u32("account count")?;
+            for _ in 0..count {
+                let id = r.u32("account user id")?;
+                let account = Account::read(&mut r)?;
+                if !state.users.contains_key(&id) {
+                    return Err(SnapshotError::Content("account of an unknown user"));
+                }
+                if state
+                    .accounts
+                    .keys()
+                    .next_back()
+                    .is_some_and(|last| *last >= id)
+                {
+                    return Err(SnapshotError::Content("account ids not ascending"));
+                }
+                state.accounts.insert(id, account);
+            }
         }
         r.finish()?;
         if group_ids
