@@ -931,3 +931,5 @@ fn get_stats_and_cluster_metadata_answer_from_the_node() {
         crate::client::answers::STATUS_HEALTHY
     );
 }
+
+mod users;
