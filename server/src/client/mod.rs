@@ -16,3 +16,5 @@ pub mod users;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod users_tests;

@@ -872,3 +872,5 @@ fn the_receiving_shard_routes_every_request() {
         })
     );
 }
+
+mod users;
