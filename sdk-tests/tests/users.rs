@@ -39,8 +39,7 @@ async fn refused<T: std::fmt::Debug>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_permissions_and_tokens_through_the_sdk() {
     init_client_log();
-    let mut cluster =
-        DevCluster::start(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("users"));
+    let mut cluster = DevCluster::start(&PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("users"));
     let all = cluster.wait_metrics("exactly one metadata primary, all nodes normal", |all| {
         all.len() == REPLICAS
             && single_primary(all).is_some()
@@ -70,17 +69,33 @@ async fn users_permissions_and_tokens_through_the_sdk() {
     let fetched = step("get user alice", root.get_user(&alice_id))
         .await
         .expect("alice exists");
-    assert_eq!((fetched.id, fetched.username.as_str()), (created.id, "alice"));
-    let root_details = step("get user root", root.get_user(&Identifier::numeric(0).unwrap()))
-        .await
-        .expect("root exists");
-    assert!(root_details.permissions.expect("root's").global.manage_users);
+    assert_eq!(
+        (fetched.id, fetched.username.as_str()),
+        (created.id, "alice")
+    );
+    let root_details = step(
+        "get user root",
+        root.get_user(&Identifier::numeric(0).unwrap()),
+    )
+    .await
+    .expect("root exists");
+    assert!(
+        root_details
+            .permissions
+            .expect("root's")
+            .global
+            .manage_users
+    );
 
     // Alice logs in with her password and is refused what she lacks.
     let alice = client_on(&address).await;
     let identity = step("alice login", alice.login_user("alice", "alice-pw")).await;
     assert_eq!(identity.user_id, created.id);
-    let denied = refused("alice get streams without read_streams", alice.get_streams()).await;
+    let denied = refused(
+        "alice get streams without read_streams",
+        alice.get_streams(),
+    )
+    .await;
     assert_eq!(denied.as_code(), 41, "{denied:?}");
     let denied = refused("alice create stream", alice.create_stream("alice-s")).await;
     assert_eq!(denied.as_code(), 41, "{denied:?}");
@@ -117,7 +132,10 @@ async fn users_permissions_and_tokens_through_the_sdk() {
     let me = step("alice get me", alice.get_me()).await;
     assert_eq!(me.user_id, Some(created.id));
     let clients = step("root get clients", root.get_clients()).await;
-    assert!(clients.iter().any(|c| c.user_id == Some(created.id)), "{clients:?}");
+    assert!(
+        clients.iter().any(|c| c.user_id == Some(created.id)),
+        "{clients:?}"
+    );
     assert!(clients.iter().any(|c| c.user_id == Some(0)), "{clients:?}");
     let one = step("root get client", root.get_client(me.client_id)).await;
     assert_eq!(one.map(|c| c.user_id), Some(Some(created.id)));
@@ -134,9 +152,17 @@ async fn users_permissions_and_tokens_through_the_sdk() {
     )
     .await;
     let again = client_on(&address).await;
-    refused("login with the old password", again.login_user("alice", "alice-pw")).await;
+    refused(
+        "login with the old password",
+        again.login_user("alice", "alice-pw"),
+    )
+    .await;
     let again = client_on(&address).await;
-    step("login with the new password", again.login_user("alice", "alice-pw-2")).await;
+    step(
+        "login with the new password",
+        again.login_user("alice", "alice-pw-2"),
+    )
+    .await;
 
     // A token: shown once, listed by name, logs in as alice.
     let raw = step(
@@ -172,7 +198,11 @@ async fn users_permissions_and_tokens_through_the_sdk() {
     // Deleted: the user can no longer log in; root cannot be deleted.
     step("root deletes alice", root.delete_user(&alice_id)).await;
     let gone = client_on(&address).await;
-    refused("login as a deleted user", gone.login_user("alice", "alice-pw-2")).await;
+    refused(
+        "login as a deleted user",
+        gone.login_user("alice", "alice-pw-2"),
+    )
+    .await;
     refused(
         "delete root",
         root.delete_user(&Identifier::numeric(0).unwrap()),
