@@ -7,10 +7,15 @@
 pub mod answers;
 pub mod codec;
 pub mod groups;
+pub mod permit;
 pub mod reply;
 pub mod request;
 pub mod route;
 pub mod status;
+pub mod user_answers;
+pub mod users;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod users_tests;

@@ -11,6 +11,7 @@ use super::codec::{
 };
 use super::groups::{DeleteConsumerOffset, GroupTarget};
 use super::status;
+use super::users::{self, code as user_code};
 
 /// Legacy command codes of the NonReplicated operation (client-plane.md §2.2).
 pub mod code {
@@ -43,7 +44,7 @@ pub mod code {
     /// SyncConsumerGroup.
     pub const SYNC_CONSUMER_GROUP: u32 = 606;
     /// NonReplicated codes the SDK knows and this server does not serve yet (status 5).
-    pub const KNOWN_UNSERVED: [u32; 9] = [11, 13, 20, 21, 22, 31, 32, 41, 102];
+    pub const KNOWN_UNSERVED: [u32; 3] = [11, 13, 102];
 }
 
 /// The protocol version this server speaks: 0.11.0 packed as `major<<20 | minor<<10 | patch`.
@@ -252,6 +253,37 @@ pub enum Request<'a> {
     },
     /// NonReplicated 606.
     SyncConsumerGroup(GroupTarget),
+    /// Operation 141.
+    CreateUser(users::CreateUser),
+    /// NonReplicated 31.
+    GetUser(Identifier),
+    /// NonReplicated 32.
+    GetUsers,
+    /// Operation 142.
+    UpdateUser(users::UpdateUser),
+    /// Operation 143.
+    DeleteUser(Identifier),
+    /// Operation 144.
+    ChangePassword(users::ChangePassword),
+    /// Operation 145.
+    UpdatePermissions(users::UpdatePermissions),
+    /// Operation 146: token name and expiry (µs; 0 server default, `u64::MAX` never).
+    CreatePersonalAccessToken {
+        /// Name.
+        name: Name,
+        /// Expiry.
+        expiry: u64,
+    },
+    /// NonReplicated 41.
+    GetPersonalAccessTokens,
+    /// Operation 147.
+    DeletePersonalAccessToken(Name),
+    /// NonReplicated 20.
+    GetMe,
+    /// NonReplicated 21: the client id as the SDK numbers clients (u32).
+    GetClient(u32),
+    /// NonReplicated 22.
+    GetClients,
 }
 
 /// How to answer a request that is not served: a status (Reply) or an Eviction.
@@ -372,6 +404,19 @@ impl<'a> Request<'a> {
             GetConsumerGroup(_) => nr(code::GET_CONSUMER_GROUP),
             GetConsumerGroups { .. } => nr(code::GET_CONSUMER_GROUPS),
             SyncConsumerGroup(_) => nr(code::SYNC_CONSUMER_GROUP),
+            CreateUser(_) => (Operation::CreateUser, 0),
+            GetUser(_) => nr(user_code::GET_USER),
+            GetUsers => nr(user_code::GET_USERS),
+            UpdateUser(_) => (Operation::UpdateUser, 0),
+            DeleteUser(_) => (Operation::DeleteUser, 0),
+            ChangePassword(_) => (Operation::ChangePassword, 0),
+            UpdatePermissions(_) => (Operation::UpdatePermissions, 0),
+            CreatePersonalAccessToken { .. } => (Operation::CreatePersonalAccessToken, 0),
+            GetPersonalAccessTokens => nr(user_code::GET_PERSONAL_ACCESS_TOKENS),
+            DeletePersonalAccessToken(_) => (Operation::DeletePersonalAccessToken, 0),
+            GetMe => nr(user_code::GET_ME),
+            GetClient(_) => nr(user_code::GET_CLIENT),
+            GetClients => nr(user_code::GET_CLIENTS),
         }
     }
 
@@ -379,7 +424,26 @@ impl<'a> Request<'a> {
     pub fn encode(&self, out: &mut Vec<u8>) {
         use Request::*;
         match self {
-            Ping | GetStats | GetClusterMetadata | Logout | GetStreams => {}
+            Ping
+            | GetStats
+            | GetClusterMetadata
+            | Logout
+            | GetStreams
+            | GetUsers
+            | GetPersonalAccessTokens
+            | GetMe
+            | GetClients => {}
+            CreateUser(c) => c.write(out),
+            GetUser(id) | DeleteUser(id) => id.write(out),
+            UpdateUser(u) => u.write(out),
+            ChangePassword(c) => c.write(out),
+            UpdatePermissions(u) => u.write(out),
+            CreatePersonalAccessToken { name, expiry } => {
+                name.write(out);
+                out.extend_from_slice(&expiry.to_le_bytes());
+            }
+            DeletePersonalAccessToken(name) => name.write(out),
+            GetClient(id) => out.extend_from_slice(&id.to_le_bytes()),
             Register(login) => {
                 out.extend_from_slice(&login.version.protocol_version.to_le_bytes());
                 login.version.sdk_name.write(out);
@@ -502,6 +566,12 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
                 topic: Identifier::read(&mut r, "topic id")?,
             },
             code::SYNC_CONSUMER_GROUP => Request::SyncConsumerGroup(GroupTarget::read(&mut r)?),
+            user_code::GET_USER => Request::GetUser(Identifier::read(&mut r, "user id")?),
+            user_code::GET_USERS => Request::GetUsers,
+            user_code::GET_PERSONAL_ACCESS_TOKENS => Request::GetPersonalAccessTokens,
+            user_code::GET_ME => Request::GetMe,
+            user_code::GET_CLIENT => Request::GetClient(r.u32("client id")?),
+            user_code::GET_CLIENTS => Request::GetClients,
             code::LEGACY_LOGIN_USER | code::LEGACY_LOGIN_PAT => {
                 return Err(Decode::Other(RequestError::LegacyLogin(code)));
             }
@@ -537,6 +607,20 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
             })
         }
         Operation::SendMessages => Request::SendMessages(decode_send(&mut r)?),
+        Operation::CreateUser => Request::CreateUser(users::CreateUser::read(&mut r)?),
+        Operation::UpdateUser => Request::UpdateUser(users::UpdateUser::read(&mut r)?),
+        Operation::DeleteUser => Request::DeleteUser(Identifier::read(&mut r, "user id")?),
+        Operation::ChangePassword => Request::ChangePassword(users::ChangePassword::read(&mut r)?),
+        Operation::UpdatePermissions => {
+            Request::UpdatePermissions(users::UpdatePermissions::read(&mut r)?)
+        }
+        Operation::CreatePersonalAccessToken => Request::CreatePersonalAccessToken {
+            name: Name::read(&mut r, "token name")?,
+            expiry: r.u64("expiry")?,
+        },
+        Operation::DeletePersonalAccessToken => {
+            Request::DeletePersonalAccessToken(Name::read(&mut r, "token name")?)
+        }
         Operation::StoreConsumerOffset => {
             let target = read_target(&mut r)?;
             let offset = r.u64("offset")?;

@@ -13,7 +13,9 @@ use super::request::{
     Answer, Credentials, PollMessages, Request, check_protocol_version, code, register_prepare_body,
 };
 use super::status;
+use super::users;
 use crate::metadata::groups::consumer_of_group;
+use crate::metadata::users::{STATUS_ACTIVE, token_hash};
 use crate::metadata::view::{MetadataView, TopicRef, stream_record, topic_details, topic_record};
 
 /// The decision for one request.
@@ -76,6 +78,47 @@ pub enum Route {
     /// SyncConsumerGroup: answered from committed metadata for the request's client
     /// (its session), which only the connection knows.
     SyncGroup(GroupTarget),
+    /// Submit to the metadata group once the receiving shard has replaced the secret in the
+    /// body (decision 304): hash a new user's password, check and hash a changed one, mint
+    /// a token.
+    Prepare(Prepare),
+    /// A client-information answer the caller builds from the committed sessions (GetMe,
+    /// GetClient, GetClients).
+    Clients(ClientsQuery),
+}
+
+/// What the receiving shard prepares before submitting (decision 304).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prepare {
+    /// CreateUser: hash the password.
+    User(users::CreateUser),
+    /// ChangePassword of `user_id`: verify `current` against `stored`, hash `new`.
+    Password {
+        /// Whose.
+        user_id: u32,
+        /// The stored hash.
+        stored: crate::metadata::password::PasswordHash,
+        /// The request.
+        request: users::ChangePassword,
+    },
+    /// CreatePersonalAccessToken: mint the token, replicate its hash.
+    Token {
+        /// Name.
+        name: super::codec::Name,
+        /// Expiry as sent.
+        expiry: u64,
+    },
+}
+
+/// The client-information questions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientsQuery {
+    /// GetMe: the asking client.
+    Me,
+    /// GetClient by the SDK's u32 client id.
+    One(u32),
+    /// GetClients.
+    All,
 }
 
 /// The node-level questions.
@@ -119,6 +162,25 @@ pub fn route(
             return Route::Evict(EvictionReason::NoSession, None);
         }
     }
+    // A session whose user was deleted or deactivated since it logged in has ended
+    // (decision 303): refused as if it never existed.
+    if let Some(user_id) = user
+        && !matches!(operation, Operation::Register)
+        && view.state.users.get(&user_id).is_none_or(|_| {
+            view.state
+                .accounts
+                .get(&user_id)
+                .is_some_and(|a| a.status != STATUS_ACTIVE)
+        })
+    {
+        if operation == Operation::NonReplicated {
+            return Route::Reply(Refusal {
+                status: status::UNAUTHENTICATED,
+                body: Vec::new(),
+            });
+        }
+        return Route::Evict(EvictionReason::SessionError, None);
+    }
     let request = match Request::decode(operation, legacy_code, body) {
         Ok(request) => request,
         Err(error) => {
@@ -128,26 +190,82 @@ pub fn route(
             };
         }
     };
+    if let Some(user_id) = user
+        && let Err(code) = super::permit::authorize(&request, user_id, view)
+    {
+        return refuse(operation, code);
+    }
     match request {
         Request::Ping => reply_ok(Vec::new()),
         Request::Register(login) => {
             if let Err(window) = check_protocol_version(login.version.protocol_version) {
                 return Route::Evict(EvictionReason::IncompatibleProtocol, Some(window));
             }
-            match &login.credentials {
-                // Personal access tokens come with the Iggy-compatibility issue.
-                Credentials::Token(_) => refuse(operation, status::FEATURE_UNAVAILABLE),
-                Credentials::Password { username, password } => {
-                    match view.authenticate(username.as_str(), password) {
-                        Some(user_id) => Route::Register {
-                            user_id,
-                            body: register_prepare_body(&login),
-                        },
-                        None => Route::Evict(EvictionReason::InvalidCredentials, None),
+            let user_id = match &login.credentials {
+                Credentials::Token(token) => {
+                    match view.token_owner(&token_hash(token), now_micros()) {
+                        Some(user_id) => user_id,
+                        None => return Route::Evict(EvictionReason::InvalidToken, None),
                     }
                 }
+                Credentials::Password { username, password } => {
+                    match view.authenticate(username.as_str(), password) {
+                        Some(user_id) => user_id,
+                        None => return Route::Evict(EvictionReason::InvalidCredentials, None),
+                    }
+                }
+            };
+            if view
+                .state
+                .accounts
+                .get(&user_id)
+                .is_some_and(|a| a.status != STATUS_ACTIVE)
+            {
+                return Route::Evict(EvictionReason::UserInactive, None);
+            }
+            Route::Register {
+                user_id,
+                body: register_prepare_body(&login),
             }
         }
+        Request::GetUser(id) => reply_ok(super::user_answers::user_details(view, &id)),
+        Request::GetUsers => reply_ok(super::user_answers::users(view)),
+        Request::GetPersonalAccessTokens => {
+            reply_ok(super::user_answers::tokens(view, user.unwrap_or(u32::MAX)))
+        }
+        Request::GetMe => Route::Clients(ClientsQuery::Me),
+        Request::GetClient(id) => Route::Clients(ClientsQuery::One(id)),
+        Request::GetClients => Route::Clients(ClientsQuery::All),
+        Request::CreateUser(create) => match create.validate() {
+            Ok(()) if view.user(create.username.as_str()).is_some() => {
+                refuse(operation, users::status::USER_ALREADY_EXISTS)
+            }
+            Ok(()) => Route::Prepare(Prepare::User(create)),
+            Err(code) => refuse(operation, code),
+        },
+        Request::ChangePassword(change) => {
+            if !users::valid_password(&change.new) {
+                return refuse(operation, users::status::INVALID_PASSWORD);
+            }
+            match super::user_answers::find_user(view, &change.user) {
+                Some(found) => Route::Prepare(Prepare::Password {
+                    user_id: found.id,
+                    stored: found.password.clone(),
+                    request: change,
+                }),
+                None => refuse(operation, users::status::USER_NOT_FOUND),
+            }
+        }
+        Request::CreatePersonalAccessToken { name, expiry } => {
+            if !users::valid_token_name(name.as_str()) {
+                return refuse(operation, users::status::INVALID_PERSONAL_ACCESS_TOKEN_NAME);
+            }
+            Route::Prepare(Prepare::Token { name, expiry })
+        }
+        Request::UpdateUser(_)
+        | Request::DeleteUser(_)
+        | Request::UpdatePermissions(_)
+        | Request::DeletePersonalAccessToken(_) => Route::Metadata(operation),
         Request::Logout
         | Request::CreateConsumerGroup { .. }
         | Request::DeleteConsumerGroup(_)
@@ -352,4 +470,13 @@ fn resolve(
     let found: TopicRef<'_> = view.topic(stream, topic)?;
     let partition = partition.unwrap_or(0);
     Ok((partition, found.group(partition)?))
+}
+
+/// Now, µs since the Unix epoch (token expiry is checked against the receiving node's clock,
+/// decision 307).
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }

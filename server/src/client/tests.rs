@@ -255,6 +255,13 @@ fn every_other_command_is_answered() {
         Operation::DeleteConsumerGroup,
         Operation::JoinConsumerGroup,
         Operation::LeaveConsumerGroup,
+        Operation::CreateUser,
+        Operation::UpdateUser,
+        Operation::DeleteUser,
+        Operation::ChangePassword,
+        Operation::UpdatePermissions,
+        Operation::CreatePersonalAccessToken,
+        Operation::DeletePersonalAccessToken,
     ];
     for op in Operation::ALL {
         if supported.contains(&op) {

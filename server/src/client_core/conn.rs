@@ -340,11 +340,13 @@ impl ClientCore {
                 Some(frames::reply(&header, 0, &self.cluster_metadata()))
             }
             Route::Node(NodeQuery::Stats) => Some(frames::reply(&header, 0, &self.stats())),
+            Route::Prepare(prepare) => Some(self.prepare(conn, header, user?, prepare).await),
+            Route::Clients(query) => Some(self.clients(&header, query)),
         }
     }
 
     /// Submits to the metadata group (shard 0's pump, directly or over the mesh) and waits.
-    async fn metadata_call(&self, conn: u64, request: ClientRequest) -> Frame {
+    pub(super) async fn metadata_call(&self, conn: u64, request: ClientRequest) -> Frame {
         let header = request.header;
         let client = header.client.get();
         let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {

@@ -25,6 +25,7 @@
 mod conn;
 pub mod frames;
 pub mod registry;
+mod users;
 
 #[cfg(test)]
 mod tests;

@@ -630,8 +630,8 @@ fn unserved_and_unknown_commands_are_answered_never_silent() {
     assert_eq!(c.call(Operation::NonReplicated, 102, &[]).status(), 5);
     // An unknown code: 3 (InvalidCommand, client-plane.md §2.4).
     assert_eq!(c.call(Operation::NonReplicated, 9999, &[]).status(), 3);
-    // A replicated metadata op not served (CreateUser): result section [1][0][5].
-    let answer = c.call(Operation::CreateUser, 0, &name("someone"));
+    // A replicated metadata op not served (UpdateStream): result section [1][0][5].
+    let answer = c.call(Operation::UpdateStream, 0, &name("someone"));
     assert_eq!(answer.status(), 0);
     assert_eq!(read_result(answer.body()).unwrap(), Err(5));
     // An undefined operation byte: Eviction InvalidRequestOperation.
@@ -1035,3 +1035,4 @@ fn consumer_group_members_are_sessions_fenced_by_partition_and_end_with_the_conn
             .is_empty()
     );
 }
+mod users;

@@ -18,7 +18,10 @@ pub mod groups;
 pub mod password;
 pub mod state;
 pub mod topic;
+pub mod users;
 pub mod view;
+
+mod user_ops;
 
 #[cfg(test)]
 mod tests;
@@ -217,6 +220,9 @@ impl MetadataStateMachine {
         if !self.view.state.users.contains_key(&user_id) {
             return Err(status::UNAUTHORIZED);
         }
+        // The acting user's status and permissions, again at apply (decision 302).
+        self.actor(user_id)?;
+        crate::client::permit::authorize(request, user_id, &self.view)?;
         let state = &self.view.state;
         match request {
             Request::CreateStream { name, options } => {
@@ -511,6 +517,7 @@ impl WholeArtifacts for MetadataStateMachine {
     fn preflight(&self, operation: Operation, body: &[u8]) -> Result<(), u32> {
         match operation {
             Operation::Register | Operation::Logout => Ok(()),
+            op if user_ops::serves(op) => user_ops::preflight(op, body),
             Operation::CreateStream
             | Operation::DeleteStream
             | Operation::CreateTopic
@@ -589,6 +596,7 @@ impl WholeArtifacts for MetadataStateMachine {
                 Ok(_) => Err(status::INVALID_COMMAND),
                 Err(code) => Err(code),
             },
+            op if user_ops::serves(op) => self.apply_user_op(op, header, body),
             _ => Err(status::FEATURE_UNAVAILABLE),
         };
         self.view.op = header.op.get();

@@ -12,6 +12,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::password::{HASH_LEN, HashParams, PasswordHash, SALT_LEN};
 use super::topic::{self, TopicSettings};
+use super::users::Account;
 use crate::client::codec::{BodyError, Name, Options, Reader};
 
 /// Partitions a topic may have. The reference caps a topic at 1000 partitions; the group key
@@ -83,6 +84,9 @@ pub struct State {
     pub next_consensus_group_id: u64,
     /// Consumer groups by (stream id, topic id); a topic without groups has no entry.
     pub consumer_groups: BTreeMap<(u32, u32), super::groups::TopicGroups>,
+    /// Status, permissions and tokens by user id (issue 11); a user without an entry has
+    /// the defaults of [`Account`].
+    pub accounts: BTreeMap<u32, Account>,
 }
 
 impl Stream {
@@ -211,6 +215,12 @@ impl State {
         }
         // Appended section (decision 318): consumer groups.
         super::groups::encode_section(self, &mut out);
+        // The accounts section (issue 11), appended after the original sections.
+        out.extend_from_slice(&(self.accounts.len() as u32).to_le_bytes());
+        for (id, account) in &self.accounts {
+            out.extend_from_slice(&id.to_le_bytes());
+            account.write(&mut out);
+        }
         let trailer = xxh3_64(&out);
         out.extend_from_slice(&trailer.to_le_bytes());
         out
@@ -319,6 +329,26 @@ impl State {
         // A snapshot written before the consumer-group section ends here: no groups.
         if r.remaining() > 0 {
             super::groups::decode_section(&mut r, &mut state)?;
+        }
+        // A snapshot written before the accounts section ends here.
+        if r.remaining() > 0 {
+            let count = r.u32("account count")?;
+            for _ in 0..count {
+                let id = r.u32("account user id")?;
+                let account = Account::read(&mut r)?;
+                if !state.users.contains_key(&id) {
+                    return Err(SnapshotError::Content("account of an unknown user"));
+                }
+                if state
+                    .accounts
+                    .keys()
+                    .next_back()
+                    .is_some_and(|last| *last >= id)
+                {
+                    return Err(SnapshotError::Content("account ids not ascending"));
+                }
+                state.accounts.insert(id, account);
+            }
         }
         r.finish()?;
         if group_ids

@@ -1,0 +1,156 @@
+//! The receiving shard's part of the user commands (decisions 304-309): the secrets of
+//! CreateUser, ChangePassword and CreatePersonalAccessToken are replaced before submission
+//! (a prepare is journaled on every node), and GetMe / GetClient / GetClients are answered
+//! from the committed sessions.
+
+use consensus::codes::TRANSIENT_NOT_ACCEPTED;
+use consensus::{ClientRequest, Frame};
+use wire::header::RequestHeader;
+
+use super::{ClientCore, frames};
+use crate::client::codec::Name;
+use crate::client::reply::{RESULT_OK, read_result};
+use crate::client::route::{ClientsQuery, Prepare};
+use crate::client::users::{
+    ClientRecord, PreparedPassword, PreparedToken, PreparedUser, TRANSPORT_TCP, status,
+};
+use crate::metadata::ROOT_USER_ID;
+use crate::metadata::password::{HashParams, PasswordHash, SALT_LEN};
+use crate::metadata::users::{random_bytes, token_hash};
+
+/// Bytes of randomness in a personal access token (shown as 64 hex digits).
+const TOKEN_BYTES: usize = 32;
+
+impl ClientCore {
+    /// The Argon2id cost of new hashes: the root user's (set from the node's genesis), so a
+    /// cluster hashes every password at one configured cost.
+    fn hash_params(&self) -> HashParams {
+        self.node
+            .reader
+            .view()
+            .state
+            .users
+            .get(&ROOT_USER_ID)
+            .map_or(HashParams::DEFAULT, |root| root.password.params)
+    }
+
+    /// Replaces the secret, submits, and for a token answers the token in place of its hash.
+    pub(super) async fn prepare(
+        &self,
+        conn: u64,
+        header: RequestHeader,
+        user: u32,
+        prepare: Prepare,
+    ) -> Frame {
+        let mut salt = [0u8; SALT_LEN];
+        if let Err(error) = random_bytes(&mut salt) {
+            tracing::warn!(%error, "no randomness for a salt");
+            return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+        }
+        let mut token = None;
+        let body = match prepare {
+            Prepare::User(create) => {
+                let Ok(password) = PasswordHash::new(&create.password, salt, self.hash_params())
+                else {
+                    return frames::refused(&header, status::INVALID_PASSWORD);
+                };
+                PreparedUser {
+                    username: create.username,
+                    status: create.status,
+                    permissions: create.permissions,
+                    password,
+                }
+                .encode()
+            }
+            Prepare::Password {
+                user_id,
+                stored,
+                request,
+            } => {
+                let verified = stored.verify(&request.current);
+                glommio::executor().yield_now().await;
+                if !verified {
+                    return frames::refused(&header, status::INVALID_PASSWORD);
+                }
+                let Ok(new) = PasswordHash::new(&request.new, salt, self.hash_params()) else {
+                    return frames::refused(&header, status::INVALID_PASSWORD);
+                };
+                PreparedPassword {
+                    user_id,
+                    verified: stored,
+                    new,
+                }
+                .encode()
+            }
+            Prepare::Token { name, expiry } => {
+                let mut secret = [0u8; TOKEN_BYTES];
+                if let Err(error) = random_bytes(&mut secret) {
+                    tracing::warn!(%error, "no randomness for a token");
+                    return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
+                }
+                let text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+                let hash = token_hash(&text);
+                token = Some((text, hash));
+                PreparedToken { name, expiry, hash }.encode()
+            }
+        };
+        // The hash just ran on this executor: let the shard's other tasks in.
+        glommio::executor().yield_now().await;
+        let mut request = ClientRequest { header, body };
+        request.header.user_id.set(user);
+        let answer = self.metadata_call(conn, request).await;
+        let Some((text, hash)) = token else {
+            return answer;
+        };
+        match read_result(answer.body()) {
+            Ok(Ok(payload)) if payload == hash => {
+                let mut body = RESULT_OK.to_vec();
+                Name::new(&text).expect("64 hex digits").write(&mut body);
+                frames::reply(&header, 0, &body)
+            }
+            // A committed token this attempt did not mint (the reply of an earlier attempt
+            // from the client table): its secret is not known here, never guess it.
+            Ok(Ok(_)) => frames::refused(&header, status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS),
+            _ => answer,
+        }
+    }
+
+    /// GetMe, GetClient, GetClients from the committed sessions (decision 309).
+    pub(super) fn clients(&self, header: &RequestHeader, query: ClientsQuery) -> Frame {
+        let sessions = self.node.reader.sessions();
+        let record = |client: u128, user_id: u32| ClientRecord {
+            client_id: client as u32,
+            user_id,
+            transport: TRANSPORT_TCP,
+            address: String::new(),
+            consumer_groups_count: 0,
+        };
+        let mut out = Vec::new();
+        match query {
+            ClientsQuery::Me => {
+                let client = header.client.get();
+                match sessions.by_client.get(&client) {
+                    Some(s) => record(client, s.user_id).encode(&mut out),
+                    None => {
+                        return frames::refused(header, crate::client::status::UNAUTHENTICATED);
+                    }
+                }
+            }
+            ClientsQuery::One(id) => {
+                if let Some((client, s)) = sessions
+                    .by_client
+                    .iter()
+                    .find(|(client, _)| **client as u32 == id)
+                {
+                    record(*client, s.user_id).encode(&mut out);
+                }
+            }
+            ClientsQuery::All => {
+                for (client, s) in &sessions.by_client {
+                    record(*client, s.user_id).encode(&mut out);
+                }
+            }
+        }
+        frames::reply(header, 0, &out)
+    }
+}
