@@ -33,6 +33,8 @@ pub struct Gauges {
     view_changes: AtomicU64,
     /// Checkpoints made durable.
     pub checkpoints: AtomicU64,
+    /// State transfers this replica installed since the process started.
+    transfers: AtomicU64,
     appends: AtomicU64,
     append_micros: AtomicU64,
     /// Frames dropped because the pump's inbox was full.
@@ -67,6 +69,8 @@ impl Gauges {
         self.op.store(replica.op(), Ordering::Relaxed);
         self.lost_state
             .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
+        self.transfers
+            .store(replica.transfers_installed(), Ordering::Relaxed);
     }
 
     /// The view this node's metadata replica leads as the primary of a normal view, `None`
@@ -157,7 +161,7 @@ pub fn render(sources: &Sources) -> String {
         let _ = writeln!(out, "# TYPE strand_{name} gauge");
         let _ = writeln!(out, "strand_{name}{{plane=\"metadata\"}} {}", read(value));
     }
-    let counters: [(&str, &str, &AtomicU64); 6] = [
+    let counters: [(&str, &str, &AtomicU64); 7] = [
         (
             "view_changes_total",
             "view changes entered",
@@ -167,6 +171,11 @@ pub fn render(sources: &Sources) -> String {
             "checkpoints_total",
             "checkpoints made durable",
             &g.checkpoints,
+        ),
+        (
+            "state_transfers_total",
+            "state transfers installed",
+            &g.transfers,
         ),
         ("appends_total", "prepares journaled durably", &g.appends),
         (

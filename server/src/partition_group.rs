@@ -157,6 +157,8 @@ pub struct PartitionGauges {
     pub busy_groups: AtomicU64,
     /// Checkpoints durable.
     pub checkpoints: AtomicU64,
+    /// Sum of the hosted groups' installed state transfers.
+    pub transfers: AtomicU64,
     /// Replica-plane frames forwarded to the shard that owns their group.
     pub forwarded: AtomicU64,
     /// Frames for no group this node knows (dropped).
@@ -176,7 +178,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
-/// `strand_partition_checkpoints_total`,
+/// `strand_partition_checkpoints_total`, `strand_partition_transfers_total`,
 /// `strand_reclaim_blocked_total`, `strand_wal_copied_forward_total`,
 /// `strand_wal_files_reclaimed_total`, `strand_frames_forwarded_total`,
 /// `strand_partition_inbox_dropped_total` by `reason` (`unknown_group`, `full`). Names differ
@@ -185,7 +187,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 17] = [
+    let rows: [(&str, &str, &str, Pick); 18] = [
         (
             "partition_groups",
             "gauge",
@@ -257,6 +259,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "checkpoints made durable",
             |g| &g.checkpoints,
+        ),
+        (
+            "partition_transfers_total",
+            "counter",
+            "state transfers the hosted groups installed",
+            |g| &g.transfers,
         ),
         (
             "reclaim_blocked_total",
@@ -1879,6 +1887,11 @@ fn observe(host: &Host) {
         .filter(|h| h.replica.is_lost_state())
         .count();
     g.lost.store(lost as u64, Ordering::Relaxed);
+    let transfers: u64 = groups
+        .values()
+        .map(|h| h.replica.transfers_installed())
+        .sum();
+    g.transfers.store(transfers, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.

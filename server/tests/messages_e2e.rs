@@ -26,7 +26,7 @@ use common::client::{
     CREATE_STREAM, CREATE_TOPIC, Client, GET_CLUSTER_METADATA, SEND_MESSAGES, cluster_roles, frame,
     name, send_body, topic_body,
 };
-use common::{Node, eventually, kill_all, partition_sum};
+use common::{Node, eventually, kill_all, partition_sum, payload};
 use server::client::codec::PollingStrategy;
 use server::client::reply::decode_send_reply;
 
@@ -53,86 +53,19 @@ fn spawn(config: &Path, node: &mut Node, log: &Path) {
     common::spawn_plain(config, node, log, SHARDS[usize::from(node.id)]);
 }
 
-/// A payload that names its batch and position (distinct per message, sizes varied).
-fn payload(batch: usize, i: usize) -> Vec<u8> {
-    let mut p = format!("batch {batch} message {i} ").into_bytes();
-    p.resize(p.len() + (batch * 37 + i * 11) % 300, (batch + i) as u8);
-    p
-}
-
 /// What the test acknowledged: per partition, `(offset, payload)` in offset order.
 type Acked = [Vec<(u64, Vec<u8>)>; 2];
 
-/// Sends `batches` batches of three messages alternating over both partitions, numbered from
-/// `first`; every confirmation names the partition and the next offset.
 fn send_batches(c: &mut Client, acked: &mut Acked, first: usize, batches: usize) {
-    for b in first..first + batches {
-        let partition = (b % 2) as u32;
-        let payloads: Vec<Vec<u8>> = (0..3).map(|i| payload(b, i)).collect();
-        let (confirmed, base) = c.send(stream_id(), partition, &payloads);
-        let list = &mut acked[partition as usize];
-        assert_eq!(confirmed, partition);
-        assert_eq!(base, list.len() as u64, "offsets are dense per partition");
-        for (i, p) in payloads.into_iter().enumerate() {
-            list.push((base + i as u64, p));
-        }
-    }
+    common::send_batches(c, stream_id(), acked, first, batches);
 }
 
-/// Polls both partitions on `tcp` until they hold exactly what was acknowledged (a backup
-/// commits a little after the primary answered).
 fn reads_back(tcp: u16, client: u128, acked: &Acked, logs: &Path, what: &str) {
-    let mut c = Client::connect(tcp, client);
-    c.login();
-    for partition in 0..2u32 {
-        let expected = &acked[partition as usize];
-        let got = eventually(&format!("{what}: partition {partition}"), logs, || {
-            c.poll(stream_id(), partition)
-                .filter(|got| got.len() >= expected.len())
-        });
-        assert_eq!(
-            got.len(),
-            expected.len(),
-            "{what}: partition {partition} holds more than was acknowledged"
-        );
-        for (g, e) in got.iter().zip(expected) {
-            assert_eq!(g.0, e.0, "{what}: offsets in order");
-            assert!(
-                g.1 == e.1,
-                "{what}: payload at offset {} differs ({} vs {} bytes)",
-                e.0,
-                g.1.len(),
-                e.1.len()
-            );
-        }
-    }
+    common::reads_back(tcp, client, stream_id(), acked, logs, what);
 }
 
-/// The node that is primary of both partition groups, once every node of `live` runs both.
 fn partition_primary(nodes: &[Node], live: &[usize], logs: &Path) -> usize {
-    eventually(
-        "every node runs both groups, one is their primary",
-        logs,
-        || {
-            let all: Option<Vec<_>> = live
-                .iter()
-                .map(|&i| common::scrape(nodes[i].http))
-                .collect();
-            let all = all?;
-            if all
-                .iter()
-                .any(|m| partition_sum(m, "strand_partition_groups") != 2)
-            {
-                return None;
-            }
-            let primaries: Vec<u64> = all
-                .iter()
-                .map(|m| partition_sum(m, "strand_partition_primaries"))
-                .collect();
-            let at = primaries.iter().position(|&p| p == 2)?;
-            (primaries.iter().sum::<u64>() == 2).then_some(live[at])
-        },
-    )
+    common::partition_primary(nodes, live, 2, logs)
 }
 
 fn metadata_primary(nodes: &[Node], logs: &Path) -> usize {

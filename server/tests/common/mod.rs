@@ -347,3 +347,94 @@ pub fn run_killed(nodes: &mut [Node], logs: &Path, dir: &Path, body: impl FnOnce
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A payload that names its batch and position (distinct per message, sizes varied).
+pub fn payload(batch: usize, i: usize) -> Vec<u8> {
+    let mut p = format!("batch {batch} message {i} ").into_bytes();
+    p.resize(p.len() + (batch * 37 + i * 11) % 300, (batch + i) as u8);
+    p
+}
+
+/// Sends `batches` batches of three messages to `stream`, topic 0, round robin over the
+/// partitions `acked` holds (one list each), numbered from `first`; every confirmation names
+/// the partition and the next offset, and lands in `acked`.
+pub fn send_batches(
+    c: &mut client::Client,
+    stream: u32,
+    acked: &mut [Vec<(u64, Vec<u8>)>],
+    first: usize,
+    batches: usize,
+) {
+    for b in first..first + batches {
+        let partition = (b % acked.len()) as u32;
+        let payloads: Vec<Vec<u8>> = (0..3).map(|i| payload(b, i)).collect();
+        let (confirmed, base) = c.send(stream, partition, &payloads);
+        let list = &mut acked[partition as usize];
+        assert_eq!(confirmed, partition);
+        assert_eq!(base, list.len() as u64, "offsets are dense per partition");
+        for (i, p) in payloads.into_iter().enumerate() {
+            list.push((base + i as u64, p));
+        }
+    }
+}
+
+/// Polls every partition of `acked` on `tcp` until it holds exactly what was acknowledged, in
+/// order (a backup commits a little after the primary answered).
+pub fn reads_back(
+    tcp: u16,
+    client: u128,
+    stream: u32,
+    acked: &[Vec<(u64, Vec<u8>)>],
+    logs: &Path,
+    what: &str,
+) {
+    let mut c = client::Client::connect(tcp, client);
+    c.login();
+    for (partition, expected) in acked.iter().enumerate() {
+        let partition = partition as u32;
+        let got = eventually(&format!("{what}: partition {partition}"), logs, || {
+            c.poll(stream, partition)
+                .filter(|got| got.len() >= expected.len())
+        });
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "{what}: partition {partition} holds more than was acknowledged"
+        );
+        for (g, e) in got.iter().zip(expected) {
+            assert_eq!(g.0, e.0, "{what}: offsets in order");
+            assert!(
+                g.1 == e.1,
+                "{what}: payload at offset {} differs ({} vs {} bytes)",
+                e.0,
+                g.1.len(),
+                e.1.len()
+            );
+        }
+    }
+}
+
+/// The node that is primary of all `groups` partition groups, once every node of `live` runs
+/// them all.
+pub fn partition_primary(nodes: &[Node], live: &[usize], groups: u64, logs: &Path) -> usize {
+    eventually(
+        "every node runs every group, one is their primary",
+        logs,
+        || {
+            let all: Option<Vec<_>> = live.iter().map(|&i| scrape(nodes[i].http)).collect();
+            let all = all?;
+            if all
+                .iter()
+                .any(|m| partition_sum(m, "strand_partition_groups") != groups)
+            {
+                return None;
+            }
+            let primaries: Vec<u64> = all
+                .iter()
+                .map(|m| partition_sum(m, "strand_partition_primaries"))
+                .collect();
+            let at = primaries.iter().position(|&p| p == groups)?;
+            (primaries.iter().sum::<u64>() == groups).then_some(live[at])
+        },
+    )
+}
