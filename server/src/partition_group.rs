@@ -157,6 +157,12 @@ pub struct PartitionGauges {
     pub busy_groups: AtomicU64,
     /// Checkpoints durable.
     pub checkpoints: AtomicU64,
+    /// The hosted groups whose own superblock is durable on this shard (published by the
+    /// storage task; read by the rejoin mark's clearing, decision 290).
+    pub marked: arc_swap::ArcSwap<BTreeSet<u64>>,
+    /// The stamp's rejoin mark was cleared in this process (decision 290): a group that boots
+    /// without a superblock from now on boots fresh.
+    pub rejoin_cleared: std::sync::atomic::AtomicBool,
     /// Sum of the hosted groups' installed state transfers.
     pub transfers: AtomicU64,
     /// Replica-plane frames forwarded to the shard that owns their group.
@@ -165,6 +171,17 @@ pub struct PartitionGauges {
     pub dropped_unknown: AtomicU64,
     /// Frames dropped on a full inbox.
     pub dropped_full: AtomicU64,
+}
+
+/// Publishes that `group`'s own superblock is durable on this shard (decision 290).
+fn mark_superblock(gauges: &PartitionGauges, group: u64) {
+    if !gauges.marked.load().contains(&group) {
+        gauges.marked.rcu(|marked| {
+            let mut marked = BTreeSet::clone(marked);
+            marked.insert(group);
+            marked
+        });
+    }
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -816,6 +833,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 {
                     Ok(()) => {
                         disk.last_persist_failed = false;
+                        mark_superblock(&self.gauges, group);
                         Completion::VsrStatePersisted {
                             view: state.view,
                             log_view: state.log_view,
@@ -924,6 +942,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             .write(&state)
             .await
             .map_err(|e| e.to_string())?;
+        mark_superblock(&self.gauges, group);
         disk.checkpoint_op = op;
         disk.frames = disk.frames.split_off(&op);
         // Faulty ops up to the checkpoint are durable in it. A loss of unknown end (decision
@@ -1197,7 +1216,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         // Decision 240: in a rejoined directory a group without a superblock state may have
         // acknowledged prepares in the life before the wipe; it boots lost, and the core
         // persists the mark before it sends anything (its sends wait for the superblock).
-        let rejoin_lost = crate::boot::boots_lost_by_stamp(self.rejoin, superblock.as_ref());
+        let rejoin = self.rejoin && !self.gauges.rejoin_cleared.load(Ordering::Acquire);
+        let rejoin_lost = crate::boot::boots_lost_by_stamp(rejoin, superblock.as_ref());
+        if superblock.is_some() {
+            mark_superblock(&self.gauges, group);
+        }
         lost_state |= rejoin_lost;
         let frames: Vec<Frame> = replayed
             .range(checkpoint_op..)

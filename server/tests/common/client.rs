@@ -100,12 +100,17 @@ pub fn topic_body(stream: u32, partitions: u32, topic: &str) -> Vec<u8> {
 
 /// The body of a SendMessages of `payloads` to `partition` of `stream`, topic 0.
 pub fn send_body(stream: u32, partition: u32, payloads: &[Vec<u8>]) -> Vec<u8> {
+    send_body_to(stream, 0, partition, payloads)
+}
+
+/// The body of a SendMessages of `payloads` to `partition` of `stream` / `topic`.
+pub fn send_body_to(stream: u32, topic: u32, partition: u32, payloads: &[Vec<u8>]) -> Vec<u8> {
     let slices: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
     let batch = wire::batch::build(0, 0, 0, 0, &slices);
     let mut envelope = vec![1, 4];
     envelope.extend_from_slice(&stream.to_le_bytes());
     envelope.extend_from_slice(&[1, 4]);
-    envelope.extend_from_slice(&0u32.to_le_bytes());
+    envelope.extend_from_slice(&topic.to_le_bytes());
     envelope.extend_from_slice(&[2, 4]);
     envelope.extend_from_slice(&partition.to_le_bytes());
     envelope.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
@@ -262,11 +267,42 @@ impl Client {
         )
     }
 
-    /// A PollMessages of consumer 7: `(offset, payload)` of every message returned, `None` on
-    /// a non-zero status.
+    /// Every message of `partition` of `stream` / `topic` from offset 0.
+    pub fn poll_topic(
+        &mut self,
+        stream: u32,
+        topic: u32,
+        partition: u32,
+    ) -> Option<Vec<(u64, Vec<u8>)>> {
+        self.poll_at(
+            stream,
+            topic,
+            partition,
+            PollingStrategy::Offset(0),
+            100_000,
+            false,
+        )
+    }
+
+    /// A PollMessages of consumer 7 on topic 0: `(offset, payload)` of every message
+    /// returned, `None` on a non-zero status.
     pub fn poll_with(
         &mut self,
         stream: u32,
+        partition: u32,
+        strategy: PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    ) -> Option<Vec<(u64, Vec<u8>)>> {
+        self.poll_at(stream, 0, partition, strategy, count, auto_commit)
+    }
+
+    /// A PollMessages of consumer 7: `(offset, payload)` of every message returned, `None` on
+    /// a non-zero status.
+    pub fn poll_at(
+        &mut self,
+        stream: u32,
+        topic: u32,
         partition: u32,
         strategy: PollingStrategy,
         count: u32,
@@ -276,7 +312,7 @@ impl Client {
         Request::PollMessages(PollMessages {
             consumer: consumer(),
             stream: Identifier::Numeric(stream),
-            topic: Identifier::Numeric(0),
+            topic: Identifier::Numeric(topic),
             partition: Some(partition),
             strategy,
             count,
