@@ -141,3 +141,90 @@ fn run(w: Watcher) {
         std::thread::sleep(POLL);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use consensus::WholeArtifacts;
+    use wire::header::{Layout, PrepareHeader};
+
+    use super::*;
+    use crate::client::codec::{Identifier, Name, Options};
+    use crate::client::request::{CreateTopic, Request};
+    use crate::metadata::password::HashParams;
+    use crate::metadata::{Genesis, MetadataStateMachine, RootCredentials};
+
+    /// The committed metadata after stream 0 and a topic of `partitions` partitions.
+    fn view(partitions: u32) -> MetadataView {
+        let mut sm = MetadataStateMachine::new(&Genesis {
+            cluster_id: 0xC1,
+            root: RootCredentials::resolve(None, None, ("a", "b"), |_| None).unwrap(),
+            params: HashParams::TEST,
+        })
+        .unwrap();
+        let requests = [
+            Request::CreateStream {
+                name: Name::new("s").unwrap(),
+                options: Options::default(),
+            },
+            Request::CreateTopic(CreateTopic {
+                stream: Identifier::Numeric(0),
+                partitions_count: partitions,
+                name: Name::new("t").unwrap(),
+                options: Options::default(),
+            }),
+        ];
+        for (op, request) in requests.iter().enumerate() {
+            let (operation, _) = request.operation();
+            let mut body = Vec::new();
+            request.encode(&mut body);
+            let projection = sm.project(operation, &body);
+            let mut h = PrepareHeader::zeroed();
+            h.op.set(op as u64 + 1);
+            h.timestamp.set(1000);
+            h.operation = projection.operation.byte();
+            h.user_id.set(crate::metadata::ROOT_USER_ID);
+            sm.apply(&h, &projection.body, &mut Vec::new());
+        }
+        MetadataView::clone(&sm.reader().view())
+    }
+
+    /// Decision 290: the mark goes only when the metadata replica was seen normal and out of
+    /// lost state, applied up to its op head then, and every group its metadata names is
+    /// marked on its shard; the head is the first one seen.
+    #[test]
+    fn the_mark_goes_only_when_the_old_life_is_covered() {
+        let view = view(3);
+        let groups: Vec<u64> = {
+            let stream = &view.state.streams[&0];
+            let topic = stream.topics.values().next().unwrap();
+            topic
+                .partitions
+                .iter()
+                .map(|p| topic.group(stream.id, p.id).unwrap().0)
+                .collect()
+        };
+        assert_eq!(groups.len(), 3);
+        let all = |_: u16, _: u64| true;
+        let all_but_last = |_: u16, g: u64| g != groups[2];
+        let mut c = Clearing::default();
+        // Lost (or not normal): no head, never ready, whatever is marked.
+        assert!(!c.ready(None, 100, &view, 16, 2, all));
+        // Normal at head 7: ready once applied reaches 7 and every group is marked.
+        assert!(!c.ready(Some(7), 6, &view, 16, 2, all));
+        assert!(!c.ready(Some(7), 7, &view, 16, 2, all_but_last));
+        assert_eq!(first_unmarked(&view, 16, 2, all_but_last), Some(groups[2]));
+        // A later head does not move the first one.
+        assert!(c.ready(Some(50), 7, &view, 16, 2, all));
+        // The shard asked about is the group's own.
+        let on_own_shard = |s: u16, g: u64| s == shard::mapping::shard_of(wire::GroupId(g), 16, 2);
+        assert!(first_unmarked(&view, 16, 2, on_own_shard).is_none());
+        let on_shard_zero = |s: u16, _: u64| s == 0;
+        let spread = groups
+            .iter()
+            .any(|&g| shard::mapping::shard_of(wire::GroupId(g), 16, 2) != 0);
+        assert_eq!(
+            first_unmarked(&view, 16, 2, on_shard_zero).is_some(),
+            spread
+        );
+    }
+}
