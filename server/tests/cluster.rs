@@ -3,11 +3,11 @@
 //! survivors; the killed node restarts from its data directory, rejoins and catches up; then
 //! all three are killed at once and restart without losing a committed op.
 //!
-//! Everything is read from each node's `/metrics`. There is no client plane yet, so ops are
-//! committed through the test-only hook `STRAND_TEST_REGISTER_INTERVAL_MS` (the primary submits
-//! a Register request of its own every 100 ms; one in flight at a time, so
-//! commits follow the disk's fdatasync latency). Waits are bounded (generous: a loaded CI machine
-//! must not flake); the view change's duration is printed, not asserted beyond the bound.
+//! Everything is read from each node's `/metrics`. Ops are committed through the test-only
+//! hook `STRAND_TEST_REGISTER_INTERVAL_MS` (the primary submits a Register request of its own
+//! every 100 ms, whichever node it is; decision 292 says why it stays). Waits are bounded
+//! (generous: a loaded CI machine must not flake); the view change's duration is printed, not
+//! asserted beyond the bound.
 
 mod common;
 
