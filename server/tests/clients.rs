@@ -45,7 +45,7 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
         spawn(&config_path, node, &logs);
     }
     common::run_killed(&mut nodes, &logs, &dir, |nodes| {
-        let primary = wait_for_primary(&nodes, &logs);
+        let primary = wait_for_primary(nodes, &logs);
         let backup = (primary + 1) % 3;
         eprintln!("primary n{primary}, backup n{backup}");
 
@@ -115,7 +115,7 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
         for node in nodes.iter_mut() {
             spawn(&config_path, node, &logs);
         }
-        let primary = wait_for_primary(&nodes, &logs);
+        let primary = wait_for_primary(nodes, &logs);
         // Every node booted from a snapshot (installed into the metadata state machine) and
         // not from the journal alone.
         let log = std::fs::read_to_string(&logs).unwrap();
@@ -141,7 +141,7 @@ fn clients_create_on_the_primary_read_everywhere_and_backups_answer() {
         common::kill(&mut nodes[primary]);
         let survivors: Vec<&Node> = nodes.iter().filter(|n| n.id as usize != primary).collect();
         let live: Vec<usize> = survivors.iter().map(|n| usize::from(n.id)).collect();
-        let new_primary = metadata_primary(&nodes, &live, &logs);
+        let new_primary = metadata_primary(nodes, &live, &logs);
         assert_ne!(new_primary, primary);
         let asked = survivors
             .iter()

@@ -88,7 +88,7 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         spawn(&config_path, node, &logs);
     }
     common::run_killed(&mut nodes, &logs, &dir, |nodes| {
-        let mp = metadata_primary(&nodes, &logs);
+        let mp = metadata_primary(nodes, &logs);
 
         // 1. On the metadata primary: log in, create streams up to the one whose two
         // partitions land on different shards of node 0, and there a topic of two partitions.
@@ -103,7 +103,7 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
 
         // 2. Every node runs both groups; send on their primary (partition primaries do not
         // follow the metadata primary yet).
-        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let pp = partition_primary(nodes, &[0, 1, 2], &logs);
         eprintln!("metadata primary n{mp}, partition primary n{pp}");
         let n0 = common::scrape(nodes[0].http).unwrap();
         let per_shard: Vec<u64> = (0..2)
@@ -190,10 +190,10 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                 &format!("n{i} restarted"),
             );
         }
-        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let pp = partition_primary(nodes, &[0, 1, 2], &logs);
         eprintln!(
             "after the restart: metadata primary n{}, partition primary n{pp}",
-            metadata_primary(&nodes, &logs)
+            metadata_primary(nodes, &logs)
         );
         let mut producer = Client::connect(tcp(pp), 0xB0B + 1);
         producer.login();
@@ -218,7 +218,7 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         eprintln!("SIGKILL partition primary n{pp}");
         common::kill(&mut nodes[pp]);
         let survivors: Vec<usize> = (0..3).filter(|&i| i != pp).collect();
-        let new_pp = partition_primary(&nodes, &survivors, &logs);
+        let new_pp = partition_primary(nodes, &survivors, &logs);
         let alive: Vec<&Node> = survivors.iter().map(|&i| &nodes[i]).collect();
         let metrics = common::wait_until("a metadata primary", &alive, &logs, common::one_primary);
         let new_mp = survivors[metrics.iter().position(|m| m["is_primary"] == 1).unwrap()];
@@ -279,7 +279,7 @@ fn a_rejoined_node_boots_its_partition_groups_lost_and_never_helps_their_quorum(
         spawn(&config_path, node, &logs);
     }
     common::run_killed(&mut nodes, &logs, &dir, |nodes| {
-        let mp = metadata_primary(&nodes, &logs);
+        let mp = metadata_primary(nodes, &logs);
         let mut admin = Client::connect(tcp(mp), 0xAD);
         admin.login();
         for s in 0..=stream_id() {
@@ -288,7 +288,7 @@ fn a_rejoined_node_boots_its_partition_groups_lost_and_never_helps_their_quorum(
         }
         let topic = topic_body(stream_id(), 2, "events");
         assert_eq!(admin.replicated(CREATE_TOPIC, &topic).result(), 0);
-        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let pp = partition_primary(nodes, &[0, 1, 2], &logs);
         let mut producer = Client::connect(tcp(pp), 0xB0B);
         producer.login();
         let mut acked: Acked = [Vec::new(), Vec::new()];

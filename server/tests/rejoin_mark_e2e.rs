@@ -15,19 +15,10 @@ mod common;
 use std::path::Path;
 
 use common::client::{CREATE_STREAM, CREATE_TOPIC, Client, name, topic_body};
-use common::{Node, eventually, partition_primary, partition_sum, scrape, send_batches};
+use common::{Node, eventually, log_lines, partition_primary, partition_sum, scrape, send_batches};
 
 fn stamp(node: &Node) -> String {
     std::fs::read_to_string(node.dir.join("strand.cluster")).unwrap_or_default()
-}
-
-fn log_lines(logs: &Path, needle: &str) -> Vec<String> {
-    std::fs::read_to_string(logs)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_owned)
-        .collect()
 }
 
 #[test]
@@ -150,7 +141,7 @@ fn a_rejoined_node_clears_its_mark_and_a_later_group_votes_at_once() {
 fn send_to_topic(c: &mut Client, topic: u32, acked: &mut [Vec<(u64, Vec<u8>)>], batches: usize) {
     for b in 0..batches {
         let payload = common::payload(b, 0);
-        let body = common::client::send_body_to(0, topic, 0, &[payload.clone()]);
+        let body = common::client::send_body_to(0, topic, 0, std::slice::from_ref(&payload));
         let answer = c.replicated(common::client::SEND_MESSAGES, &body);
         assert_eq!(answer.status(), 0, "SendMessages to topic {topic}");
         let confirmed = server::client::reply::decode_send_reply(answer.body()).unwrap();

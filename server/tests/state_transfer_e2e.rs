@@ -78,8 +78,8 @@ fn a_node_kept_down_past_checkpoints_returns_by_state_transfer_on_both_planes() 
         producer.login();
         let mut acked = vec![Vec::new(); PARTITIONS as usize];
         send_batches(&mut producer, 0, &mut acked, 0, 4);
-        for i in 0..3 {
-            reads_back(nodes[i].tcp, 0xC0 + i as u128, 0, &acked, &logs, "before");
+        for (i, node) in nodes.iter().enumerate() {
+            reads_back(node.tcp, 0xC0 + i as u128, 0, &acked, &logs, "before");
         }
 
         // 2. SIGKILL a node that leads neither plane; the others commit past its reach.

@@ -438,3 +438,13 @@ pub fn partition_primary(nodes: &[Node], live: &[usize], groups: u64, logs: &Pat
         },
     )
 }
+
+/// The lines of `logs` that contain `needle`.
+pub fn log_lines(logs: &Path, needle: &str) -> Vec<String> {
+    std::fs::read_to_string(logs)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_owned)
+        .collect()
+}
