@@ -408,6 +408,25 @@ pub fn stamp_records_rejoin(data: &Path) -> Result<bool, BootError> {
         .ok_or(BootError::StampUnreadable { path })
 }
 
+/// Rewrites `data`'s stamp without the rejoin, durably (decision 290: every group the life
+/// before the wipe could have acknowledged in carries its own mark). A stamp without the
+/// rejoin is left as it is.
+pub fn clear_rejoin(data: &Path) -> Result<(), BootError> {
+    let path = data.join(STAMP_FILE);
+    let text = std::fs::read_to_string(&path).map_err(io(&path, "reading"))?;
+    let (stamp, _) = Stamp::decode(&text).ok_or(BootError::StampUnreadable { path })?;
+    if !stamp.rejoin {
+        return Ok(());
+    }
+    write_stamp(
+        data,
+        &Stamp {
+            rejoin: false,
+            ..stamp
+        },
+    )
+}
+
 /// Whether a group boots in lost state by the stamp (decision 240): the directory is a rejoin
 /// and the group has no superblock state, so its own mark never landed (or it never had
 /// one) and this life may have acknowledged what the disk does not hold.
@@ -1024,6 +1043,14 @@ mod tests {
         std::fs::write(dir.join(STAMP_FILE), old).unwrap();
         assert!(!check_or_format(&dir, &stamp()).unwrap());
         assert!(stamp_records_rejoin(&dir).unwrap());
+        // Decision 290: cleared, the stamp is a plain one (same identity and layout), which
+        // `--rejoin` refuses again; clearing twice changes nothing.
+        clear_rejoin(&dir).unwrap();
+        assert!(!stamp_records_rejoin(&dir).unwrap());
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        assert!(check_rejoin(&dir).is_err());
+        clear_rejoin(&dir).unwrap();
+        assert!(!stamp_records_rejoin(&dir).unwrap());
         let _ = std::fs::remove_dir_all(&dir);
 
         let plain = temp("plain-stamp");

@@ -15,6 +15,7 @@ pub mod metadata_group;
 pub mod metrics;
 pub mod partition;
 pub mod partition_group;
+pub mod rejoin_mark;
 pub mod routing;
 pub mod shard_msg;
 pub mod wiring;

@@ -33,6 +33,11 @@ pub struct Gauges {
     view_changes: AtomicU64,
     /// Checkpoints made durable.
     pub checkpoints: AtomicU64,
+    /// State transfers this replica installed since the process started.
+    transfers: AtomicU64,
+    /// `op + 1` while the replica is normal and not in lost state, else 0: one atomic, so a
+    /// reader never pairs a normal status with an op from a lost moment (decision 290).
+    unlost_head: AtomicU64,
     appends: AtomicU64,
     append_micros: AtomicU64,
     /// Frames dropped because the pump's inbox was full.
@@ -63,10 +68,26 @@ impl Gauges {
         self.commit_max
             .store(replica.commit_max(), Ordering::Relaxed);
         self.commit_min
-            .store(replica.commit_min(), Ordering::Relaxed);
+            .store(replica.commit_min(), Ordering::Release);
         self.op.store(replica.op(), Ordering::Relaxed);
         self.lost_state
             .store(u64::from(replica.is_lost_state()), Ordering::Relaxed);
+        self.transfers
+            .store(replica.transfers_installed(), Ordering::Relaxed);
+        let unlost = status == 0 && !replica.is_lost_state();
+        self.unlost_head
+            .store(if unlost { replica.op() + 1 } else { 0 }, Ordering::Relaxed);
+    }
+
+    /// The highest op the replica applied, as last published.
+    pub fn commit_min(&self) -> u64 {
+        self.commit_min.load(Ordering::Acquire)
+    }
+
+    /// The replica's op head as last published while it was normal and not in lost state;
+    /// `None` while it is not (decision 290).
+    pub fn unlost_head(&self) -> Option<u64> {
+        self.unlost_head.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// The view this node's metadata replica leads as the primary of a normal view, `None`
@@ -157,7 +178,7 @@ pub fn render(sources: &Sources) -> String {
         let _ = writeln!(out, "# TYPE strand_{name} gauge");
         let _ = writeln!(out, "strand_{name}{{plane=\"metadata\"}} {}", read(value));
     }
-    let counters: [(&str, &str, &AtomicU64); 6] = [
+    let counters: [(&str, &str, &AtomicU64); 7] = [
         (
             "view_changes_total",
             "view changes entered",
@@ -167,6 +188,11 @@ pub fn render(sources: &Sources) -> String {
             "checkpoints_total",
             "checkpoints made durable",
             &g.checkpoints,
+        ),
+        (
+            "state_transfers_total",
+            "state transfers installed",
+            &g.transfers,
         ),
         ("appends_total", "prepares journaled durably", &g.appends),
         (

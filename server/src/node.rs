@@ -177,6 +177,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         }
         Err(_) => None,
     };
+    let rejoin_metadata = server::metadata::view::MetadataReader::new(metadata_handle.clone());
     let body = {
         let gauges = gauges.clone();
         let fatal = fatal.clone();
@@ -254,7 +255,23 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         metrics = %format!("http://{metrics_addr}/metrics"),
         "strand node ready; SIGTERM or SIGINT stops it"
     );
+    // Decision 290: the stamp's rejoin goes once every group of the old life carries its mark.
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if rejoin {
+        let flag = stopping.clone();
+        server::rejoin_mark::spawn(server::rejoin_mark::Watcher {
+            data: data.clone(),
+            gauges: gauges.clone(),
+            metadata: rejoin_metadata,
+            partitions: partition_gauges.to_vec(),
+            lanes,
+            stopping: Box::new(move || flag.load(std::sync::atomic::Ordering::Relaxed)),
+        })
+        .err()
+        .inspect(|e| warn!(error = %e, "cannot start the rejoin mark's watcher; the mark stays"));
+    }
     let cause = wait_for_stop(signals, &fatal);
+    stopping.store(true, std::sync::atomic::Ordering::Relaxed);
     match &cause {
         Stop::Signal(signal) => info!(signal, "stopping"),
         Stop::Fatal(cause) => error!(cause = %cause, "fatal; stopping the node"),

@@ -157,12 +157,31 @@ pub struct PartitionGauges {
     pub busy_groups: AtomicU64,
     /// Checkpoints durable.
     pub checkpoints: AtomicU64,
+    /// The hosted groups whose own superblock is durable on this shard (published by the
+    /// storage task; read by the rejoin mark's clearing, decision 290).
+    pub marked: arc_swap::ArcSwap<BTreeSet<u64>>,
+    /// The stamp's rejoin mark was cleared in this process (decision 290): a group that boots
+    /// without a superblock from now on boots fresh.
+    pub rejoin_cleared: std::sync::atomic::AtomicBool,
+    /// Sum of the hosted groups' installed state transfers.
+    pub transfers: AtomicU64,
     /// Replica-plane frames forwarded to the shard that owns their group.
     pub forwarded: AtomicU64,
     /// Frames for no group this node knows (dropped).
     pub dropped_unknown: AtomicU64,
     /// Frames dropped on a full inbox.
     pub dropped_full: AtomicU64,
+}
+
+/// Publishes that `group`'s own superblock is durable on this shard (decision 290).
+fn mark_superblock(gauges: &PartitionGauges, group: u64) {
+    if !gauges.marked.load().contains(&group) {
+        gauges.marked.rcu(|marked| {
+            let mut marked = BTreeSet::clone(marked);
+            marked.insert(group);
+            marked
+        });
+    }
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -176,7 +195,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
-/// `strand_partition_checkpoints_total`,
+/// `strand_partition_checkpoints_total`, `strand_partition_transfers_total`,
 /// `strand_reclaim_blocked_total`, `strand_wal_copied_forward_total`,
 /// `strand_wal_files_reclaimed_total`, `strand_frames_forwarded_total`,
 /// `strand_partition_inbox_dropped_total` by `reason` (`unknown_group`, `full`). Names differ
@@ -185,7 +204,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 17] = [
+    let rows: [(&str, &str, &str, Pick); 18] = [
         (
             "partition_groups",
             "gauge",
@@ -257,6 +276,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "checkpoints made durable",
             |g| &g.checkpoints,
+        ),
+        (
+            "partition_transfers_total",
+            "counter",
+            "state transfers the hosted groups installed",
+            |g| &g.transfers,
         ),
         (
             "reclaim_blocked_total",
@@ -808,6 +833,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 {
                     Ok(()) => {
                         disk.last_persist_failed = false;
+                        mark_superblock(&self.gauges, group);
                         Completion::VsrStatePersisted {
                             view: state.view,
                             log_view: state.log_view,
@@ -916,6 +942,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             .write(&state)
             .await
             .map_err(|e| e.to_string())?;
+        mark_superblock(&self.gauges, group);
         disk.checkpoint_op = op;
         disk.frames = disk.frames.split_off(&op);
         // Faulty ops up to the checkpoint are durable in it. A loss of unknown end (decision
@@ -1189,7 +1216,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         // Decision 240: in a rejoined directory a group without a superblock state may have
         // acknowledged prepares in the life before the wipe; it boots lost, and the core
         // persists the mark before it sends anything (its sends wait for the superblock).
-        let rejoin_lost = crate::boot::boots_lost_by_stamp(self.rejoin, superblock.as_ref());
+        let rejoin = self.rejoin && !self.gauges.rejoin_cleared.load(Ordering::Acquire);
+        let rejoin_lost = crate::boot::boots_lost_by_stamp(rejoin, superblock.as_ref());
+        if superblock.is_some() {
+            mark_superblock(&self.gauges, group);
+        }
         lost_state |= rejoin_lost;
         let frames: Vec<Frame> = replayed
             .range(checkpoint_op..)
@@ -1879,6 +1910,11 @@ fn observe(host: &Host) {
         .filter(|h| h.replica.is_lost_state())
         .count();
     g.lost.store(lost as u64, Ordering::Relaxed);
+    let transfers: u64 = groups
+        .values()
+        .map(|h| h.replica.transfers_installed())
+        .sum();
+    g.transfers.store(transfers, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.

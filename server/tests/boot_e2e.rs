@@ -49,15 +49,6 @@ fn newest_prepare(node: &Node) -> (u64, Vec<u8>) {
         .expect("a journaled prepare")
 }
 
-fn log_lines(logs: &Path, needle: &str) -> Vec<String> {
-    std::fs::read_to_string(logs)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// A backup is killed, the body of its newest journaled prepare damaged on disk (the header
 /// ring keeps its copy: the prepare was durable, so it may have been acknowledged). It boots,
 /// holds the entry faulty instead of cutting it (decision 62), repairs it from its peers
