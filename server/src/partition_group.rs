@@ -677,22 +677,43 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     }
 
     /// The leading appends of every group's queue, in one WAL window (group commit); each
-    /// group's `Appended` only after the window's `fdatasync` returned.
+    /// group's `Appended` only after the window's `fdatasync` returned. Committed batches for
+    /// the segments met among those leading appends are taken too (segments and WAL are apart:
+    /// a committed batch and an uncommitted prepare commute), and the segment writes they make
+    /// due run while the window's write and `fdatasync` are in flight instead of after them
+    /// (decision 270: a segment write is off the critical path of the next window).
     async fn append_window(&mut self) {
         let mut window: Vec<(u64, u64, u64, Frame)> = Vec::new();
+        let mut flush: BTreeSet<u64> = BTreeSet::new();
         loop {
             let next = {
                 let mut queues = self.queues.groups.borrow_mut();
                 queues.iter_mut().find_map(|(group, q)| match q.front() {
-                    Some(StorageOp::Append { .. }) => match q.pop_front() {
-                        Some(StorageOp::Append { op, frame }) => Some((*group, op, frame)),
-                        _ => None,
-                    },
+                    Some(StorageOp::Append { .. } | StorageOp::Machine(StorageWork::Batch(_))) => {
+                        q.pop_front().map(|op| (*group, op))
+                    }
                     _ => None,
                 })
             };
-            let Some((group, op, frame)) = next else {
+            let Some((group, next)) = next else {
                 break;
+            };
+            let (op, frame) = match next {
+                StorageOp::Append { op, frame } => (op, frame),
+                StorageOp::Machine(StorageWork::Batch(bytes)) => {
+                    match self.hold_batch(group, bytes) {
+                        Ok(true) => {
+                            flush.insert(group);
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            self.fail(e);
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                _ => unreachable!("only appends and batches are taken"),
             };
             let Some(disk) = self.groups.get(&group) else {
                 self.done(
@@ -741,9 +762,93 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
         }
-        if let Err(e) = self.finish_window(&mut window).await {
-            self.fail(format!("partition WAL commit: {e}"));
+        if let Err(e) = self.finish_window_flushing(&mut window, &flush).await {
+            self.fail(e);
         }
+    }
+
+    /// A committed batch into its group's segments (held in memory until a flush): whether a
+    /// flush is due.
+    fn hold_batch(&mut self, group: u64, bytes: Bytes) -> Result<bool, String> {
+        let Some(disk) = self.groups.get_mut(&group) else {
+            return Ok(false);
+        };
+        let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
+        if end <= disk.log.next_offset() {
+            return Ok(false); // in the segments already (flushed before a restart)
+        }
+        disk.log
+            .commit_verified_batch(bytes)
+            .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+        Ok(disk.log.should_flush(0, 0))
+    }
+
+    /// [`StorageTask::finish_window`], with the due segment flushes of `flush` running while
+    /// the window is written and synced. Each `Appended` is sent as soon as the window's
+    /// `fdatasync` returned, whether or not the segment writes are done.
+    async fn finish_window_flushing(
+        &mut self,
+        window: &mut Vec<(u64, u64, u64, Frame)>,
+        flush: &BTreeSet<u64>,
+    ) -> Result<(), String> {
+        if window.is_empty() || flush.is_empty() {
+            self.finish_window(window)
+                .await
+                .map_err(|e| format!("partition WAL commit: {e}"))?;
+            return self.flush_segments(flush).await;
+        }
+        let wal = &mut self.wal;
+        let gauges = &self.gauges;
+        let inbox = &self.inbox;
+        let entries: &[(u64, u64, u64, Frame)] = window;
+        let commit = async move {
+            let started = Instant::now();
+            wal.commit().await?;
+            add(&gauges.wal_commits, 1);
+            add(
+                &gauges.wal_commit_ns,
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            );
+            for (group, op, _, frame) in entries {
+                add(&gauges.appends, 1);
+                let checksum = identity_of(frame.bytes());
+                inbox.push(Event::Done {
+                    group: *group,
+                    completion: Completion::Appended { op: *op, checksum },
+                });
+            }
+            Ok::<(), WalError>(())
+        };
+        let groups = &mut self.groups;
+        let segments = async move {
+            for (group, disk) in groups.iter_mut().filter(|(g, _)| flush.contains(g)) {
+                disk.log
+                    .flush()
+                    .await
+                    .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+            }
+            Ok::<(), String>(())
+        };
+        let (committed, flushed) = futures_lite::future::zip(commit, segments).await;
+        committed.map_err(|e| format!("partition WAL commit: {e}"))?;
+        for (group, op, lsn, frame) in window.drain(..) {
+            self.guard.note(lsn, group, frame.bytes());
+            if let Some(disk) = self.groups.get_mut(&group) {
+                disk.frames.insert(op, (lsn, frame));
+            }
+        }
+        flushed
+    }
+
+    /// The due segment flushes of `groups`, one after the other.
+    async fn flush_segments(&mut self, groups: &BTreeSet<u64>) -> Result<(), String> {
+        for (group, disk) in self.groups.iter_mut().filter(|(g, _)| groups.contains(g)) {
+            disk.log
+                .flush()
+                .await
+                .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+        }
+        Ok(())
     }
 
     async fn finish_window(
@@ -833,16 +938,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.done(group, Completion::Read { op, frame });
             }
             StorageOp::Machine(StorageWork::Batch(bytes)) => {
-                let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
-                if end <= disk.log.next_offset() {
-                    return; // in the segments already (flushed before a restart)
-                }
-                let flushed = match disk.log.commit_batch(bytes.to_vec()) {
-                    Ok(()) if disk.log.should_flush(0, 0) => disk.log.flush().await,
-                    other => other,
+                let flushed = match self.hold_batch(group, bytes) {
+                    Ok(true) => self.flush_segments(&BTreeSet::from([group])).await,
+                    Ok(false) => Ok(()),
+                    Err(e) => Err(e),
                 };
                 if let Err(e) = flushed {
-                    self.fail(format!("group {group:#x}: segments: {e}"));
+                    self.fail(e);
                 }
             }
             StorageOp::Machine(StorageWork::Offsets(table)) => {
@@ -2045,6 +2147,20 @@ mod tests {
         appends: u64,
         before: impl FnOnce(&MemStorage) + Send + 'static,
     ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>) {
+        let (events, fatal, syncs, gauges, _) = run_appends_with(groups, appends, false, before);
+        (events, fatal, syncs, gauges)
+    }
+
+    /// [`run_appends`]; with `batches`, each append is followed in its group's queue by a
+    /// committed batch of 1024 messages for the segments (a flush due after each), as the pump
+    /// queues them when ops commit while later ones are being appended. Also returns the
+    /// partition directory's writes during the run.
+    fn run_appends_with(
+        groups: u32,
+        appends: u64,
+        batches: bool,
+        before: impl FnOnce(&MemStorage) + Send + 'static,
+    ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>, u64) {
         let out = Arc::new(std::sync::Mutex::new(None));
         let result = out.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -2064,7 +2180,7 @@ mod tests {
                 let queues = Rc::new(Queues::default());
                 let fatal = Rc::new(RefCell::new(None));
                 let task = StorageTask {
-                    partitions: parts,
+                    partitions: parts.clone(),
                     identity,
                     wal: booted.wal,
                     guard: ReclaimGuard::default(),
@@ -2084,22 +2200,32 @@ mod tests {
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
                 }
+                let payloads: Vec<&[u8]> = (0..1024).map(|_| &b"12345678"[..]).collect();
                 for op in 1..=appends {
                     for p in 0..groups {
                         let frame = prepare(group(p), op);
                         queues.push(group(p), StorageOp::Append { op, frame });
+                        if batches {
+                            let base = (op - 1) * 1024;
+                            let batch = journal::batch::build(u64::from(p), base, op, &payloads);
+                            let work = StorageWork::Batch(Bytes::from(batch));
+                            queues.push(group(p), StorageOp::Machine(work));
+                        }
                     }
                 }
                 before(&wal_disk);
                 let syncs = wal_disk.counts().1;
+                let writes = parts.counts().0;
                 queues.closed.set(true);
                 task.run().await;
                 let syncs = wal_disk.counts().1 - syncs;
+                let writes = parts.counts().0 - writes;
                 let mut events = Vec::new();
                 while let Some(e) = inbox.pop() {
                     events.push(e);
                 }
-                *result.lock().unwrap() = Some((events, fatal.borrow().clone(), syncs, gauges));
+                *result.lock().unwrap() =
+                    Some((events, fatal.borrow().clone(), syncs, gauges, writes));
             })
             .unwrap()
             .join()
@@ -2156,5 +2282,32 @@ mod tests {
             Vec::new(),
             "no Appended before the sync returned"
         );
+    }
+
+    /// Committed batches for the segments queued between a group's appends neither split the
+    /// window (every append in one write and one `fdatasync`) nor wait for it: their segment
+    /// writes are done in the same pass, and every append is acknowledged.
+    #[test]
+    fn segment_batches_between_appends_share_the_window_pass() {
+        let (events, fatal, syncs, gauges, writes) = run_appends_with(2, 4, true, |_| {});
+        assert_eq!(fatal, None);
+        assert_eq!(appended(&events).len(), 8);
+        assert_eq!(gauges.wal_commits.load(Ordering::Relaxed), 1, "one window");
+        assert!(syncs <= 3, "{syncs} WAL fdatasyncs");
+        // Each flush writes the segment log and its index; 8 batches, a flush due after each.
+        assert!(
+            writes >= 16,
+            "{writes} partition writes: the segments were not flushed"
+        );
+    }
+
+    /// With segment flushes running beside the window's `fdatasync`, a failed sync still
+    /// acknowledges nothing.
+    #[test]
+    fn a_failed_window_sync_beside_segment_flushes_acknowledges_nothing() {
+        let (events, fatal, _, _, _) =
+            run_appends_with(2, 4, true, |wal| wal.fail_next(FailOp::Sync));
+        assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
+        assert_eq!(appended(&events), Vec::new(), "no Appended before the sync");
     }
 }
