@@ -10,7 +10,6 @@ pub mod client;
 pub mod client_core;
 pub mod config;
 pub mod groups;
-pub mod malloc;
 pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;

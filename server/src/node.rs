@@ -64,7 +64,6 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     // killing it.
     let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let (soft, hard) = shard::runtime::raise_memlock_limit().context("reading RLIMIT_MEMLOCK")?;
-    let large_blocks_kept = server::malloc::keep_large_blocks();
     let node = config.node().clone();
     let sharding = match &config.system.sharding {
         Sharding::Pinned(cores) => format!("{} pinned on cores {cores}", cores.len()),
@@ -79,7 +78,6 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         lanes = config.cluster.replica_lanes,
         data_dir = %config.system.path.display(),
         memlock_soft = soft,
-        large_blocks_kept,
         memlock_hard = hard,
         "config valid"
     );
