@@ -268,6 +268,68 @@ fn append_end_record(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The segment half of the partition append path (decision 272): a committed 1 MB batch of
+/// 1000 x 1000-byte messages into a partition's segments and the flush the default policy makes
+/// due (one `O_DIRECT` write, no fdatasync), with the full re-verification of every message
+/// (`commit_batch`, the path before decision 272: one copy out of the prepare and one xxh3 pass
+/// per message and batch) next to `commit_verified_batch` (the node's path: the committed
+/// prepare's bytes, header checked only). Segments rotate at 256 MiB and are removed then.
+fn segment_append(c: &mut Criterion) {
+    let dir = bench_dir("segment");
+    let storage = FileStorage::new(&dir, true).expect("storage");
+    let payload = vec![0x5au8; 1000];
+    let payloads: Vec<&[u8]> = (0..1000).map(|_| payload.as_slice()).collect();
+    let policy = journal::FlushPolicy {
+        segment_size: FILE_MAX,
+        ..journal::FlushPolicy::default()
+    };
+    let mut group = c.benchmark_group("segment_append");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(4));
+    let len = journal::batch::build(1, 0, 1, &payloads).len();
+    group.throughput(Throughput::Bytes(len as u64));
+    for verified in [false, true] {
+        let name = if verified {
+            "commit_verified_batch_flush"
+        } else {
+            "commit_batch_flush"
+        };
+        group.bench_function(BenchmarkId::new(name, "1000x1000B"), |b| {
+            b.iter_custom(|iters| {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).expect("bench dir");
+                let (mut log, _) = block_on(journal::PartitionLog::open(
+                    storage.clone(),
+                    "p1-",
+                    policy,
+                    0,
+                ))
+                .expect("open");
+                // Batches are stamped before the clock starts: the node receives them built.
+                let batches: Vec<Vec<u8>> = (0..iters)
+                    .map(|i| journal::batch::build(1, i * 1000, 1 + i, &payloads))
+                    .collect();
+                let start = Instant::now();
+                for batch in batches {
+                    if verified {
+                        log.commit_verified_batch(batch.into()).expect("commit");
+                    } else {
+                        log.commit_batch(batch.as_slice().to_vec()).expect("commit");
+                    }
+                    if log.should_flush(0, 0) {
+                        block_on(log.flush()).expect("flush");
+                    }
+                }
+                block_on(log.flush()).expect("flush");
+                start.elapsed()
+            });
+        });
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("recovery");
     group.sample_size(10);
@@ -670,7 +732,14 @@ fn print_paired(label: &str, calls: &[(u64, DmaTimes)]) {
 }
 
 #[cfg(feature = "glommio")]
-criterion_group!(benches, append, append_end_record, append_dma, recovery);
+criterion_group!(
+    benches,
+    append,
+    append_end_record,
+    append_dma,
+    segment_append,
+    recovery
+);
 #[cfg(not(feature = "glommio"))]
-criterion_group!(benches, append, append_end_record, recovery);
+criterion_group!(benches, append, append_end_record, segment_append, recovery);
 criterion_main!(benches);

@@ -28,6 +28,17 @@ impl AlignedBuf {
         AlignedBuf { raw, start, len }
     }
 
+    /// Makes the buffer `len` bytes long, keeping its allocation when it is large enough (no
+    /// fresh pages to fault in for a buffer written again and again). The bytes are whatever
+    /// the buffer held before, or zeros where it grew: the caller writes all it uses.
+    pub fn reuse(&mut self, len: usize) {
+        if self.raw.len() >= self.start + len {
+            self.len = len;
+        } else {
+            *self = AlignedBuf::zeroed(len);
+        }
+    }
+
     /// The aligned bytes.
     pub fn as_slice(&self) -> &[u8] {
         &self.raw[self.start..self.start + self.len]

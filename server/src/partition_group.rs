@@ -702,22 +702,43 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     }
 
     /// The leading appends of every group's queue, in one WAL window (group commit); each
-    /// group's `Appended` only after the window's `fdatasync` returned.
+    /// group's `Appended` only after the window's `fdatasync` returned. Committed batches for
+    /// the segments met among those leading appends are taken too (segments and WAL are apart:
+    /// a committed batch and an uncommitted prepare commute), and the segment writes they make
+    /// due run while the window's write and `fdatasync` are in flight instead of after them
+    /// (decision 270: a segment write is off the critical path of the next window).
     async fn append_window(&mut self) {
         let mut window: Vec<(u64, u64, u64, Frame)> = Vec::new();
+        let mut flush: BTreeSet<u64> = BTreeSet::new();
         loop {
             let next = {
                 let mut queues = self.queues.groups.borrow_mut();
                 queues.iter_mut().find_map(|(group, q)| match q.front() {
-                    Some(StorageOp::Append { .. }) => match q.pop_front() {
-                        Some(StorageOp::Append { op, frame }) => Some((*group, op, frame)),
-                        _ => None,
-                    },
+                    Some(StorageOp::Append { .. } | StorageOp::Machine(StorageWork::Batch(_))) => {
+                        q.pop_front().map(|op| (*group, op))
+                    }
                     _ => None,
                 })
             };
-            let Some((group, op, frame)) = next else {
+            let Some((group, next)) = next else {
                 break;
+            };
+            let (op, frame) = match next {
+                StorageOp::Append { op, frame } => (op, frame),
+                StorageOp::Machine(StorageWork::Batch(bytes)) => {
+                    match self.hold_batch(group, bytes) {
+                        Ok(true) => {
+                            flush.insert(group);
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            self.fail(e);
+                            return;
+                        }
+                    }
+                    continue;
+                }
+                _ => unreachable!("only appends and batches are taken"),
             };
             let Some(disk) = self.groups.get(&group) else {
                 self.done(
@@ -766,9 +787,93 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
         }
-        if let Err(e) = self.finish_window(&mut window).await {
-            self.fail(format!("partition WAL commit: {e}"));
+        if let Err(e) = self.finish_window_flushing(&mut window, &flush).await {
+            self.fail(e);
         }
+    }
+
+    /// A committed batch into its group's segments (held in memory until a flush): whether a
+    /// flush is due.
+    fn hold_batch(&mut self, group: u64, bytes: Bytes) -> Result<bool, String> {
+        let Some(disk) = self.groups.get_mut(&group) else {
+            return Ok(false);
+        };
+        let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
+        if end <= disk.log.next_offset() {
+            return Ok(false); // in the segments already (flushed before a restart)
+        }
+        disk.log
+            .commit_verified_batch(bytes)
+            .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+        Ok(disk.log.should_flush(0, 0))
+    }
+
+    /// [`StorageTask::finish_window`], with the due segment flushes of `flush` running while
+    /// the window is written and synced. Each `Appended` is sent as soon as the window's
+    /// `fdatasync` returned, whether or not the segment writes are done.
+    async fn finish_window_flushing(
+        &mut self,
+        window: &mut Vec<(u64, u64, u64, Frame)>,
+        flush: &BTreeSet<u64>,
+    ) -> Result<(), String> {
+        if window.is_empty() || flush.is_empty() {
+            self.finish_window(window)
+                .await
+                .map_err(|e| format!("partition WAL commit: {e}"))?;
+            return self.flush_segments(flush).await;
+        }
+        let wal = &mut self.wal;
+        let gauges = &self.gauges;
+        let inbox = &self.inbox;
+        let entries: &[(u64, u64, u64, Frame)] = window;
+        let commit = async move {
+            let started = Instant::now();
+            wal.commit().await?;
+            add(&gauges.wal_commits, 1);
+            add(
+                &gauges.wal_commit_ns,
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            );
+            for (group, op, _, frame) in entries {
+                add(&gauges.appends, 1);
+                let checksum = identity_of(frame.bytes());
+                inbox.push(Event::Done {
+                    group: *group,
+                    completion: Completion::Appended { op: *op, checksum },
+                });
+            }
+            Ok::<(), WalError>(())
+        };
+        let groups = &mut self.groups;
+        let segments = async move {
+            for (group, disk) in groups.iter_mut().filter(|(g, _)| flush.contains(g)) {
+                disk.log
+                    .flush()
+                    .await
+                    .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+            }
+            Ok::<(), String>(())
+        };
+        let (committed, flushed) = futures_lite::future::zip(commit, segments).await;
+        committed.map_err(|e| format!("partition WAL commit: {e}"))?;
+        for (group, op, lsn, frame) in window.drain(..) {
+            self.guard.note(lsn, group, frame.bytes());
+            if let Some(disk) = self.groups.get_mut(&group) {
+                disk.frames.insert(op, (lsn, frame));
+            }
+        }
+        flushed
+    }
+
+    /// The due segment flushes of `groups`, one after the other.
+    async fn flush_segments(&mut self, groups: &BTreeSet<u64>) -> Result<(), String> {
+        for (group, disk) in self.groups.iter_mut().filter(|(g, _)| groups.contains(g)) {
+            disk.log
+                .flush()
+                .await
+                .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+        }
+        Ok(())
     }
 
     async fn finish_window(
@@ -859,16 +964,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.done(group, Completion::Read { op, frame });
             }
             StorageOp::Machine(StorageWork::Batch(bytes)) => {
-                let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
-                if end <= disk.log.next_offset() {
-                    return; // in the segments already (flushed before a restart)
-                }
-                let flushed = match disk.log.commit_batch(bytes.to_vec()) {
-                    Ok(()) if disk.log.should_flush(0, 0) => disk.log.flush().await,
-                    other => other,
+                let flushed = match self.hold_batch(group, bytes) {
+                    Ok(true) => self.flush_segments(&BTreeSet::from([group])).await,
+                    Ok(false) => Ok(()),
+                    Err(e) => Err(e),
                 };
                 if let Err(e) = flushed {
-                    self.fail(format!("group {group:#x}: segments: {e}"));
+                    self.fail(e);
                 }
             }
             StorageOp::Machine(StorageWork::Offsets(table)) => {
@@ -2081,6 +2183,26 @@ mod tests {
         appends: u64,
         before: impl FnOnce(&MemStorage) + Send + 'static,
     ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>) {
+        let (events, fatal, syncs, gauges, _) = run_appends_with(groups, appends, false, before);
+        (events, fatal, syncs, gauges)
+    }
+
+    /// [`run_appends`]; with `batches`, each append is followed in its group's queue by a
+    /// committed batch of 1024 messages for the segments (a flush due after each), as the pump
+    /// queues them when ops commit while later ones are being appended. Also returns the
+    /// next offset of each group's segments as reopened from the partition directory after it.
+    fn run_appends_with(
+        groups: u32,
+        appends: u64,
+        batches: bool,
+        before: impl FnOnce(&MemStorage) + Send + 'static,
+    ) -> (
+        Vec<Event>,
+        Option<String>,
+        u64,
+        Arc<PartitionGauges>,
+        Vec<u64>,
+    ) {
         let out = Arc::new(std::sync::Mutex::new(None));
         let result = out.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -2100,7 +2222,7 @@ mod tests {
                 let queues = Rc::new(Queues::default());
                 let fatal = Rc::new(RefCell::new(None));
                 let task = StorageTask {
-                    partitions: parts,
+                    partitions: parts.clone(),
                     identity,
                     wal: booted.wal,
                     guard: ReclaimGuard::default(),
@@ -2120,10 +2242,17 @@ mod tests {
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
                 }
+                let payloads: Vec<&[u8]> = (0..1024).map(|_| &b"12345678"[..]).collect();
                 for op in 1..=appends {
                     for p in 0..groups {
                         let frame = prepare(group(p), op);
                         queues.push(group(p), StorageOp::Append { op, frame });
+                        if batches {
+                            let base = (op - 1) * 1024;
+                            let batch = journal::batch::build(u64::from(p), base, op, &payloads);
+                            let work = StorageWork::Batch(Bytes::from(batch));
+                            queues.push(group(p), StorageOp::Machine(work));
+                        }
                     }
                 }
                 before(&wal_disk);
@@ -2131,11 +2260,21 @@ mod tests {
                 queues.closed.set(true);
                 task.run().await;
                 let syncs = wal_disk.counts().1 - syncs;
+                let mut ends = Vec::new();
+                for p in 0..groups {
+                    let prefix = group_prefix(group(p));
+                    let policy = FlushPolicy::default();
+                    let (log, _) = PartitionLog::open(parts.clone(), &prefix, policy, 0)
+                        .await
+                        .unwrap();
+                    ends.push(log.next_offset());
+                }
                 let mut events = Vec::new();
                 while let Some(e) = inbox.pop() {
                     events.push(e);
                 }
-                *result.lock().unwrap() = Some((events, fatal.borrow().clone(), syncs, gauges));
+                *result.lock().unwrap() =
+                    Some((events, fatal.borrow().clone(), syncs, gauges, ends));
             })
             .unwrap()
             .join()
@@ -2192,5 +2331,33 @@ mod tests {
             Vec::new(),
             "no Appended before the sync returned"
         );
+    }
+
+    /// Committed batches for the segments queued between a group's appends neither split the
+    /// window (every append in one write and one `fdatasync`) nor wait for it: their segment
+    /// writes are done in the same pass (every batch is in the segments after it), and every
+    /// append is acknowledged.
+    #[test]
+    fn segment_batches_between_appends_share_the_window_pass() {
+        let (events, fatal, syncs, gauges, ends) = run_appends_with(2, 4, true, |_| {});
+        assert_eq!(fatal, None);
+        assert_eq!(appended(&events).len(), 8);
+        assert_eq!(gauges.wal_commits.load(Ordering::Relaxed), 1, "one window");
+        assert!(syncs <= 3, "{syncs} WAL fdatasyncs");
+        assert_eq!(
+            ends,
+            vec![4 * 1024, 4 * 1024],
+            "every batch in the segments"
+        );
+    }
+
+    /// With segment flushes running beside the window's `fdatasync`, a failed sync still
+    /// acknowledges nothing.
+    #[test]
+    fn a_failed_window_sync_beside_segment_flushes_acknowledges_nothing() {
+        let (events, fatal, _, _, _) =
+            run_appends_with(2, 4, true, |wal| wal.fail_next(FailOp::Sync));
+        assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
+        assert_eq!(appended(&events), Vec::new(), "no Appended before the sync");
     }
 }
