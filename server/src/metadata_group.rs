@@ -561,6 +561,7 @@ where
         superblock_wedged,
     ));
     let mut exec = Executor {
+        gauges: gauges.clone(),
         plane,
         queue: queue.clone(),
         fatal: fatal.clone(),
@@ -633,14 +634,19 @@ where
             handled += 1;
             let at = now(start, ticks);
             let _ = match event {
-                Event::Frame { from, bytes } => replica.step(
-                    at,
-                    Input::Frame {
-                        from: ReplicaId(from),
-                        frame: &bytes,
-                    },
-                    &mut out,
-                ),
+                Event::Frame { from, bytes } => {
+                    gauges
+                        .forwards
+                        .observe(crate::forward_metrics::Direction::Received, &bytes);
+                    replica.step(
+                        at,
+                        Input::Frame {
+                            from: ReplicaId(from),
+                            frame: &bytes,
+                        },
+                        &mut out,
+                    )
+                }
                 Event::Done(done) => {
                     if let Completion::Checkpointed { op } = done {
                         let prepare = replica.snapshot_identity(op);
@@ -728,6 +734,8 @@ where
 
 /// Turns effects into I/O.
 struct Executor {
+    /// Forward frames sent are counted into its `forwards` (decision 330).
+    gauges: Arc<Gauges>,
     plane: Rc<Plane>,
     queue: Rc<StorageQueue>,
     fatal: Rc<RefCell<Option<String>>>,
@@ -769,6 +777,9 @@ impl Executor {
             }
             match effect {
                 Effect::Send { to, frame } => {
+                    self.gauges
+                        .forwards
+                        .observe(crate::forward_metrics::Direction::Sent, frame.bytes());
                     let bytes = Bytes::from_owner(Shared(frame));
                     // A full queue or a missing connection is counted by the plane; VSR
                     // retransmits heal it.
