@@ -43,9 +43,9 @@ impl Answer {
     pub fn eviction(&self) -> Option<u8> {
         (self.command() == EVICTION).then(|| self.0[255])
     }
-    /// The reply's request number (168..176).
+    /// The reply's request number (200..208, §1.3).
     pub fn request(&self) -> u64 {
-        u64::from_le_bytes(self.0[168..176].try_into().unwrap())
+        u64::from_le_bytes(self.0[200..208].try_into().unwrap())
     }
     /// The reply's operation (208).
     pub fn operation(&self) -> u8 {
