@@ -1,10 +1,17 @@
 //! The harness of the SDK tests: a real `strand dev --replicas 3` cluster as a child process
-//! group, its `/metrics`, and step timeouts that name the step.
+//! group ([`DevCluster`]), or three `strand start` children one of which can be killed and
+//! restarted alone ([`start::StartCluster`]); their `/metrics`; a raw-frame client
+//! ([`raw::RawClient`]); a client that rotates addresses after a failover
+//! ([`RotatingClient`]); and step timeouts that name the step.
 //!
 //! The binary under test is `$STRAND_BIN` (`.ci/run` builds it first and passes its path);
 //! there is no fallback to a binary found elsewhere, so a stale build is never tested.
 
 pub mod raw;
+mod rotate;
+pub mod start;
+
+pub use rotate::{Call, RotatingClient};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
