@@ -97,12 +97,12 @@ impl RotatingClient {
             if Instant::now() >= deadline {
                 panic!("`{what}`: no success within {CLUSTER_BOUND:?}; last error {last}");
             }
-            if self.client.is_none() {
-                if let Err(e) = self.dial().await {
-                    last = e;
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    continue;
-                }
+            if self.client.is_none()
+                && let Err(e) = self.dial().await
+            {
+                last = e;
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                continue;
             }
             let client = self.client.as_ref().expect("dialed above");
             match tokio::time::timeout(STEP_BOUND, call(client)).await {
@@ -114,8 +114,8 @@ impl RotatingClient {
             self.failures.push((what.to_owned(), last.clone()));
             self.reconnects += 1;
             if let Some(old) = self.client.take() {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), old.disconnect())
-                    .await;
+                let _ =
+                    tokio::time::timeout(std::time::Duration::from_secs(1), old.disconnect()).await;
             }
         }
     }

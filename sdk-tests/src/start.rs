@@ -108,7 +108,13 @@ impl StartCluster {
             .env_remove("IGGY_ROOT_PASSWORD")
             .args(["start", "--config"])
             .arg(&self.config)
-            .args(["--replica-id", &node.to_string(), "--shards", "1", "--data-dir"])
+            .args([
+                "--replica-id",
+                &node.to_string(),
+                "--shards",
+                "1",
+                "--data-dir",
+            ])
             .arg(self.dir.join(format!("node-{node}")))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -106,7 +106,7 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
             &unknown,
             &topic_id,
             &Partitioning::partition_id(0),
-            &mut vec![message("lost")],
+            &mut [message("lost")],
         ),
     )
     .await;
@@ -118,7 +118,7 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
             &stream_id,
             &unknown,
             &Partitioning::partition_id(0),
-            &mut vec![message("lost")],
+            &mut [message("lost")],
         ),
     )
     .await;
@@ -130,7 +130,7 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
             &stream_id,
             &topic_id,
             &Partitioning::partition_id(5),
-            &mut vec![message("lost")],
+            &mut [message("lost")],
         ),
     )
     .await;
@@ -216,8 +216,9 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
     wrong.login();
     raw_client.login();
     let session = raw_client.session;
-    let cases: Vec<(&str, u8, u32, Vec<u8>, u32, bool)> = vec![
-        // (what, operation, code, body, expected code, result-framed)
+    // (what, operation, code, body, expected code, result-framed)
+    type Case = (&'static str, u8, u32, Vec<u8>, u32, bool);
+    let cases: Vec<Case> = vec![
         (
             "CreateStream with a name longer than the body",
             raw::CREATE_STREAM,
@@ -234,7 +235,14 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
             6,
             false,
         ),
-        ("an unknown code", raw::NON_REPLICATED, 9999, Vec::new(), 3, false),
+        (
+            "an unknown code",
+            raw::NON_REPLICATED,
+            9999,
+            Vec::new(),
+            3,
+            false,
+        ),
         (
             "CreateStream's code on the NonReplicated path",
             raw::NON_REPLICATED,
@@ -243,7 +251,14 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
             5,
             false,
         ),
-        ("FlushUnsavedBuffer", raw::NON_REPLICATED, 102, Vec::new(), 5, false),
+        (
+            "FlushUnsavedBuffer",
+            raw::NON_REPLICATED,
+            102,
+            Vec::new(),
+            5,
+            false,
+        ),
         (
             "SendMessages with a truncated body",
             raw::SEND_MESSAGES,
@@ -273,8 +288,16 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
         let answer = raw_client.exchange_once(what, &f);
         assert_eq!(answer.command(), raw::REPLY, "{what}: {answer:?}");
         assert_eq!(answer.code(result_framed), want, "{what}: {answer:?}");
-        assert_eq!(answer.request(), request, "{what}: the reply echoes the request");
-        assert_eq!(answer.operation(), operation, "{what}: the reply echoes the operation");
+        assert_eq!(
+            answer.request(),
+            request,
+            "{what}: the reply echoes the request"
+        );
+        assert_eq!(
+            answer.operation(),
+            operation,
+            "{what}: the reply echoes the operation"
+        );
         assert!(
             raw_client.silent_for(Duration::from_millis(200)),
             "{what}: a second answer or an unsolicited frame"

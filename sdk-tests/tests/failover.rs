@@ -98,7 +98,7 @@ async fn producer_survives_sigkill_of_the_metadata_primary() {
                                 &stream_id,
                                 &topic_id,
                                 &Partitioning::partition_id(0),
-                                &mut vec![message(&payload)],
+                                &mut [message(&payload)],
                             )
                             .await
                         })
@@ -161,9 +161,11 @@ async fn producer_survives_sigkill_of_the_metadata_primary() {
 
     // A new primary among the survivors, and the producer's client on it.
     let survivors: Vec<usize> = (0..REPLICAS).filter(|&n| n != primary).collect();
-    let after = cluster.wait_metrics("a new metadata primary among the survivors", &survivors, |all| {
-        single_primary(all).is_some() && all.iter().all(|m| m.get("status") == 0)
-    });
+    let after = cluster.wait_metrics(
+        "a new metadata primary among the survivors",
+        &survivors,
+        |all| single_primary(all).is_some() && all.iter().all(|m| m.get("status") == 0),
+    );
     let new_primary = survivors[single_primary(&after).expect("checked above")];
     assert_ne!(new_primary, primary);
 

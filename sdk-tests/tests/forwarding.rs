@@ -123,14 +123,23 @@ async fn login_and_logout_at_a_backup_are_forwarded_and_answered() {
     let stats = client.read("GetStats on the backup", 10, &[]);
     assert_eq!(stats.status(), 0, "GetStats on the backup: {stats:?}");
     let create = raw::name("on-backup");
-    let refused = client.metadata("CreateStream on the backup", raw::CREATE_STREAM, &create, false);
+    let refused = client.metadata(
+        "CreateStream on the backup",
+        raw::CREATE_STREAM,
+        &create,
+        false,
+    );
     assert_eq!(refused.command(), raw::REPLY, "{refused:?}");
     assert_eq!(
         refused.code(true),
         58,
         "a metadata write on a backup: TransientNotAccepted in the result section"
     );
-    assert_eq!(refused.operation(), raw::CREATE_STREAM, "the reply echoes the operation");
+    assert_eq!(
+        refused.operation(),
+        raw::CREATE_STREAM,
+        "the reply echoes the operation"
+    );
     let meta = client.read("GetClusterMetadata on the backup", 12, &[]);
     assert_eq!(meta.status(), 0);
     let nodes = roster(meta.body());

@@ -102,7 +102,7 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
                 &stream_id,
                 &topic_id,
                 &Partitioning::partition_id(partition),
-                &mut vec![message(&format!("explicit-{partition}"))],
+                &mut [message(&format!("explicit-{partition}"))],
             ),
         )
         .await;
@@ -116,7 +116,7 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
                 &stream_id,
                 &topic_id,
                 &Partitioning::balanced(),
-                &mut vec![message(&format!("balanced-{i}"))],
+                &mut [message(&format!("balanced-{i}"))],
             ),
         )
         .await;
@@ -131,7 +131,7 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
                     &stream_id,
                     &topic_id,
                     &Partitioning::messages_key_str(key).unwrap(),
-                    &mut vec![message(&format!("key-{key}-{round}"))],
+                    &mut [message(&format!("key-{key}-{round}"))],
                 ),
             )
             .await;
@@ -298,11 +298,18 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
         )
         .await
         .expect("auto-commit stored an offset");
-        assert_eq!(stored.stored_offset, want_stored, "round {round}: {stored:?}");
+        assert_eq!(
+            stored.stored_offset, want_stored,
+            "round {round}: {stored:?}"
+        );
         assert_eq!(stored.current_offset, 8, "round {round}: {stored:?}");
     }
     assert_eq!(seen, all9, "next polls with auto-commit");
-    let empty = step("poll next past the end", poll(PollingStrategy::next(), 4, true)).await;
+    let empty = step(
+        "poll next past the end",
+        poll(PollingStrategy::next(), 4, true),
+    )
+    .await;
     assert!(empty.messages.is_empty(), "past the end: {empty:?}");
     // Explicit store moves the cursor back; next continues from there.
     step(
@@ -310,7 +317,11 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
         client.store_consumer_offset(&consumer, &stream_id, &polls_id, Some(0), 4),
     )
     .await;
-    let next = step("poll next after the store", poll(PollingStrategy::next(), 2, false)).await;
+    let next = step(
+        "poll next after the store",
+        poll(PollingStrategy::next(), 2, false),
+    )
+    .await;
     assert_eq!(payloads(&next), all9[5..7], "next after storing 4");
 
     // --- High-level producer and consumer ------------------------------------------------

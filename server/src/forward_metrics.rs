@@ -87,7 +87,10 @@ impl ForwardCounters {
                 None => add(&self.undefined_outcome),
             },
             Command::ForwardLogoutResult => {
-                match outcome.and_then(LogoutOutcome::from_byte).map(|o| o as usize) {
+                match outcome
+                    .and_then(LogoutOutcome::from_byte)
+                    .map(|o| o as usize)
+                {
                     Some(i) => add(&results[REGISTER_OUTCOMES.len() + i]),
                     None => add(&self.undefined_outcome),
                 }
@@ -162,8 +165,14 @@ mod tests {
     fn counts_each_forward_command_by_direction_and_outcome() {
         let c = ForwardCounters::default();
         c.observe(Direction::Sent, &frame(Command::ForwardRegister, 0));
-        c.observe(Direction::Received, &frame(Command::ForwardRegisterResult, 0));
-        c.observe(Direction::Received, &frame(Command::ForwardRegisterResult, 1));
+        c.observe(
+            Direction::Received,
+            &frame(Command::ForwardRegisterResult, 0),
+        );
+        c.observe(
+            Direction::Received,
+            &frame(Command::ForwardRegisterResult, 1),
+        );
         c.observe(Direction::Sent, &frame(Command::ForwardLogoutResult, 4));
         c.observe(Direction::Received, &frame(Command::ForwardLogout, 0));
         c.observe(Direction::Received, &frame(Command::ForwardLogoutResult, 9));
@@ -180,7 +189,10 @@ mod tests {
             "strand_forward_results_total{kind=\"logout\",outcome=\"canceled\",role=\"primary\"} 1",
             "strand_forward_results_undefined_total 1",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing `{line}` in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing `{line}` in\n{text}"
+            );
         }
         // Every outcome the spec defines has its line, in both roles.
         assert_eq!(
