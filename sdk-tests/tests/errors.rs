@@ -324,6 +324,17 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
     let mut fresh = RawClient::connect(&address, 0xE0_0004);
     fresh.login();
     step("SDK ping after everything", client.ping()).await;
+    // DeleteStream of a stream that exists succeeds, and a second one is refused 1009.
+    step("delete stream `errors`", client.delete_stream(&stream_id)).await;
+    let streams = step("get streams after the delete", client.get_streams()).await;
+    assert!(streams.is_empty(), "{streams:?}");
+    refused(
+        &client,
+        "delete the deleted stream",
+        1009,
+        client.delete_stream(&stream_id),
+    )
+    .await;
     step("logout", client.logout_user()).await;
     cluster.pass();
 }
