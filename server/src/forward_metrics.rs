@@ -51,6 +51,71 @@ pub struct ForwardCounters {
     /// Results whose outcome byte is not one the spec defines (received only; the core
     /// ignores them).
     undefined_outcome: AtomicU64,
+    /// Forward frames the plane could not queue (no connection to the primary yet), held for
+    /// a deferred first send ([`Deferred`]).
+    pub deferred: AtomicU64,
+    /// Of them, dropped unsent at the forward timeout (the core answered 57 by then).
+    pub deferred_dropped: AtomicU64,
+}
+
+/// Whether `frame` is a ForwardRegister or ForwardLogout (the origin's request to the primary).
+pub fn is_forward(frame: &[u8]) -> bool {
+    matches!(
+        frame.get(COMMAND_AT).and_then(|b| Command::from_byte(*b)),
+        Some(Command::ForwardRegister | Command::ForwardLogout)
+    )
+}
+
+/// Forward frames whose first send found no connection to the primary (decision 331): a
+/// backup that has not connected to the primary yet (a fresh cluster, a reconnect) would
+/// otherwise lose the frame and leave its client waiting the whole forward timeout (5 s) for
+/// a 57. The pump offers them to the plane again after every turn until one is queued or the
+/// forward timeout has passed (the core's waiter then answered 57, and a late send would
+/// only make the primary propose a Register nobody waits for). Never a duplicate: a frame is
+/// held only when it was not queued at all.
+#[derive(Default)]
+pub struct Deferred {
+    held: Vec<(u8, bytes::Bytes, std::time::Instant)>,
+}
+
+impl Deferred {
+    /// Holds `frame` for `peer` until `deadline`.
+    pub fn hold(&mut self, peer: u8, frame: bytes::Bytes, deadline: std::time::Instant) {
+        self.held.push((peer, frame, deadline));
+    }
+
+    /// Offers every held frame to `send` (true when queued); drops those past their deadline.
+    /// Returns how many were dropped.
+    pub fn retry(
+        &mut self,
+        now: std::time::Instant,
+        mut send: impl FnMut(u8, &bytes::Bytes) -> bool,
+    ) -> usize {
+        let before = self.held.len();
+        let mut dropped = 0;
+        self.held.retain(|(peer, frame, deadline)| {
+            if send(*peer, frame) {
+                return false;
+            }
+            if now >= *deadline {
+                dropped += 1;
+                return false;
+            }
+            true
+        });
+        debug_assert!(self.held.len() + dropped <= before);
+        dropped
+    }
+
+    /// Frames held now.
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
 }
 
 /// Which way a frame went.
@@ -141,6 +206,22 @@ impl ForwardCounters {
                 );
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP strand_forwards_deferred_total forward frames held because the primary \
+             was not connected yet, and of them dropped unsent at the forward timeout."
+        );
+        let _ = writeln!(out, "# TYPE strand_forwards_deferred_total counter");
+        let _ = writeln!(
+            out,
+            "strand_forwards_deferred_total{{outcome=\"held\"}} {}",
+            read(&self.deferred)
+        );
+        let _ = writeln!(
+            out,
+            "strand_forwards_deferred_total{{outcome=\"dropped\"}} {}",
+            read(&self.deferred_dropped)
+        );
         let _ = writeln!(out, "# TYPE strand_forward_results_undefined_total counter");
         let _ = writeln!(
             out,
@@ -159,6 +240,31 @@ mod tests {
         f[COMMAND_AT] = command as u8;
         f[OUTCOME_AT] = outcome;
         f
+    }
+
+    #[test]
+    fn deferred_frames_are_sent_once_connected_or_dropped_at_their_deadline() {
+        let start = std::time::Instant::now();
+        let later = start + std::time::Duration::from_secs(5);
+        let mut d = Deferred::default();
+        d.hold(0, bytes::Bytes::from_static(b"a"), later);
+        d.hold(1, bytes::Bytes::from_static(b"b"), start);
+        let mut sent = Vec::new();
+        // Nothing connected: the one past its deadline goes, the other stays.
+        assert_eq!(d.retry(start, |_, _| false), 1);
+        assert_eq!(d.len(), 1);
+        // Connected: sent once, then nothing is held.
+        assert_eq!(
+            d.retry(start, |peer, frame| {
+                sent.push((peer, frame.clone()));
+                true
+            }),
+            0
+        );
+        assert!(d.is_empty());
+        assert_eq!(sent, [(0, bytes::Bytes::from_static(b"a"))]);
+        assert!(is_forward(&frame(Command::ForwardLogout, 0)));
+        assert!(!is_forward(&frame(Command::ForwardLogoutResult, 0)));
     }
 
     #[test]
