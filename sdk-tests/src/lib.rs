@@ -1,8 +1,17 @@
 //! The harness of the SDK tests: a real `strand dev --replicas 3` cluster as a child process
-//! group, its `/metrics`, and step timeouts that name the step.
+//! group ([`DevCluster`]), or three `strand start` children one of which can be killed and
+//! restarted alone ([`start::StartCluster`]); their `/metrics`; a raw-frame client
+//! ([`raw::RawClient`]); a client that rotates addresses after a failover
+//! ([`RotatingClient`]); and step timeouts that name the step.
 //!
 //! The binary under test is `$STRAND_BIN` (`.ci/run` builds it first and passes its path);
 //! there is no fallback to a binary found elsewhere, so a stale build is never tested.
+
+pub mod raw;
+mod rotate;
+pub mod start;
+
+pub use rotate::{Call, RotatingClient};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -289,6 +298,35 @@ impl Metrics {
             .get(name)
             .unwrap_or_else(|| panic!("metric strand_{name}{{plane=\"metadata\"}} is missing"))
     }
+}
+
+/// Every sample of `GET /metrics` from `addr` as `name{labels}` -> value (names with the
+/// `strand_` prefix, labels as rendered), `None` if it does not answer in full.
+pub fn scrape_all(addr: &str) -> Option<BTreeMap<String, u64>> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: strand\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("strand_")) {
+        if let Some((name, value)) = line.rsplit_once(' ')
+            && let Ok(v) = value.parse()
+        {
+            out.insert(name.to_owned(), v);
+        }
+    }
+    out.contains_key("strand_view{plane=\"metadata\"}")
+        .then_some(out)
+}
+
+/// One sample of [`scrape_all`] by its full rendered name; panics naming the sample when it is
+/// absent, so a renamed metric fails the test that reads it.
+pub fn sample(all: &BTreeMap<String, u64>, name: &str) -> u64 {
+    *all.get(name)
+        .unwrap_or_else(|| panic!("metric sample `{name}` is not on /metrics"))
 }
 
 /// The index of the one node whose metadata `is_primary` is 1, if exactly one is.

@@ -9,6 +9,7 @@ pub mod boot;
 pub mod client;
 pub mod client_core;
 pub mod config;
+pub mod forward_metrics;
 pub mod groups;
 pub mod metadata;
 pub mod metadata_group;

@@ -561,6 +561,10 @@ where
         superblock_wedged,
     ));
     let mut exec = Executor {
+        deferred: crate::forward_metrics::Deferred::default(),
+        forward_timeout: TICK
+            * u32::try_from(config.raw().forward_timeout_ticks).unwrap_or(u32::MAX),
+        gauges: gauges.clone(),
         plane,
         queue: queue.clone(),
         fatal: fatal.clone(),
@@ -633,14 +637,19 @@ where
             handled += 1;
             let at = now(start, ticks);
             let _ = match event {
-                Event::Frame { from, bytes } => replica.step(
-                    at,
-                    Input::Frame {
-                        from: ReplicaId(from),
-                        frame: &bytes,
-                    },
-                    &mut out,
-                ),
+                Event::Frame { from, bytes } => {
+                    gauges
+                        .forwards
+                        .observe(crate::forward_metrics::Direction::Received, &bytes);
+                    replica.step(
+                        at,
+                        Input::Frame {
+                            from: ReplicaId(from),
+                            frame: &bytes,
+                        },
+                        &mut out,
+                    )
+                }
                 Event::Done(done) => {
                     if let Completion::Checkpointed { op } = done {
                         let prepare = replica.snapshot_identity(op);
@@ -728,6 +737,12 @@ where
 
 /// Turns effects into I/O.
 struct Executor {
+    /// Forward frames sent are counted into its `forwards` (decision 330).
+    gauges: Arc<Gauges>,
+    /// Forward frames held for a deferred first send (decision 331).
+    deferred: crate::forward_metrics::Deferred,
+    /// The core's forward timeout: how long a held forward frame is offered again.
+    forward_timeout: Duration,
     plane: Rc<Plane>,
     queue: Rc<StorageQueue>,
     fatal: Rc<RefCell<Option<String>>>,
@@ -762,6 +777,16 @@ impl Executor {
 
     fn run<M: Checkpointable>(&mut self, replica: &Replica<M>, out: &mut Outbox) {
         self.publish_sessions(replica);
+        if !self.deferred.is_empty() {
+            let plane = &self.plane;
+            let dropped = self.deferred.retry(Instant::now(), |peer, frame| {
+                plane.send(peer, GroupId::METADATA, frame).is_ok()
+            });
+            self.gauges
+                .forwards
+                .deferred_dropped
+                .fetch_add(dropped as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         for effect in out.drain() {
             if self.fatal.borrow().is_some() {
                 // Nothing after a fatal effect runs.
@@ -769,10 +794,23 @@ impl Executor {
             }
             match effect {
                 Effect::Send { to, frame } => {
+                    self.gauges
+                        .forwards
+                        .observe(crate::forward_metrics::Direction::Sent, frame.bytes());
+                    let forward = crate::forward_metrics::is_forward(frame.bytes());
                     let bytes = Bytes::from_owner(Shared(frame));
                     // A full queue or a missing connection is counted by the plane; VSR
-                    // retransmits heal it.
-                    let _ = self.plane.send(to.0, GroupId::METADATA, &bytes);
+                    // retransmits heal it. Forward frames have no retransmission: one that
+                    // found no connection is held and offered again (decision 331).
+                    let sent = self.plane.send(to.0, GroupId::METADATA, &bytes);
+                    if forward && sent == Err(shard::net::SendError::NotConnected) {
+                        self.gauges
+                            .forwards
+                            .deferred
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.deferred
+                            .hold(to.0, bytes, Instant::now() + self.forward_timeout);
+                    }
                 }
                 Effect::Append { op, frame } => self.queue.push(StorageOp::Append { op, frame }),
                 Effect::Truncate { from_op } => self.queue.push(StorageOp::Truncate { from_op }),

@@ -47,6 +47,8 @@ pub struct Gauges {
     /// Peers whose lane-0 connection is down, one bit per replica id (the pump's view; all
     /// peers start connected, as in the core).
     peers_down: AtomicU64,
+    /// Session forwarding by kind and outcome (decision 330).
+    pub forwards: crate::forward_metrics::ForwardCounters,
 }
 
 impl Gauges {
@@ -231,6 +233,7 @@ pub fn render(sources: &Sources) -> String {
             let _ = writeln!(out, "strand_{base}{{{labels}plane=\"metadata\"}} {v}");
         }
     }
+    g.forwards.render(&mut out);
     if let Some(c) = &sources.clients {
         let _ = writeln!(
             out,

@@ -160,6 +160,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         gauges: gauges.clone(),
         counters: client_counters.clone(),
         started: std::time::SystemTime::now(),
+        partitions: partition_gauges.clone(),
     };
     let machine = Arc::new(Mutex::new(Some(consensus::Buffered::new(machine))));
     let clients = SocketAddr::new(node.ip, node.ports.tcp);

@@ -171,6 +171,9 @@ pub struct PartitionGauges {
     pub dropped_unknown: AtomicU64,
     /// Frames dropped on a full inbox.
     pub dropped_full: AtomicU64,
+    /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
+    /// start at 0 and nothing is deleted yet). GetStats' `messages_count` sums it over shards.
+    pub messages: AtomicU64,
 }
 
 /// Publishes that `group`'s own superblock is durable on this shard (decision 290).
@@ -2007,6 +2010,11 @@ fn observe(host: &Host) {
     g.primaries.store(primaries as u64, Ordering::Relaxed);
     let commit: u64 = groups.values().map(|h| h.replica.commit_min()).sum();
     g.commit.store(commit, Ordering::Relaxed);
+    let messages: u64 = groups
+        .values()
+        .map(|h| consensus::StateMachine::next_offset(h.replica.state_machine()))
+        .sum();
+    g.messages.store(messages, Ordering::Relaxed);
     let lost = groups
         .values()
         .filter(|h| h.replica.is_lost_state())

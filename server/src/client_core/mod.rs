@@ -124,6 +124,8 @@ pub struct NodeInfo {
     pub counters: Arc<Counters>,
     /// When the node started (GetStats).
     pub started: SystemTime,
+    /// The partition groups' gauges of every shard (GetStats' message count).
+    pub partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>>,
 }
 
 /// A partition read travelling to the group's shard.
@@ -388,6 +390,12 @@ impl ClientCore {
         stats.clients_count =
             u32::try_from(self.node.counters.open.load(Ordering::Relaxed)).unwrap_or(u32::MAX);
         stats.threads_count = u32::from(self.shards);
+        stats.messages_count = self
+            .node
+            .partitions
+            .iter()
+            .map(|g| g.messages.load(Ordering::Relaxed))
+            .sum();
         stats.os_name = std::env::consts::OS.to_owned();
         let mut out = Vec::new();
         stats.encode(&mut out);

@@ -155,6 +155,7 @@ impl Node {
             gauges: gauges.clone(),
             counters: counters.clone(),
             started: std::time::SystemTime::now(),
+            partitions: Arc::default(),
         };
         let consensus = crate::wiring::metadata_config(&config).unwrap();
         let net = Arc::new(crate::wiring::net_config(&config).unwrap());
