@@ -6,6 +6,7 @@
 
 pub mod answers;
 pub mod codec;
+pub mod lifecycle;
 pub mod reply;
 pub mod request;
 pub mod route;

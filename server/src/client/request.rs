@@ -213,6 +213,8 @@ pub enum Request<'a> {
     StoreConsumerOffset(StoreConsumerOffset),
     /// NonReplicated 120.
     GetConsumerOffset(OffsetTarget),
+    /// Operations 129, 131, 133-137: stream and topic lifecycle ([`super::lifecycle`]).
+    Lifecycle(super::lifecycle::Lifecycle),
 }
 
 /// How to answer a request that is not served: a status (Reply) or an Eviction.
@@ -324,6 +326,7 @@ impl<'a> Request<'a> {
             PollMessages(_) => nr(code::POLL_MESSAGES),
             StoreConsumerOffset(_) => (Operation::StoreConsumerOffset, 0),
             GetConsumerOffset(_) => nr(code::GET_CONSUMER_OFFSET),
+            Lifecycle(l) => (l.operation(), 0),
         }
     }
 
@@ -386,6 +389,7 @@ impl<'a> Request<'a> {
                 out.push(u8::from(s.quorum));
             }
             GetConsumerOffset(target) => write_target(out, target),
+            Lifecycle(l) => l.encode(out),
         }
     }
 }
@@ -468,6 +472,12 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
                 offset,
                 quorum,
             })
+        }
+        op if super::lifecycle::Lifecycle::serves(op) => {
+            match super::lifecycle::Lifecycle::read(op, &mut r) {
+                Some(decoded) => Request::Lifecycle(decoded?),
+                None => return Err(Decode::Other(RequestError::Unavailable { operation, code })),
+            }
         }
         Operation::Reserved => {
             return Err(Decode::Other(RequestError::InvalidOperation(operation)));

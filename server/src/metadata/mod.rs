@@ -14,11 +14,14 @@
 //! Map: [`state`] (the replicated state and its snapshot encoding), [`topic`] (topic
 //! options), [`password`] (Argon2id hashes), [`view`] (the lock-free read handle).
 
+pub mod lifecycle;
 pub mod password;
 pub mod state;
 pub mod topic;
 pub mod view;
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod tests;
 
@@ -235,6 +238,7 @@ impl MetadataStateMachine {
                 check_topic(stream, &t.name, t.partitions_count)?;
                 topic::resolve(&t.options, &topic::derive(&t.options))?;
             }
+            Request::Lifecycle(l) => self.check_lifecycle(l)?,
             _ => return Err(status::FEATURE_UNAVAILABLE),
         }
         Ok(())
@@ -432,6 +436,12 @@ impl WholeArtifacts for MetadataStateMachine {
                 // receiving shard after authentication); root is enough to pass here.
                 self.check(&request, ROOT_USER_ID)
             }
+            op if crate::client::lifecycle::Lifecycle::serves(op) => {
+                let request = decode(operation, body)?;
+                // The acting user is checked at apply (the header's user_id is stamped by the
+                // receiving shard after authentication); root is enough to pass here.
+                self.check(&request, ROOT_USER_ID)
+            }
             _ => Err(status::FEATURE_UNAVAILABLE),
         }
     }
@@ -474,6 +484,11 @@ impl WholeArtifacts for MetadataStateMachine {
         let outcome = match operation {
             Operation::CreateStream => self.apply_create_stream(header, body),
             Operation::DeleteStream => self.apply_delete_stream(header, body),
+            op if crate::client::lifecycle::Lifecycle::serves(op) => match decode(op, body) {
+                Ok(Request::Lifecycle(l)) => self.apply_lifecycle(header, l),
+                Ok(_) => Err(status::INVALID_COMMAND),
+                Err(code) => Err(code),
+            },
             Operation::CreateTopicWithAssignments => match Assigned::decode(body) {
                 Ok(assigned) => self.apply_create_topic(header, assigned),
                 Err(_) => Err(status::INVALID_COMMAND),
