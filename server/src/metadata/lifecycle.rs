@@ -146,7 +146,9 @@ impl MetadataStateMachine {
         match request {
             Lifecycle::UpdateStream { name, .. } => stream.name = name,
             Lifecycle::DeleteTopic { .. } => {
-                stream.topics.remove(&topic_id.expect("a topic command"));
+                if let Some(topic) = stream.topics.remove(&topic_id.expect("a topic command")) {
+                    state.retire(stream_id, &topic, 0);
+                }
             }
             Lifecycle::UpdateTopic { name, options, .. } => {
                 let topic = stream
@@ -168,6 +170,9 @@ impl MetadataStateMachine {
                 let first = topic.partitions.len() as u32;
                 let mut added = Vec::with_capacity(count as usize);
                 for id in first..first + count {
+                    if let Some(group) = topic.group(stream_id, id) {
+                        state.retired.remove(&group.0);
+                    }
                     added.push(Partition {
                         id,
                         created_at: header.timestamp.get(),
@@ -184,7 +189,14 @@ impl MetadataStateMachine {
                     .get_mut(&topic_id.expect("a topic command"))
                     .expect("resolved above");
                 let keep = topic.partitions.len() - count as usize;
-                topic.partitions.truncate(keep);
+                let topic = topic.clone();
+                state.retire(stream_id, &topic, keep);
+                let live = state
+                    .streams
+                    .get_mut(&stream_id)
+                    .and_then(|s| s.topics.get_mut(&topic.id))
+                    .expect("resolved above");
+                live.partitions.truncate(keep);
             }
             Lifecycle::PurgeStream(_) | Lifecycle::PurgeTopic { .. } => {
                 return Err(status::FEATURE_UNAVAILABLE);

@@ -271,7 +271,11 @@ impl MetadataStateMachine {
             unreachable!("decoded as DeleteStream")
         };
         let stream_id = self.view.stream(&id)?.id;
-        self.view.state.streams.remove(&stream_id);
+        if let Some(stream) = self.view.state.streams.remove(&stream_id) {
+            for topic in stream.topics.values() {
+                self.view.state.retire(stream_id, topic, 0);
+            }
+        }
         Ok(RESULT_OK.to_vec())
     }
 
@@ -317,6 +321,11 @@ impl MetadataStateMachine {
         };
         let mut reply = RESULT_OK.to_vec();
         topic_details(&topic).encode(&mut reply);
+        for p in &topic.partitions {
+            if let Some(group) = topic.group(stream_id, p.id) {
+                state.retired.remove(&group.0);
+            }
+        }
         stream.topics.insert(id, topic);
         state.next_consensus_group_id = next;
         Ok(reply)
