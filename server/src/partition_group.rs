@@ -2151,6 +2151,10 @@ mod affinity_tests {
 }
 
 #[cfg(test)]
+#[path = "partition/removal_tests.rs"]
+mod removal_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use journal::MemStorage;
@@ -2169,7 +2173,7 @@ mod tests {
     }
 
     /// A sealed partition prepare of `op` in `group` (a StoreConsumerOffset body).
-    fn prepare(group: u64, op: u64) -> Frame {
+    pub(super) fn prepare(group: u64, op: u64) -> Frame {
         let mut header = PrepareHeader::zeroed();
         header.frame = FrameHeader::new(
             Command::Prepare,
