@@ -218,4 +218,84 @@ mod tests {
             assert_eq!(remove_files(&disk, prefix).await.unwrap(), 0);
         });
     }
+
+    /// MemStorage that records the order of removals.
+    #[derive(Clone)]
+    struct Recording {
+        inner: MemStorage,
+        removed: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+    }
+
+    impl Storage for Recording {
+        type File = <MemStorage as Storage>::File;
+        async fn open(&self, name: &str, mode: OpenMode) -> Result<Self::File, StorageError> {
+            self.inner.open(name, mode).await
+        }
+        async fn read_at(
+            &self,
+            file: &Self::File,
+            offset: u64,
+            buf: &mut [u8],
+        ) -> Result<usize, StorageError> {
+            self.inner.read_at(file, offset, buf).await
+        }
+        async fn write_at(
+            &self,
+            file: &Self::File,
+            offset: u64,
+            data: &[u8],
+        ) -> Result<(), StorageError> {
+            self.inner.write_at(file, offset, data).await
+        }
+        async fn sync(&self, file: &Self::File) -> Result<(), StorageError> {
+            self.inner.sync(file).await
+        }
+        async fn len(&self, file: &Self::File) -> Result<u64, StorageError> {
+            self.inner.len(file).await
+        }
+        async fn set_len(&self, file: &Self::File, len: u64) -> Result<(), StorageError> {
+            self.inner.set_len(file, len).await
+        }
+        async fn remove(&self, name: &str) -> Result<(), StorageError> {
+            self.removed.borrow_mut().push(name.to_owned());
+            self.inner.remove(name).await
+        }
+        async fn list(&self) -> Result<Vec<String>, StorageError> {
+            self.inner.list().await
+        }
+    }
+
+    /// Whatever the names sort like, the superblock goes after every data file and the
+    /// marker after the superblock (a crash between any two removals leaves the marker).
+    #[test]
+    fn removal_order_is_data_then_superblock_then_marker() {
+        let disk = Recording {
+            inner: MemStorage::new(),
+            removed: Default::default(),
+        };
+        let prefix = "p0000000000000007-";
+        block_on(async {
+            let (mut store, _) = open_marker(disk.clone(), prefix).await.unwrap();
+            write_marker(&mut store, 1).await.unwrap();
+            for name in [
+                format!("{prefix}00000000000000000000.index"),
+                format!("{prefix}superblock"),
+                format!("{prefix}zzz.log"),
+                format!("{prefix}offsets.1"),
+            ] {
+                disk.open(&name, OpenMode::Create).await.unwrap();
+            }
+            remove_files(&disk, prefix).await.unwrap();
+        });
+        let removed = disk.removed.borrow();
+        let at = |name: &str| removed.iter().position(|n| n == name).unwrap();
+        let superblock = at(&format!("{prefix}superblock"));
+        assert_eq!(removed.len(), 6);
+        assert_eq!(superblock, 3, "{removed:?}");
+        assert!(
+            removed[4..]
+                .iter()
+                .all(|n| n.starts_with(&marker_name(prefix)))
+        );
+    }
 }
