@@ -471,3 +471,20 @@ fn retired_groups_in_snapshots_are_checked() {
     bytes.extend_from_slice(&trailer.to_le_bytes());
     assert_eq!(state::State::decode(&bytes).unwrap(), v1);
 }
+
+/// DeleteStream retires every partition of every topic it held (decision 343).
+#[test]
+fn delete_stream_retires_all_its_partitions() {
+    let mut d = seeded();
+    let before: Vec<u64> = d.sm.state().streams[&0]
+        .topics
+        .values()
+        .flat_map(|t| (0..t.partitions.len() as u32).map(move |p| t.group(0, p).unwrap().0))
+        .collect();
+    assert_eq!(before.len(), 3);
+    payload(&d.submit(&Request::DeleteStream(num(0))).unwrap());
+    let retired: Vec<(u64, u64)> = d.sm.state().retired.iter().map(|(k, v)| (*k, *v)).collect();
+    let mut want: Vec<(u64, u64)> = before.into_iter().zip([0, 1, 2]).collect();
+    want.sort();
+    assert_eq!(retired, want);
+}
