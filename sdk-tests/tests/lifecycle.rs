@@ -100,7 +100,12 @@ async fn sdk_updates_and_deletes_streams_topics_and_partitions() {
         let mut messages = vec![message(&format!("balanced-{i}"))];
         step(
             "send balanced",
-            client.send_messages(&stream_id, &topic_id, &Partitioning::balanced(), &mut messages),
+            client.send_messages(
+                &stream_id,
+                &topic_id,
+                &Partitioning::balanced(),
+                &mut messages,
+            ),
         )
         .await;
     }
@@ -123,7 +128,10 @@ async fn sdk_updates_and_deletes_streams_topics_and_partitions() {
         counts.push(polled.messages.len());
     }
     assert_eq!(counts.iter().sum::<usize>(), 6, "{counts:?}");
-    assert!(counts.iter().all(|c| *c > 0), "every partition took sends: {counts:?}");
+    assert!(
+        counts.iter().all(|c| *c > 0),
+        "every partition took sends: {counts:?}"
+    );
 
     // DeletePartitions: the highest goes; a poll of it is refused, the others keep theirs.
     step(

@@ -996,10 +996,10 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
         producer.login();
         let mut acked: Acked = [Vec::new(), Vec::new()];
         send_batches(&mut producer, &mut acked, 0, 6);
-        for i in 0..3 {
+        for (i, node) in nodes.iter().enumerate() {
             reads_back(tcp(i), 0xC0 + i as u128, &acked, &logs, &format!("n{i}"));
             for p in 0..2 {
-                assert!(!group_files(&nodes[i], p).is_empty(), "n{i} p{p} has files");
+                assert!(!group_files(node, p).is_empty(), "n{i} p{p} has files");
             }
         }
 

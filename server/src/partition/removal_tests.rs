@@ -222,7 +222,8 @@ fn a_removal_cut_short_is_finished_by_the_next_boot() {
             for name in files(&parts).await {
                 let is_marker = name.starts_with(&marker_name(&prefix));
                 let is_superblock = name == format!("{prefix}superblock");
-                if !is_marker && !(keep_superblock && is_superblock) {
+                let kept = is_marker || (keep_superblock && is_superblock);
+                if !kept {
                     parts.remove(&name).await.unwrap();
                 }
             }
