@@ -943,6 +943,7 @@ fn stream_topic() -> Vec<u8> {
 }
 
 const UPDATE_STREAM: u8 = 129;
+const DELETE_STREAM: u8 = 130;
 const PURGE_TOPIC: u8 = 135;
 const DELETE_TOPIC: u8 = 134;
 const CREATE_PARTITIONS: u8 = 136;
@@ -1099,6 +1100,17 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
         c.login();
         assert_eq!(c.poll(0).unwrap(), fresh[0]);
         assert_eq!(c.poll(1), None, "partition 1 is gone");
+
+        // DeleteStream takes its topics' groups along (decision 343).
+        let mut stream = vec![1, 4];
+        stream.extend_from_slice(&stream_id().to_le_bytes());
+        assert_eq!(admin.replicated(DELETE_STREAM, &stream).result(), 0);
+        for (i, node) in nodes.iter().enumerate() {
+            eventually(&format!("n{i} removed the stream's group"), &logs, || {
+                let (groups, _) = groups_on(&nodes, i)?;
+                (groups == 0 && group_files(node, 0).is_empty()).then_some(())
+            });
+        }
     }));
     kill_all(&mut nodes);
     if let Err(panic) = result {
