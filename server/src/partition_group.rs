@@ -174,6 +174,8 @@ pub struct PartitionGauges {
     /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
     /// start at 0 and nothing is deleted yet). GetStats' `messages_count` sums it over shards.
     pub messages: AtomicU64,
+    /// Groups removed because the committed metadata deleted them (decision 342).
+    pub groups_removed: AtomicU64,
 }
 
 /// Publishes that `group`'s own superblock is durable on this shard (decision 290).
@@ -207,7 +209,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 18] = [
+    let rows: [(&str, &str, &str, Pick); 19] = [
         (
             "partition_groups",
             "gauge",
@@ -311,6 +313,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             |g| &g.forwarded,
         ),
         (
+            "partition_groups_removed_total",
+            "counter",
+            "partition groups removed after their deletion committed",
+            |g| &g.groups_removed,
+        ),
+        (
             "partition_inbox_dropped_total",
             "counter",
             "replica frames dropped before the partition pump",
@@ -382,6 +390,11 @@ pub enum Event {
     },
     /// A group's disk is booted: create its replica.
     Booted(Box<BootedGroup>),
+    /// A group's files are removed (its deletion committed, decision 342): forget it.
+    Removed {
+        /// The group.
+        group: u64,
+    },
 }
 
 /// A group the storage task booted.
@@ -390,6 +403,8 @@ pub struct BootedGroup {
     group: u64,
     recovered: Recovered,
     machine: PartitionStateMachine,
+    /// The incarnation its directory records (decision 342).
+    incarnation: Option<u64>,
 }
 
 /// The pump's inbox, filled by the replica plane's sink, the mesh, the client core and the
@@ -515,6 +530,8 @@ pub enum StorageOp {
 struct Queues {
     groups: RefCell<BTreeMap<u64, VecDeque<StorageOp>>>,
     boots: RefCell<VecDeque<(u64, FlushPolicy)>>,
+    /// Groups whose deletion committed, to remove before the next boots (decision 342).
+    removals: RefCell<VecDeque<u64>>,
     /// A submission was refused `Busy`: run a reclaim pass even without new WAL records (the
     /// refused group cannot write, so nothing else would).
     recheck: Cell<bool>,
@@ -543,8 +560,17 @@ impl Queues {
         }
     }
 
+    /// Queues the removal of a group whose replica the pump dropped; its queued storage work
+    /// goes (nothing of a dead incarnation may reach a later one's files).
+    fn remove(&self, group: u64) {
+        self.groups.borrow_mut().remove(&group);
+        self.removals.borrow_mut().push_back(group);
+        self.wake();
+    }
+
     fn is_idle(&self) -> bool {
         !self.recheck.get()
+            && self.removals.borrow().is_empty()
             && self.boots.borrow().is_empty()
             && self.groups.borrow().values().all(VecDeque::is_empty)
     }
@@ -618,6 +644,8 @@ struct StorageTask<S: Storage> {
     last_reclaim_at: u64,
     /// The stamp records a rejoin (decision 240).
     rejoin: bool,
+    /// Committed metadata: whether a group's incarnation is dead (decision 342).
+    metadata: MetadataReader,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -659,7 +687,12 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 // The node is stopping: write nothing more.
                 self.queues.groups.borrow_mut().clear();
                 self.queues.boots.borrow_mut().clear();
+                self.queues.removals.borrow_mut().clear();
                 continue;
+            }
+            let removals: Vec<_> = self.queues.removals.borrow_mut().drain(..).collect();
+            for group in removals {
+                self.remove_group(group).await;
             }
             let boots: Vec<_> = self.queues.boots.borrow_mut().drain(..).collect();
             for (group, policy) in boots {
@@ -1252,6 +1285,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             return;
         }
         let prefix = group_prefix(group);
+        let marker = match self.check_incarnation(group, &prefix).await {
+            Ok(Some(marker)) => marker,
+            Ok(None) => return, // removed
+            Err(e) => {
+                error!(group, error = %e, "partition incarnation marker unusable; the group stays down");
+                return;
+            }
+        };
         let replayed = self.replay.groups.remove(&group).unwrap_or_default();
         let boot = match journal::recover_partition(
             self.partitions.clone(),
@@ -1370,7 +1411,77 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             group,
             recovered,
             machine,
+            incarnation: marker,
         })));
+    }
+
+    /// Before a group boots: its directory's incarnation against the committed metadata
+    /// (decision 342). A dead one is removed (`Ok(None)`); a live key without a marker gets
+    /// one, durably, before the group journals anything. `Ok(Some(marker))` otherwise.
+    async fn check_incarnation(
+        &mut self,
+        group: u64,
+        prefix: &str,
+    ) -> Result<Option<Option<u64>>, String> {
+        let (mut store, marker) =
+            crate::partition::lifecycle::open_marker(self.partitions.clone(), prefix)
+                .await
+                .map_err(|e| e.to_string())?;
+        let state = self.metadata.view().state.clone();
+        match crate::partition::lifecycle::verdict(&state, group, marker) {
+            crate::partition::lifecycle::Verdict::Dead => {
+                drop(store);
+                self.remove_group(group).await;
+                Ok(None)
+            }
+            crate::partition::lifecycle::Verdict::Live(live) if marker.is_none() => {
+                crate::partition::lifecycle::write_marker(&mut store, live)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(Some(Some(live)))
+            }
+            _ => Ok(Some(marker)),
+        }
+    }
+
+    /// Removes a group whose deletion committed (decision 342; the order and why a crash at
+    /// any step is safe: `partition::lifecycle`): its state here (and so its hold on the WAL),
+    /// a WAL truncate from op 0, then its files, the marker last.
+    async fn remove_group(&mut self, group: u64) {
+        self.groups.remove(&group);
+        self.replay.groups.remove(&group);
+        self.queues.groups.borrow_mut().remove(&group);
+        let now = self.now_us();
+        let truncated = match self.wal.submit_truncate(group, 0, now) {
+            Ok(lsn) => match self.commit_window().await {
+                Ok(_) => {
+                    self.guard.note(lsn, group, &[]);
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = truncated {
+            self.fail(format!("group {group:#x}: removal: WAL truncate: {e}"));
+            return;
+        }
+        match crate::partition::lifecycle::remove_files(&self.partitions, &group_prefix(group))
+            .await
+        {
+            Ok(files) => {
+                add(&self.gauges.groups_removed, 1);
+                info!(
+                    group = format!("{group:#x}"),
+                    files, "partition group removed"
+                );
+            }
+            Err(e) => {
+                // The marker stays while anything else does: the next boot finishes.
+                warn!(group, error = %e, "removing a deleted group's files failed");
+            }
+        }
+        self.inbox.push(Event::Removed { group });
     }
 
     /// SIGTERM: the committed partition data reaches disk (segments and offsets synced), and
@@ -1394,6 +1505,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
 struct Hosted {
     replica: Replica<PartitionStateMachine>,
     lane: u8,
+    /// The incarnation its directory records (decision 342).
+    incarnation: Option<u64>,
 }
 
 /// The partition groups of one shard, as the pump, the sink and the client core see them.
@@ -1752,7 +1865,14 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
     );
     let mut seen_op = metadata.view().op;
     // Groups with state on disk boot now (their topic's policy when the metadata knows it).
-    let replayed: Vec<u64> = booted.replay.groups.keys().copied().collect();
+    // A group removed after its deletion replays to nothing (decision 342): not booted for that.
+    let replayed: Vec<u64> = booted
+        .replay
+        .groups
+        .iter()
+        .filter(|(_, ops)| !ops.is_empty())
+        .map(|(group, _)| *group)
+        .collect();
     let mut requested: BTreeSet<u64> = BTreeSet::new();
     for group in on_disk.keys().chain(replayed.iter()).chain(wanted.keys()) {
         if requested.insert(*group) {
@@ -1777,6 +1897,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         limits,
         last_reclaim_at: 0,
         rejoin,
+        metadata: metadata.clone(),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -1828,6 +1949,17 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 }
             }
             exec.deliver();
+            // Hosted groups whose incarnation the committed metadata deleted stop now and
+            // leave the disk (decision 342).
+            for group in dead_groups(&host, &metadata) {
+                host.groups.borrow_mut().remove(&group);
+                requested.remove(&group);
+                queues.remove(group);
+                info!(
+                    group = format!("{group:#x}"),
+                    "partition group deleted; removing it"
+                );
+            }
             // The committed metadata, once per tick: new groups of this shard boot.
             let op = metadata.view().op;
             if op != seen_op {
@@ -1853,6 +1985,11 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         while handled < TURN_EVENTS_MAX {
             let Some(event) = host.inbox.pop() else { break };
             handled += 1;
+            if let Event::Removed { group } = event {
+                // Booted again if the metadata wants this key (a later incarnation).
+                requested.remove(&group);
+                continue;
+            }
             handle(
                 &host,
                 &core,
@@ -1948,11 +2085,13 @@ fn handle(
                 exec.run(*group, &h.replica, out);
             }
         }
+        Event::Removed { .. } => {}
         Event::Booted(b) => {
             let BootedGroup {
                 group,
                 recovered,
                 machine,
+                incarnation,
             } = *b;
             let mut raw = core.clone();
             raw.group = GroupId(group);
@@ -1973,6 +2112,7 @@ fn handle(
             let mut hosted = Hosted {
                 replica,
                 lane: lane(gid, host.lanes),
+                incarnation,
             };
             // Down peers are reported now; the sink reports later changes.
             for peer in 0..core.replica_count {
@@ -1997,6 +2137,20 @@ fn now(ticks: u64) -> Now {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
     }
+}
+
+/// Hosted groups whose incarnation the committed metadata proves deleted.
+fn dead_groups(host: &Host, metadata: &MetadataReader) -> Vec<u64> {
+    let view = metadata.view();
+    host.groups
+        .borrow()
+        .iter()
+        .filter(|(group, h)| {
+            crate::partition::lifecycle::verdict(&view.state, **group, h.incarnation)
+                == crate::partition::lifecycle::Verdict::Dead
+        })
+        .map(|(group, _)| *group)
+        .collect()
 }
 
 fn observe(host: &Host) {
@@ -2143,6 +2297,10 @@ mod affinity_tests {
 }
 
 #[cfg(test)]
+#[path = "partition/removal_tests.rs"]
+mod removal_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use journal::MemStorage;
@@ -2161,7 +2319,7 @@ mod tests {
     }
 
     /// A sealed partition prepare of `op` in `group` (a StoreConsumerOffset body).
-    fn prepare(group: u64, op: u64) -> Frame {
+    pub(super) fn prepare(group: u64, op: u64) -> Frame {
         let mut header = PrepareHeader::zeroed();
         header.frame = FrameHeader::new(
             Command::Prepare,
@@ -2246,6 +2404,7 @@ mod tests {
                     limits: ReclaimLimits::default(),
                     last_reclaim_at: 0,
                     rejoin: false,
+                    metadata: MetadataReader::default(),
                 };
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());

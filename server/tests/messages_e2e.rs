@@ -484,3 +484,216 @@ fn the_sdk_path_works_on_strand_dev() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The files of partition group `(stream_id(), topic 0, partition)` under a node's data
+/// directory (every shard's `partitions/`).
+fn group_files(node: &Node, partition: u32) -> Vec<String> {
+    let group = wire::GroupId::partition(wire::PartitionKey {
+        stream: stream_id(),
+        topic: 0,
+        partition,
+    })
+    .unwrap();
+    let prefix = format!("p{:016x}-", group.0);
+    let mut out = Vec::new();
+    for shard in std::fs::read_dir(&node.dir).into_iter().flatten().flatten() {
+        let dir = shard.path().join("partitions");
+        for file in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = file.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&prefix)
+                || name.ends_with(&format!("-{prefix}.0"))
+                || name.ends_with(&format!("-{prefix}.1"))
+                || name.starts_with(&format!("staging-{prefix}"))
+            {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// A stream/topic identifier body: numeric `stream_id()` and topic 0.
+fn stream_topic() -> Vec<u8> {
+    let mut body = vec![1, 4];
+    body.extend_from_slice(&stream_id().to_le_bytes());
+    body.extend_from_slice(&[1, 4]);
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body
+}
+
+const UPDATE_STREAM: u8 = 129;
+const DELETE_STREAM: u8 = 130;
+const PURGE_TOPIC: u8 = 135;
+const DELETE_TOPIC: u8 = 134;
+const CREATE_PARTITIONS: u8 = 136;
+const DELETE_PARTITIONS: u8 = 137;
+const GET_TOPIC: u32 = 300;
+
+/// Topic lifecycle across three processes (decisions 340-342): a topic's groups, files and
+/// gauges leave every node when DeleteTopic commits, a restarted node does not bring them back,
+/// the key used again by a new topic starts empty (offset 0, none of the old messages),
+/// CreatePartitions adds a group that takes sends, DeletePartitions removes the highest, and
+/// a purge is refused with 5.
+#[test]
+fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
+    let _serial = common::serial();
+    let dir = common::scratch("lifecycle");
+    let ports = common::free_ports(9);
+    let config_path = dir.join("strand.toml");
+    std::fs::write(&config_path, common::config("lifecycle-e2e", 3, &ports, "")).unwrap();
+    let logs = dir.join("nodes.log");
+    let mut nodes = common::nodes(&dir, 3, &ports);
+    let tcp = |i: usize| ports[i * 3];
+    for node in nodes.iter_mut() {
+        spawn(&config_path, node, &logs);
+    }
+    let groups_on = |nodes: &[Node], i: usize| {
+        common::scrape(nodes[i].http).map(|m| {
+            (
+                partition_sum(&m, "strand_partition_groups"),
+                partition_sum(&m, "strand_partition_groups_removed_total"),
+            )
+        })
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mp = metadata_primary(&nodes, &logs);
+        let mut admin = Client::connect(tcp(mp), 0xAD);
+        admin.login();
+        for s in 0..=stream_id() {
+            let answer = admin.replicated(CREATE_STREAM, &name(&format!("life-{s}")));
+            assert_eq!(answer.result(), 0);
+        }
+        let create_topic = |admin: &mut Client, partitions: u32| {
+            let mut topic = vec![1, 4];
+            topic.extend_from_slice(&stream_id().to_le_bytes());
+            topic.extend_from_slice(&partitions.to_le_bytes());
+            topic.extend_from_slice(&name("events"));
+            assert_eq!(admin.replicated(CREATE_TOPIC, &topic).result(), 0);
+        };
+        create_topic(&mut admin, 2);
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let mut producer = Client::connect(tcp(pp), 0xB0B);
+        producer.login();
+        let mut acked: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut acked, 0, 6);
+        for (i, node) in nodes.iter().enumerate() {
+            reads_back(tcp(i), 0xC0 + i as u128, &acked, &logs, &format!("n{i}"));
+            for p in 0..2 {
+                assert!(!group_files(node, p).is_empty(), "n{i} p{p} has files");
+            }
+        }
+
+        // UpdateStream commits; a purge is refused before replication (decision 344).
+        let mut rename = vec![1, 4];
+        rename.extend_from_slice(&stream_id().to_le_bytes());
+        rename.extend_from_slice(&name("renamed"));
+        assert_eq!(admin.replicated(UPDATE_STREAM, &rename).result(), 0);
+        let purge = admin.replicated(PURGE_TOPIC, &stream_topic());
+        assert_eq!((purge.status(), purge.body().len()), (0, 12));
+        assert_eq!(purge.result(), 5);
+
+        // DeleteTopic: every node's groups stop, their files go, the gauges say so.
+        assert_eq!(admin.replicated(DELETE_TOPIC, &stream_topic()).result(), 0);
+        for i in 0..3 {
+            eventually(&format!("n{i} removed both groups"), &logs, || {
+                (groups_on(&nodes, i)? == (0, 2)).then_some(())
+            });
+            for p in 0..2 {
+                assert_eq!(group_files(&nodes[i], p), Vec::<String>::new(), "n{i} p{p}");
+            }
+        }
+        // Sends answer 20, polls the topic's not-found code, GetTopic nothing.
+        let mut c = Client::connect(tcp(pp), 0xB1);
+        c.login();
+        let send = c.replicated(SEND_MESSAGES, &send_body(0, &[b"late".to_vec()]));
+        assert_eq!(send.status(), 20);
+        let poll = {
+            let mut body = Vec::new();
+            Request::PollMessages(PollMessages {
+                consumer: consumer(),
+                stream: Identifier::Numeric(stream_id()),
+                topic: Identifier::Numeric(0),
+                partition: Some(0),
+                strategy: PollingStrategy::Offset(0),
+                count: 10,
+                auto_commit: false,
+            })
+            .encode(&mut body);
+            c.read(POLL_MESSAGES, &body)
+        };
+        assert_eq!(poll.status(), 2010);
+        assert!(c.read(GET_TOPIC, &stream_topic()).body().is_empty());
+
+        // A restarted backup does not bring them back.
+        let backup = (0..3).find(|&i| i != mp && i != pp).unwrap();
+        common::kill(&mut nodes[backup]);
+        spawn(&config_path, &mut nodes[backup], &logs);
+        metadata_primary(&nodes, &logs);
+        let mut probe = Client::connect(tcp(backup), 0xB2);
+        probe.login();
+        for i in 0..3 {
+            assert_eq!(groups_on(&nodes, i).unwrap().0, 0, "n{i} after the restart");
+            for p in 0..2 {
+                assert_eq!(group_files(&nodes[i], p), Vec::<String>::new(), "n{i} p{p}");
+            }
+        }
+
+        // The same key again: a topic of one partition, then one more partition.
+        let mp = metadata_primary(&nodes, &logs);
+        let mut admin = Client::connect(tcp(mp), 0xAE);
+        admin.login();
+        create_topic(&mut admin, 1);
+        let mut more = stream_topic();
+        more.extend_from_slice(&1u32.to_le_bytes());
+        assert_eq!(admin.replicated(CREATE_PARTITIONS, &more).result(), 0);
+        let details = admin.read(GET_TOPIC, &stream_topic());
+        let topic = server::client::reply::TopicDetails::decode(details.body()).unwrap();
+        assert_eq!(topic.topic.partitions_count, 2);
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let mut producer = Client::connect(tcp(pp), 0xB0C);
+        producer.login();
+        let mut fresh: Acked = [Vec::new(), Vec::new()];
+        // Offsets start at 0 on both: nothing of the deleted incarnation came back.
+        send_batches(&mut producer, &mut fresh, 100, 4);
+        for i in 0..3 {
+            reads_back(
+                tcp(i),
+                0xD0 + i as u128,
+                &fresh,
+                &logs,
+                &format!("n{i} new"),
+            );
+        }
+
+        // DeletePartitions 1: partition 1 leaves every node; partition 0 keeps its messages.
+        let mut fewer = stream_topic();
+        fewer.extend_from_slice(&1u32.to_le_bytes());
+        assert_eq!(admin.replicated(DELETE_PARTITIONS, &fewer).result(), 0);
+        for i in 0..3 {
+            eventually(&format!("n{i} removed partition 1"), &logs, || {
+                let (groups, _) = groups_on(&nodes, i)?;
+                (groups == 1 && group_files(&nodes[i], 1).is_empty()).then_some(())
+            });
+        }
+        let mut c = Client::connect(tcp(pp), 0xB3);
+        c.login();
+        assert_eq!(c.poll(0).unwrap(), fresh[0]);
+        assert_eq!(c.poll(1), None, "partition 1 is gone");
+
+        // DeleteStream takes its topics' groups along (decision 343).
+        let mut stream = vec![1, 4];
+        stream.extend_from_slice(&stream_id().to_le_bytes());
+        assert_eq!(admin.replicated(DELETE_STREAM, &stream).result(), 0);
+        for (i, node) in nodes.iter().enumerate() {
+            eventually(&format!("n{i} removed the stream's group"), &logs, || {
+                let (groups, _) = groups_on(&nodes, i)?;
+                (groups == 0 && group_files(node, 0).is_empty()).then_some(())
+            });
+        }
+    }));
+    kill_all(&mut nodes);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

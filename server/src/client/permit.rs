@@ -67,6 +67,40 @@ pub fn required(request: &Request<'_>, user_id: u32, view: &MetadataView) -> Opt
             let (s, t) = topic(&target.stream, &target.topic)?;
             Action::Poll(s, t)
         }
+        Lifecycle(l) => {
+            use super::lifecycle::Lifecycle as L;
+            match l {
+                L::UpdateStream { stream: s, .. } | L::PurgeStream(s) => {
+                    Action::ManageStream(stream(s)?)
+                }
+                L::UpdateTopic {
+                    stream: s,
+                    topic: t,
+                    ..
+                }
+                | L::DeleteTopic {
+                    stream: s,
+                    topic: t,
+                }
+                | L::PurgeTopic {
+                    stream: s,
+                    topic: t,
+                }
+                | L::CreatePartitions {
+                    stream: s,
+                    topic: t,
+                    ..
+                }
+                | L::DeletePartitions {
+                    stream: s,
+                    topic: t,
+                    ..
+                } => {
+                    let (s, t) = topic(s, t)?;
+                    Action::ManageTopic(s, t)
+                }
+            }
+        }
         DeleteConsumerOffset(delete) => {
             let (s, t) = topic(&delete.target.stream, &delete.target.topic)?;
             Action::Poll(s, t)

@@ -284,6 +284,8 @@ pub enum Request<'a> {
     GetClient(u32),
     /// NonReplicated 22.
     GetClients,
+    /// Operations 129, 131, 133-137: stream and topic lifecycle ([`super::lifecycle`]).
+    Lifecycle(super::lifecycle::Lifecycle),
 }
 
 /// How to answer a request that is not served: a status (Reply) or an Eviction.
@@ -417,6 +419,7 @@ impl<'a> Request<'a> {
             GetMe => nr(user_code::GET_ME),
             GetClient(_) => nr(user_code::GET_CLIENT),
             GetClients => nr(user_code::GET_CLIENTS),
+            Lifecycle(l) => (l.operation(), 0),
         }
     }
 
@@ -521,6 +524,7 @@ impl<'a> Request<'a> {
                 stream.write(out);
                 topic.write(out);
             }
+            Lifecycle(l) => l.encode(out),
         }
     }
 }
@@ -644,6 +648,12 @@ fn decode_body(operation: Operation, code: u32, body: &[u8]) -> Result<Request<'
         Operation::DeleteConsumerGroup => Request::DeleteConsumerGroup(GroupTarget::read(&mut r)?),
         Operation::JoinConsumerGroup => Request::JoinConsumerGroup(GroupTarget::read(&mut r)?),
         Operation::LeaveConsumerGroup => Request::LeaveConsumerGroup(GroupTarget::read(&mut r)?),
+        op if super::lifecycle::Lifecycle::serves(op) => {
+            match super::lifecycle::Lifecycle::read(op, &mut r) {
+                Some(decoded) => Request::Lifecycle(decoded?),
+                None => return Err(Decode::Other(RequestError::Unavailable { operation, code })),
+            }
+        }
         Operation::Reserved => {
             return Err(Decode::Other(RequestError::InvalidOperation(operation)));
         }

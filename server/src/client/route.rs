@@ -273,7 +273,8 @@ pub fn route(
         | Request::LeaveConsumerGroup(_)
         | Request::CreateStream { .. }
         | Request::DeleteStream(_)
-        | Request::CreateTopic(_) => Route::Metadata(operation),
+        | Request::CreateTopic(_)
+        | Request::Lifecycle(_) => Route::Metadata(operation),
         Request::GetStream(id) => reply_ok(match view.stream(&id) {
             Ok(stream) => {
                 let mut out = Vec::new();

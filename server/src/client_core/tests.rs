@@ -631,10 +631,10 @@ fn unserved_and_unknown_commands_are_answered_never_silent() {
     assert_eq!(c.call(Operation::NonReplicated, 102, &[]).status(), 5);
     // An unknown code: 3 (InvalidCommand, client-plane.md §2.4).
     assert_eq!(c.call(Operation::NonReplicated, 9999, &[]).status(), 3);
-    // A replicated metadata op not served (UpdateStream): result section [1][0][5].
-    let answer = c.call(Operation::UpdateStream, 0, &name("someone"));
-    assert_eq!(answer.status(), 0);
-    assert_eq!(read_result(answer.body()).unwrap(), Err(5));
+    // A replicated metadata op not served (DeleteSegments): refused before routing, status 5.
+    let answer = c.call(Operation::DeleteSegments, 0, &name("someone"));
+    assert_eq!(answer.status(), 5);
+    assert!(answer.body().is_empty());
     // An undefined operation byte: Eviction InvalidRequestOperation.
     let mut frame = request_frame(c.client, Operation::NonReplicated, 1, c.session, 1, &[]);
     frame[176] = 250;

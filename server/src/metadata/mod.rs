@@ -15,6 +15,7 @@
 //! options), [`password`] (Argon2id hashes), [`view`] (the lock-free read handle).
 
 pub mod groups;
+pub mod lifecycle;
 pub mod password;
 pub mod state;
 pub mod topic;
@@ -23,6 +24,8 @@ pub mod view;
 
 mod user_ops;
 
+#[cfg(test)]
+mod lifecycle_tests;
 #[cfg(test)]
 mod tests;
 
@@ -258,6 +261,7 @@ impl MetadataStateMachine {
             | Request::LeaveConsumerGroup(g) => {
                 self.view.consumer_group(&g.stream, &g.topic, &g.group)?;
             }
+            Request::Lifecycle(l) => self.check_lifecycle(l)?,
             _ => return Err(status::FEATURE_UNAVAILABLE),
         }
         Ok(())
@@ -290,7 +294,11 @@ impl MetadataStateMachine {
             unreachable!("decoded as DeleteStream")
         };
         let stream_id = self.view.stream(&id)?.id;
-        self.view.state.streams.remove(&stream_id);
+        if let Some(stream) = self.view.state.streams.remove(&stream_id) {
+            for topic in stream.topics.values() {
+                self.view.state.retire(stream_id, topic, 0);
+            }
+        }
         self.view.state.retain_live_groups();
         Ok(RESULT_OK.to_vec())
     }
@@ -404,6 +412,11 @@ impl MetadataStateMachine {
         };
         let mut reply = RESULT_OK.to_vec();
         topic_details(&topic).encode(&mut reply);
+        for p in &topic.partitions {
+            if let Some(group) = topic.group(stream_id, p.id) {
+                state.retired.remove(&group.0);
+            }
+        }
         stream.topics.insert(id, topic);
         state.next_consensus_group_id = next;
         Ok(reply)
@@ -530,6 +543,12 @@ impl WholeArtifacts for MetadataStateMachine {
                 // receiving shard after authentication); root is enough to pass here.
                 self.check(&request, ROOT_USER_ID)
             }
+            op if crate::client::lifecycle::Lifecycle::serves(op) => {
+                let request = decode(operation, body)?;
+                // The acting user is checked at apply (the header's user_id is stamped by the
+                // receiving shard after authentication); root is enough to pass here.
+                self.check(&request, ROOT_USER_ID)
+            }
             _ => Err(status::FEATURE_UNAVAILABLE),
         }
     }
@@ -576,6 +595,11 @@ impl WholeArtifacts for MetadataStateMachine {
             | Operation::DeleteConsumerGroup
             | Operation::JoinConsumerGroup
             | Operation::LeaveConsumerGroup => self.apply_group(operation, header, body),
+            op if crate::client::lifecycle::Lifecycle::serves(op) => match decode(op, body) {
+                Ok(Request::Lifecycle(l)) => self.apply_lifecycle(header, l),
+                Ok(_) => Err(status::INVALID_COMMAND),
+                Err(code) => Err(code),
+            },
             Operation::CreateTopicWithAssignments => match Assigned::decode(body) {
                 Ok(assigned) => self.apply_create_topic(header, assigned),
                 Err(_) => Err(status::INVALID_COMMAND),

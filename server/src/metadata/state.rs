@@ -87,6 +87,10 @@ pub struct State {
     /// Status, permissions and tokens by user id (issue 11); a user without an entry has
     /// the defaults of [`Account`].
     pub accounts: BTreeMap<u32, Account>,
+    /// Partition group keys whose partition was deleted and not created again, with the
+    /// `consensus_group_id` (the incarnation) that was deleted (decision 342): a node removes
+    /// a group's files only when this state proves that incarnation dead.
+    pub retired: BTreeMap<u64, u64>,
 }
 
 impl Stream {
@@ -121,6 +125,23 @@ impl State {
             .find(|u| u.username.as_str() == username)
     }
 
+    /// The live partition whose group key is `group`: its `consensus_group_id`.
+    pub fn live_incarnation(&self, group: u64) -> Option<u64> {
+        let key = GroupId(group).fields();
+        let topic = self.streams.get(&key.stream)?.topics.get(&key.topic)?;
+        let partition = topic.partitions.get(key.partition as usize)?;
+        (topic.group(key.stream, key.partition)?.0 == group).then_some(partition.consensus_group_id)
+    }
+
+    /// Records the partitions of `topic` in `stream` from index `from` up as retired.
+    pub fn retire(&mut self, stream: u32, topic: &Topic, from: usize) {
+        for partition in topic.partitions.iter().skip(from) {
+            if let Some(group) = topic.group(stream, partition.id) {
+                self.retired.insert(group.0, partition.consensus_group_id);
+            }
+        }
+    }
+
     /// The lowest stream id not in use, if any is left under the group key's limit.
     pub fn free_stream_id(&self) -> Option<u32> {
         lowest_free(self.streams.keys(), STREAM_MAX)
@@ -148,8 +169,9 @@ pub fn free_topic_id(stream: &Stream) -> Option<u32> {
 
 /// Magic of the snapshot encoding.
 pub const MAGIC: [u8; 4] = *b"SMD1";
-/// Version byte after the magic.
-pub const VERSION: u8 = 1;
+/// Version byte after the magic (2 adds the retired groups after the streams; 1 is still
+/// read, with none).
+pub const VERSION: u8 = 2;
 
 /// Why a snapshot does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -213,6 +235,11 @@ impl State {
                 }
             }
         }
+        out.extend_from_slice(&(self.retired.len() as u32).to_le_bytes());
+        for (group, incarnation) in &self.retired {
+            out.extend_from_slice(&group.to_le_bytes());
+            out.extend_from_slice(&incarnation.to_le_bytes());
+        }
         // Appended section (decision 318): consumer groups.
         super::groups::encode_section(self, &mut out);
         // The accounts section (issue 11), appended after the original sections.
@@ -236,7 +263,11 @@ impl State {
             return Err(SnapshotError::Trailer);
         }
         let mut r = Reader::new(content);
-        if r.array::<4>("magic")? != MAGIC || r.u8("version")? != VERSION {
+        if r.array::<4>("magic")? != MAGIC {
+            return Err(SnapshotError::Magic);
+        }
+        let version = r.u8("version")?;
+        if !(1..=VERSION).contains(&version) {
             return Err(SnapshotError::Magic);
         }
         let mut state = State {
@@ -325,6 +356,28 @@ impl State {
                 stream.topics.insert(topic.id, topic);
             }
             state.streams.insert(id, stream);
+        }
+        if version >= 2 {
+            let count = r.u32("retired count")?;
+            for _ in 0..count {
+                let group = r.u64("retired group")?;
+                let incarnation = r.u64("retired incarnation")?;
+                let live = state.live_incarnation(group).is_some();
+                if !matches!(GroupId(group).kind(), wire::group::GroupKind::Partition(_))
+                    || live
+                    || incarnation >= state.next_consensus_group_id
+                    || state
+                        .retired
+                        .keys()
+                        .next_back()
+                        .is_some_and(|l| *l >= group)
+                {
+                    return Err(SnapshotError::Content(
+                        "retired groups not ascending, live, or ahead of the counter",
+                    ));
+                }
+                state.retired.insert(group, incarnation);
+            }
         }
         // A snapshot written before the consumer-group section ends here: no groups.
         if r.remaining() > 0 {

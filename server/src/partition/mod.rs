@@ -8,6 +8,7 @@
 //!
 //! Offsets here are message offsets, never op numbers (consensus.md §14).
 
+pub mod lifecycle;
 pub mod machine;
 
 use journal::artifact::OffsetTable;
