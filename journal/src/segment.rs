@@ -18,6 +18,8 @@
 
 use std::collections::VecDeque;
 
+use bytes::Bytes;
+
 use crate::batch::{self, BatchFault, BatchInfo};
 use crate::file::AlignedBuf;
 use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
@@ -122,7 +124,7 @@ pub struct PartitionLog<S: Storage> {
     prefix: String,
     policy: FlushPolicy,
     segments: Vec<Segment<S::File>>,
-    pending: VecDeque<(BatchInfo, Vec<u8>)>,
+    pending: VecDeque<(BatchInfo, Bytes)>,
     pending_messages: u64,
     pending_bytes: u64,
     next_offset: u64,
@@ -348,8 +350,10 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Hands a committed batch to the log (kept in memory until a flush). Its base offset must
-    /// be the next offset.
-    pub fn commit_batch(&mut self, bytes: Vec<u8>) -> Result<(), SegmentError> {
+    /// be the next offset. A `Vec` or shared `Bytes` (the node's in-memory copy) is kept as is,
+    /// without a copy.
+    pub fn commit_batch(&mut self, bytes: impl Into<Bytes>) -> Result<(), SegmentError> {
+        let bytes: Bytes = bytes.into();
         let info = batch::verify(&bytes)?;
         if info.base_offset != self.next_offset {
             return Err(SegmentError::Offset {

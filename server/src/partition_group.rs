@@ -837,7 +837,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 if end <= disk.log.next_offset() {
                     return; // in the segments already (flushed before a restart)
                 }
-                let flushed = match disk.log.commit_batch(bytes.to_vec()) {
+                let flushed = match disk.log.commit_batch(bytes) {
                     Ok(()) if disk.log.should_flush(0, 0) => disk.log.flush().await,
                     other => other,
                 };

@@ -196,7 +196,13 @@ pub fn stamp(batch: &mut [u8], partition_id: u64, base_offset: u64, base_timesta
     batch[PARTITION_ID..PARTITION_ID + 8].copy_from_slice(&partition_id.to_le_bytes());
     batch[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_le_bytes());
     batch[BASE_TIMESTAMP..BASE_TIMESTAMP + 8].copy_from_slice(&base_timestamp.to_le_bytes());
-    let sum = checksum(batch, FrameChecksums { batch, at: HEADER_SIZE });
+    let sum = checksum(
+        batch,
+        FrameChecksums {
+            batch,
+            at: HEADER_SIZE,
+        },
+    );
     batch[CHECKSUM..CHECKSUM + 8].copy_from_slice(&sum.to_le_bytes());
 }
 
@@ -316,7 +322,11 @@ mod tests {
             for c in &sums {
                 input.extend_from_slice(&c.to_le_bytes());
             }
-            assert_eq!(checksum(&batch, sums.iter().copied()), xxh3(&input), "{count}");
+            assert_eq!(
+                checksum(&batch, sums.iter().copied()),
+                xxh3(&input),
+                "{count}"
+            );
         }
     }
 

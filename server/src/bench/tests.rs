@@ -305,7 +305,10 @@ fn cpu_seconds_come_from_utime_and_stime_past_a_name_with_spaces_and_parens() {
     // utime stime ...
     let stat = "4242 (str and) (x) S 1 2 3 4 5 6 7 8 9 10 250 130 11 12 20 0 1 0";
     assert_eq!(cluster::cpu_seconds_of_stat(stat, 100.0), Some(3.8));
-    assert_eq!(cluster::cpu_seconds_of_stat("4242 (cut) S 1 2", 100.0), None);
+    assert_eq!(
+        cluster::cpu_seconds_of_stat("4242 (cut) S 1 2", 100.0),
+        None
+    );
     assert_eq!(cluster::cpu_seconds_of_stat("no name here", 100.0), None);
     // This process: the figure is read and does not go backwards while it spins.
     let before = cluster::process_cpu_seconds(std::process::id()).expect("/proc readable");
