@@ -481,8 +481,8 @@ impl<S: StateMachine> Replica<S> {
                 return Err(Ignored::JournalFull);
             }
             self.check_stamp(header, body, false)?;
-            if self.journal_prepare(now, frames::whole(header, body), out) && self.config.memory_ack
-            {
+            let frame = self.incoming_or_whole(header, body);
+            if self.journal_prepare(now, frame, out) && self.config.memory_ack {
                 self.send_prepare_ok(op, out);
             }
             return Ok(());
@@ -496,7 +496,7 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::ChainBreak);
         }
         self.check_stamp(header, body, true)?;
-        let frame = frames::whole(header, body);
+        let frame = self.incoming_or_whole(header, body);
         if op > self.commit_min
             && let Some(next) = self.next_hop(header.frame.view.get())
         {
@@ -522,6 +522,21 @@ impl<S: StateMachine> Replica<S> {
             self.send_prepare_ok(op, out);
         }
         Ok(())
+    }
+
+    /// The frame of `header` and `body`: the step's shared incoming frame when they are its
+    /// very bytes (same address and length: no copy), else a copy of them.
+    fn incoming_or_whole(&self, header: &PrepareHeader, body: &[u8]) -> Frame {
+        match &self.incoming {
+            Some(frame)
+                if frame.len() == wire::HEADER_SIZE + body.len()
+                    && frame.body().as_ptr() == body.as_ptr()
+                    && frame.header_bytes() == Some(header.bytes().try_into().expect("256")) =>
+            {
+                frame.clone()
+            }
+            _ => frames::whole(header, body),
+        }
     }
 
     /// Partition SendMessages re-derivation (§5.6). `live`: the prepare extends the head, so
