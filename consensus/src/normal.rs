@@ -531,7 +531,7 @@ impl<S: StateMachine> Replica<S> {
             Some(frame)
                 if frame.len() == wire::HEADER_SIZE + body.len()
                     && frame.body().as_ptr() == body.as_ptr()
-                    && frame.header_bytes() == Some(header.bytes().try_into().expect("256")) =>
+                    && frame.header_bytes() == Some(header.bytes()) =>
             {
                 frame.clone()
             }
