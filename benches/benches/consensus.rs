@@ -49,6 +49,35 @@ fn step_throughput(c: &mut Criterion) {
         });
     });
 
+    // Partition plane at the replica-plane benchmark's shape: SendMessages of 1000 x 1000 B
+    // messages (a 1 MB batch): the copies and hashes of the prepare path on all three
+    // replicas, per payload byte (decisions 261-263).
+    let payloads: Vec<Vec<u8>> = (0..1000u32).map(|i| vec![i as u8; 1000]).collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    let big = build_send_messages_request(&build_batch(&refs), 1);
+    const BIG_BURST: u64 = 4;
+    group.throughput(Throughput::Bytes(BIG_BURST * 1_000_000));
+    group.bench_function("3_replicas/partition_send_1000x1000B", |b| {
+        let mut cluster = Cluster::new(3, partition(1), |_| {});
+        let mut request = 0u64;
+        b.iter(|| {
+            for _ in 0..BIG_BURST {
+                request += 1;
+                let r = Cluster::request(11, Operation::SendMessages, 1, request, big.clone());
+                cluster.step(ReplicaId(0), Input::Request(r));
+            }
+            cluster.run();
+            assert_eq!(cluster.replica(0).commit_min(), request);
+            if request.is_multiple_of(16) {
+                for disk in &mut cluster.disks {
+                    disk.journal.clear();
+                }
+                cluster.replies.clear();
+            }
+        });
+    });
+    group.throughput(Throughput::Elements(BURST));
+
     // Metadata plane: 32 registered clients, one 1 KiB op each per burst (dedup, client table,
     // sealed bodies, reply cache).
     let body = vec![9u8; 1024];

@@ -38,6 +38,15 @@ pub(crate) fn finish<H: Layout>(mut header: H, body: &[u8]) -> Frame {
     Frame::new(bytes)
 }
 
+/// A buffer of `wire::HEADER_SIZE` zero bytes followed by `body`, sized exactly: the one copy
+/// of a body the core makes on its way into a frame ([`finish_in_place`] seals it).
+pub(crate) fn with_header_room(body: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(wire::HEADER_SIZE + body.len());
+    bytes.resize(wire::HEADER_SIZE, 0);
+    bytes.extend_from_slice(body);
+    bytes
+}
+
 /// Seals a frame whose body already sits in `bytes` after `wire::HEADER_SIZE` placeholder
 /// bytes (a state chunk read straight into its frame): no second copy of the body.
 pub(crate) fn finish_in_place<H: Layout>(mut header: H, mut bytes: Vec<u8>) -> Frame {

@@ -52,6 +52,15 @@ pub enum Input<'a> {
         /// One whole frame.
         frame: &'a [u8],
     },
+    /// [`Input::Frame`] with the frame's bytes owned and shared: a prepare the core journals
+    /// from it keeps these bytes instead of a copy (decision 264). Handled exactly like
+    /// `Frame` otherwise.
+    SharedFrame {
+        /// The peer whose connection delivered the frame.
+        from: ReplicaId,
+        /// One whole frame.
+        frame: Frame,
+    },
     /// A client request routed to this group by a client listener.
     Request(ClientRequest),
     /// A storage completion for an effect this replica emitted.

@@ -295,27 +295,36 @@ impl<S: StateMachine> Replica<S> {
             "prepare beyond the journal's room"
         );
         let timestamp = now.realtime_us.max(self.last_timestamp + 1);
-        let (operation, body) = match self.plane() {
+        // The frame's bytes: the header's room, then the body, in one buffer that becomes the
+        // frame without another copy (decision 261).
+        let (operation, frame_bytes) = match self.plane() {
             Plane::Metadata if matches!(operation, Operation::Register | Operation::Logout) => {
-                (operation, request.body)
+                (operation, frames::with_header_room(&request.body))
             }
             Plane::Metadata => {
                 let projection = self.sm.project(operation, &request.body);
-                (projection.operation, projection.body)
+                (
+                    projection.operation,
+                    frames::with_header_room(&projection.body),
+                )
             }
             Plane::Partition if operation == Operation::SendMessages => {
-                let mut batch = partition::batch_of_request(&request.body)
-                    .expect("checked at admission")
-                    .to_vec();
+                let batch =
+                    partition::batch_of_request(&request.body).expect("checked at admission");
+                let mut bytes = frames::with_header_room(batch);
                 let partition_id = u64::from(self.group.fields().partition);
-                partition::stamp(&mut batch, partition_id, self.next_offset, timestamp);
-                let count = partition::check(&batch)
-                    .expect("stamping keeps a checked batch valid")
-                    .message_count;
+                // Admission verified every message and the batch checksum; the stamp rewrites
+                // header fields and the batch checksum only, so the count needs no re-check.
+                let count = partition::stamp(
+                    &mut bytes[wire::HEADER_SIZE..],
+                    partition_id,
+                    self.next_offset,
+                    timestamp,
+                );
                 self.next_offset += u64::from(count);
-                (operation, batch)
+                (operation, bytes)
             }
-            Plane::Partition => (operation, request.body),
+            Plane::Partition => (operation, frames::with_header_room(&request.body)),
         };
         let mut header = PrepareHeader::zeroed();
         header.frame = FrameHeader::new(wire::Command::Prepare, self.sender());
@@ -329,7 +338,7 @@ impl<S: StateMachine> Replica<S> {
         header.operation = operation.byte();
         header.group.set(self.group.0);
         header.user_id = request.header.user_id;
-        let frame = frames::finish(header, &body);
+        let frame = frames::finish_in_place(header, frame_bytes);
         let header = *frame.prepare_header().expect("a prepare");
 
         // Pre-advance, atomically (§5.2).
@@ -472,8 +481,8 @@ impl<S: StateMachine> Replica<S> {
                 return Err(Ignored::JournalFull);
             }
             self.check_stamp(header, body, false)?;
-            if self.journal_prepare(now, frames::whole(header, body), out) && self.config.memory_ack
-            {
+            let frame = self.incoming_or_whole(header, body);
+            if self.journal_prepare(now, frame, out) && self.config.memory_ack {
                 self.send_prepare_ok(op, out);
             }
             return Ok(());
@@ -487,7 +496,7 @@ impl<S: StateMachine> Replica<S> {
             return Err(Ignored::ChainBreak);
         }
         self.check_stamp(header, body, true)?;
-        let frame = frames::whole(header, body);
+        let frame = self.incoming_or_whole(header, body);
         if op > self.commit_min
             && let Some(next) = self.next_hop(header.frame.view.get())
         {
@@ -513,6 +522,21 @@ impl<S: StateMachine> Replica<S> {
             self.send_prepare_ok(op, out);
         }
         Ok(())
+    }
+
+    /// The frame of `header` and `body`: the step's shared incoming frame when they are its
+    /// very bytes (same address and length: no copy), else a copy of them.
+    fn incoming_or_whole(&self, header: &PrepareHeader, body: &[u8]) -> Frame {
+        match &self.incoming {
+            Some(frame)
+                if frame.len() == wire::HEADER_SIZE + body.len()
+                    && frame.body().as_ptr() == body.as_ptr()
+                    && frame.header_bytes() == Some(header.bytes()) =>
+            {
+                frame.clone()
+            }
+            _ => frames::whole(header, body),
+        }
     }
 
     /// Partition SendMessages re-derivation (§5.6). `live`: the prepare extends the head, so
@@ -554,7 +578,7 @@ impl<S: StateMachine> Replica<S> {
         self.view_headers.remove(&op);
         if self.plane() == Plane::Partition
             && header.operation == Operation::SendMessages.byte()
-            && let Ok(batch) = partition::check(frame.body())
+            && let Some(batch) = partition::checked(frame.body())
         {
             self.next_offset = self
                 .next_offset
@@ -961,15 +985,15 @@ impl<S: StateMachine> Replica<S> {
             }
             (_, Operation::Reserved) => {}
             (Plane::Partition, Operation::SendMessages) => {
-                if let Ok(batch) = partition::check(body) {
+                if let Some(batch) = partition::checked(body) {
                     self.applied_offset_end = self
                         .applied_offset_end
                         .max(batch.base_offset + u64::from(batch.message_count));
                 }
-                self.sm.apply(&header, body, &mut self.reply_buf);
+                self.sm.apply_frame(&header, &frame, &mut self.reply_buf);
             }
             _ => {
-                self.sm.apply(&header, body, &mut self.reply_buf);
+                self.sm.apply_frame(&header, &frame, &mut self.reply_buf);
             }
         }
         self.commit_min = op;

@@ -372,6 +372,100 @@ fn backup_refuses_a_send_messages_stamp_it_cannot_rederive() {
 }
 
 #[test]
+fn backup_refuses_a_prepare_whose_batch_does_not_hash() {
+    // The core verifies a batch in full only where it enters (decision 262): a backup must
+    // refuse a damaged message or batch checksum before journaling, acking or forwarding.
+    use crate::partition::{build_batch, stamp};
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut batch = build_batch(&[b"message", b"other"]);
+    stamp(&mut batch, 3, 0, 1_001);
+    for at in [wire::batch::HEADER_SIZE + 60, 24] {
+        let mut bad = batch.clone();
+        bad[at] ^= 1;
+        let mut h = PrepareHeader::zeroed();
+        h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+        h.client.set(5);
+        h.op.set(1);
+        h.timestamp.set(1_001);
+        h.operation = Operation::SendMessages.byte();
+        h.group.set(group.0);
+        let mut b = boot(crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group));
+        let frame = crate::frames::finish(h, &bad);
+        assert_eq!(
+            feed(&mut b, 0, &frame),
+            (Err(Ignored::Stamp), vec![]),
+            "byte {at}"
+        );
+        assert_eq!(b.next_offset(), 0);
+    }
+}
+
+#[test]
+fn a_shared_prepare_is_journaled_and_forwarded_without_a_copy() {
+    use crate::partition::{build_batch, stamp};
+    use wire::header::{FrameHeader, Layout, PrepareHeader};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let mut batch = build_batch(&[b"m", b"nn"]);
+    stamp(&mut batch, 3, 0, 1_001);
+    let mut h = PrepareHeader::zeroed();
+    h.frame = FrameHeader::new(wire::Command::Prepare, sender(0, 0));
+    h.client.set(5);
+    h.op.set(1);
+    h.timestamp.set(1_001);
+    h.operation = Operation::SendMessages.byte();
+    h.group.set(group.0);
+    let prepare = crate::frames::finish(h, &batch);
+    // Replica 1 is mid-chain: it journals the prepare and forwards it to replica 2.
+    let mut borrowed = boot(crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group));
+    let mut shared = boot(crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group));
+    let copied = input(
+        &mut borrowed,
+        Input::Frame {
+            from: ReplicaId(0),
+            frame: prepare.bytes(),
+        },
+    );
+    let kept = input(
+        &mut shared,
+        Input::SharedFrame {
+            from: ReplicaId(0),
+            frame: prepare.clone(),
+        },
+    );
+    assert_eq!(kept, copied, "the same effects either way");
+    assert_eq!(kept.0, Ok(()));
+    let frames: Vec<&crate::Frame> = kept
+        .1
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Append { frame, .. } | Effect::Send { frame, .. } => Some(frame),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frames.len(), 2, "{:?}", kept.1);
+    for frame in frames {
+        assert_eq!(
+            frame.bytes().as_ptr(),
+            prepare.bytes().as_ptr(),
+            "shared, not copied"
+        );
+    }
+    assert!(shared.incoming.is_none(), "held only during the step");
+    assert_eq!(shared.next_offset(), 2);
+}
+
+#[test]
 fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
     let mut raw = raw(3, 0);
     raw.prepare_queue_depth = 1;

@@ -249,7 +249,9 @@ impl<S: StateMachine> Replica<S> {
             self.cut_stale_run(op, out);
         }
         self.check_stamp(header, body, false)?;
-        let mut bytes = frames::whole(header, body).bytes().to_vec();
+        let mut bytes = Vec::with_capacity(wire::HEADER_SIZE + body.len());
+        bytes.extend_from_slice(header.bytes());
+        bytes.extend_from_slice(body);
         bytes[60] = Command::Prepare.byte();
         let frame = Frame::new(bytes);
         let checksum = header.frame.checksum.get();

@@ -201,6 +201,9 @@ pub struct Replica<S: StateMachine> {
     pub(crate) applied_offset_end: u64,
     /// Scratch buffer for apply output.
     pub(crate) reply_buf: Vec<u8>,
+    /// The frame of the [`Input::SharedFrame`] being handled (only during that step): a
+    /// prepare journaled from it shares its bytes instead of copying them (decision 264).
+    pub(crate) incoming: Option<Frame>,
     /// Frames below this op were dropped from the cache.
     pub(crate) frame_cache_floor: u64,
     /// Consecutive failed superblock writes.
@@ -315,6 +318,7 @@ impl<S: StateMachine> Replica<S> {
             next_offset: recovered.offset_frontier,
             applied_offset_end: recovered.offset_frontier,
             reply_buf: Vec::new(),
+            incoming: None,
             frame_cache_floor: 0,
             persist_failures: 0,
             pipeline_stalled_ticks: 0,
@@ -562,6 +566,17 @@ impl<S: StateMachine> Replica<S> {
             Input::Frame { from, frame } => {
                 match wire::decode_replica(frame, self.config.max_message_size) {
                     Ok(message) => self.on_message(now, from, message, out),
+                    Err(error) => Err(Ignored::Decode(error)),
+                }
+            }
+            Input::SharedFrame { from, frame } => {
+                match wire::decode_replica(frame.bytes(), self.config.max_message_size) {
+                    Ok(message) => {
+                        self.incoming = Some(frame.clone());
+                        let result = self.on_message(now, from, message, out);
+                        self.incoming = None;
+                        result
+                    }
                     Err(error) => Err(Ignored::Decode(error)),
                 }
             }

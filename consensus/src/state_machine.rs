@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use wire::header::PrepareHeader;
 use wire::manifest::{self, ArtifactKind, ManifestEntry};
 
-use crate::types::ReplicaId;
+use crate::types::{Frame, ReplicaId};
 
 /// Result of projecting a client request into a prepare body (§5.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +99,13 @@ pub trait StateMachine {
     /// client with nothing to drop is a no-op. Default: nothing is keyed by sessions.
     fn end_session(&mut self, client: u128) {
         let _ = client;
+    }
+
+    /// [`StateMachine::apply`] with the whole journaled frame: a machine that keeps the body
+    /// can share the frame's bytes (`frame.shared().slice(HEADER_SIZE..)`) instead of copying
+    /// them. The core calls this one; the default applies `frame.body()`.
+    fn apply_frame(&mut self, header: &PrepareHeader, frame: &Frame, reply: &mut Vec<u8>) {
+        self.apply(header, frame.body(), reply);
     }
 
     /// Serving side: freezes the state at the current applied op (`commit_op`) as an offer for

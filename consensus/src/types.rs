@@ -1,7 +1,7 @@
 //! Small value types shared by every module: ids, time, status, frames.
 
+use bytes::Bytes;
 use std::fmt;
-use std::sync::Arc;
 
 use wire::HEADER_SIZE;
 use wire::header::{Layout, PrepareHeader};
@@ -87,14 +87,22 @@ pub struct VsrState {
 /// One whole frame (header and body), immutable and cheap to clone (broadcasts share it).
 ///
 /// Frames built by the core are always sealed/identified with `wire::finish`; frames handed in
-/// by the driver are whatever arrived.
+/// by the driver are whatever arrived. The bytes are a [`Bytes`]: a `Vec` becomes a frame
+/// without a copy, and the journal write, every peer queue and the state machine's apply share
+/// one allocation (decision 261).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Frame(Arc<[u8]>);
+pub struct Frame(Bytes);
 
 impl Frame {
-    /// Wraps bytes. A frame built by the core is at least [`HEADER_SIZE`] bytes long.
-    pub fn new(bytes: impl Into<Arc<[u8]>>) -> Frame {
+    /// Wraps bytes (a `Vec<u8>` or `Bytes` without copying). A frame built by the core is at
+    /// least [`HEADER_SIZE`] bytes long.
+    pub fn new(bytes: impl Into<Bytes>) -> Frame {
         Frame(bytes.into())
+    }
+
+    /// The whole frame as shared bytes (no copy): slice it to keep a part alive.
+    pub fn shared(&self) -> &Bytes {
+        &self.0
     }
 
     /// The whole frame.

@@ -361,9 +361,10 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Hands a committed batch to the log (kept in memory until a flush). Its base offset must
-    /// be the next offset.
+    /// be the next offset. A `Vec` or shared `Bytes` (the node's in-memory copy) is kept as is,
+    /// without a copy.
     pub fn commit_batch(&mut self, bytes: impl Into<Bytes>) -> Result<(), SegmentError> {
-        let bytes = bytes.into();
+        let bytes: Bytes = bytes.into();
         let info = batch::verify(&bytes)?;
         self.hold(info, bytes)
     }

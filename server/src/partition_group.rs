@@ -2046,9 +2046,11 @@ fn handle(
     match event {
         Event::Frame { from, group, bytes } => {
             if let Some(h) = groups.get_mut(&group) {
-                let input = Input::Frame {
+                // Shared, not borrowed: a prepare is journaled, queued to the next hop and
+                // applied from these bytes without a copy (decision 264).
+                let input = Input::SharedFrame {
                     from: ReplicaId(from),
-                    frame: &bytes,
+                    frame: Frame::new(bytes),
                 };
                 let _ = h.replica.step(at, input, out);
                 exec.run(group, &h.replica, out);

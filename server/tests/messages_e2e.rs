@@ -605,12 +605,14 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
         // Sends answer 20, polls the topic's not-found code, GetTopic nothing.
         let mut c = Client::connect(tcp(pp), 0xB1);
         c.login();
-        let send = c.replicated(SEND_MESSAGES, &send_body(0, &[b"late".to_vec()]));
+        let send = c.replicated(SEND_MESSAGES, &send_body(stream_id(), 0, &[b"late".to_vec()]));
         assert_eq!(send.status(), 20);
         let poll = {
+            use server::client::codec::Identifier;
+            use server::client::request::{PollMessages, Request};
             let mut body = Vec::new();
             Request::PollMessages(PollMessages {
-                consumer: consumer(),
+                consumer: common::client::consumer(),
                 stream: Identifier::Numeric(stream_id()),
                 topic: Identifier::Numeric(0),
                 partition: Some(0),
@@ -619,7 +621,7 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
                 auto_commit: false,
             })
             .encode(&mut body);
-            c.read(POLL_MESSAGES, &body)
+            c.read(common::client::POLL_MESSAGES, &body)
         };
         assert_eq!(poll.status(), 2010);
         assert!(c.read(GET_TOPIC, &stream_topic()).body().is_empty());
@@ -677,8 +679,8 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
         }
         let mut c = Client::connect(tcp(pp), 0xB3);
         c.login();
-        assert_eq!(c.poll(0).unwrap(), fresh[0]);
-        assert_eq!(c.poll(1), None, "partition 1 is gone");
+        assert_eq!(c.poll(stream_id(), 0).unwrap(), fresh[0]);
+        assert_eq!(c.poll(stream_id(), 1), None, "partition 1 is gone");
 
         // DeleteStream takes its topics' groups along (decision 343).
         let mut stream = vec![1, 4];

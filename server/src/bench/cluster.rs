@@ -167,6 +167,15 @@ impl Cluster {
         SocketAddr::from(([127, 0, 0, 1], self.nodes[i].tcp))
     }
 
+    /// CPU seconds (user + system) the running nodes have used so far, summed over all of them
+    /// (from `/proc/PID/stat`); `None` where `/proc` cannot be read.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        self.children
+            .iter()
+            .map(|child| process_cpu_seconds(child.id()))
+            .sum()
+    }
+
     /// SIGTERM to every node, then waits (SIGKILL after 10 s); true if all exited 0.
     pub fn stop(&mut self) -> bool {
         for child in &mut self.children {
@@ -207,6 +216,29 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// User plus system CPU seconds of process `pid` so far (`/proc/PID/stat` fields 14 and 15).
+pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_seconds_of_stat(&stat, clock_ticks_per_second()?)
+}
+
+/// Parses utime + stime out of a `/proc/PID/stat` line: the fields after the command name
+/// (which may hold spaces and parentheses, so the split is at the last `)`), in clock ticks.
+pub fn cpu_seconds_of_stat(stat: &str, ticks_per_second: f64) -> Option<f64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / ticks_per_second)
+}
+
+fn clock_ticks_per_second() -> Option<f64> {
+    // SAFETY: sysconf(3) reads a constant of the system; no memory is passed.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then_some(ticks as f64)
 }
 
 /// One gauge of a node's `/metrics`, or `None` if it does not answer or lacks it.

@@ -324,9 +324,11 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         rate: args.rate,
     };
     let started_at_us = client::now_us();
+    let cpu_before = cluster.as_ref().and_then(|c| c.cpu_seconds());
     let outcome = with_progress(terminal, &workload, |progress| {
         load::run(&target, &workload, &layout, progress)
     })?;
+    let cpu_after = cluster.as_ref().and_then(|c| c.cpu_seconds());
     if let Some(cluster) = cluster.as_mut()
         && !cluster.stop()
     {
@@ -371,6 +373,10 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         ceiling_mb_s: ceiling,
         ratio_to_ceiling: ceiling.map(|c| ratio(mb_s, c)),
         ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),
+        cpu_s_per_gb: cpu_before.zip(cpu_after).and_then(|(before, after)| {
+            let gb = outcome.producer.messages as f64 * workload.message_size as f64 / 1e9;
+            (gb > 0.0).then(|| (after - before) / gb)
+        }),
         baseline,
         consumer,
         timeline: report::timeline(&outcome.timeline, workload.message_size),
@@ -593,6 +599,9 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
         r.ratio_to_loopback,
         lat(&r.latency_us)
     )?;
+    if let Some(cpu) = r.cpu_s_per_gb {
+        writeln!(out, "nodes' CPU: {cpu:.2} s per GB acknowledged")?;
+    }
     if let Some(c) = &r.consumer {
         writeln!(
             out,

@@ -117,6 +117,11 @@ pub struct Report {
     pub ratio_to_ceiling: Option<f64>,
     /// `throughput_mb_s / baseline.loopback_mb_s`.
     pub ratio_to_loopback: f64,
+    /// With `--spawn`: CPU seconds (user + system) all the nodes used while the load ran, per
+    /// GB (10^9 B) of payload acknowledged to producers; `null` against `--address`. A
+    /// throughput-independent cost figure for a shared machine (decision 260).
+    #[serde(default)]
+    pub cpu_s_per_gb: Option<f64>,
     /// The consumers (`null` with none).
     pub consumer: Option<ConsumerReport>,
     /// Every 250 ms.
@@ -503,6 +508,7 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         num(a.ratio_to_loopback),
         num(b.ratio_to_loopback),
     );
+    row("cpu_s_per_gb", opt(a.cpu_s_per_gb), opt(b.cpu_s_per_gb));
     let c = |r: &Report, f: &dyn Fn(&ConsumerReport) -> String| {
         r.consumer.as_ref().map_or_else(|| "null".to_string(), f)
     };

@@ -227,6 +227,7 @@ fn compare_prints_both_reports_and_their_ratio() {
         ceiling_mb_s: Some(200.0),
         ratio_to_ceiling: Some(mb / 200.0),
         ratio_to_loopback: mb / 1000.0,
+        cpu_s_per_gb: None,
         consumer: None,
         timeline: Vec::new(),
     };
@@ -296,4 +297,26 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
             assert_eq!(config.partition.ack, expected);
         }
     }
+}
+
+#[test]
+fn cpu_seconds_come_from_utime_and_stime_past_a_name_with_spaces_and_parens() {
+    // Fields: pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+    // utime stime ...
+    let stat = "4242 (str and) (x) S 1 2 3 4 5 6 7 8 9 10 250 130 11 12 20 0 1 0";
+    assert_eq!(cluster::cpu_seconds_of_stat(stat, 100.0), Some(3.8));
+    assert_eq!(
+        cluster::cpu_seconds_of_stat("4242 (cut) S 1 2", 100.0),
+        None
+    );
+    assert_eq!(cluster::cpu_seconds_of_stat("no name here", 100.0), None);
+    // This process: the figure is read and does not go backwards while it spins.
+    let before = cluster::process_cpu_seconds(std::process::id()).expect("/proc readable");
+    let spin = std::time::Instant::now();
+    let mut x = 0u64;
+    while spin.elapsed() < std::time::Duration::from_millis(50) {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    let after = cluster::process_cpu_seconds(std::process::id()).expect("/proc readable");
+    assert!(after >= before, "{before} -> {after}");
 }

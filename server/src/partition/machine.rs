@@ -343,11 +343,15 @@ impl PartitionStateMachine {
         consumer_offset_reply(&self.offsets, consumer, partition)
     }
 
-    fn apply_batch(&mut self, body: &[u8], reply: &mut Vec<u8>) {
-        let info = match batch::verify(body) {
-            Ok(info) if info.len as usize == body.len() => info,
-            // The core checked the stamp before it journaled the prepare; a batch that does not
-            // verify here is a deterministic rejection on every replica.
+    /// Applies a committed batch. `body` is the frame's body; `shared`, when given, is the same
+    /// bytes as a shared slice of the journaled frame, kept without a copy (decision 261).
+    fn apply_batch(&mut self, body: &[u8], shared: Option<Bytes>, reply: &mut Vec<u8>) {
+        // The core verified every message and the batch checksum before it journaled the
+        // prepare (admission on the primary, the stamp check on backups, repair, recovery), so
+        // only the header is read back here (decision 262); a body not shaped like one batch is
+        // a deterministic rejection on every replica.
+        let info = match batch::peek(body) {
+            Some(info) if info.len as usize == body.len() => info,
             _ => {
                 reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND));
                 return;
@@ -360,7 +364,7 @@ impl PartitionStateMachine {
             reply.extend_from_slice(&result_rejected(status::INVALID_COMMAND));
             return;
         } else {
-            let bytes = Bytes::copy_from_slice(body);
+            let bytes = shared.unwrap_or_else(|| Bytes::copy_from_slice(body));
             self.batches.insert(info.base_offset, bytes.clone());
             self.next_offset = info.end_offset();
             self.offsets.next_offset = self.next_offset;
@@ -381,9 +385,18 @@ impl PartitionStateMachine {
 }
 
 impl StateMachine for PartitionStateMachine {
+    fn apply_frame(&mut self, header: &PrepareHeader, frame: &Frame, reply: &mut Vec<u8>) {
+        if Operation::from_byte(header.operation) == Some(Operation::SendMessages) {
+            let shared = frame.shared().slice(wire::HEADER_SIZE.min(frame.len())..);
+            self.apply_batch(frame.body(), Some(shared), reply);
+        } else {
+            self.apply(header, frame.body(), reply);
+        }
+    }
+
     fn apply(&mut self, header: &PrepareHeader, body: &[u8], reply: &mut Vec<u8>) {
         match Operation::from_byte(header.operation) {
-            Some(Operation::SendMessages) => self.apply_batch(body, reply),
+            Some(Operation::SendMessages) => self.apply_batch(body, None, reply),
             Some(Operation::StoreConsumerOffset) => {
                 let before = self.offsets.clone();
                 reply.extend_from_slice(&apply_store_consumer_offset(&mut self.offsets, body));
