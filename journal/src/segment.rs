@@ -570,5 +570,8 @@ impl<S: Storage> PartitionLog<S> {
     }
 }
 
+mod extents;
+pub use extents::Extent;
+
 #[cfg(test)]
 mod tests;

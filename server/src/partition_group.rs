@@ -59,8 +59,9 @@ use crate::client::request::PollMessages;
 use crate::client::status;
 use crate::groups::{Partitions, Refused, ReplySink};
 use crate::metadata::view::MetadataReader;
-use crate::partition::Poll as PollReply;
+use crate::partition::PollAnswer;
 use crate::partition::machine::{PartitionStateMachine, StorageWork};
+use crate::partition::reader::{self, SegmentFiles, SegmentMap, SharedMap, StorageFiles};
 
 /// Events one pump turn handles before it yields. One `Replica::step` costs microseconds to
 /// tens of microseconds; 64 keep a turn well inside the 10 ms tick however many groups the
@@ -163,6 +164,8 @@ pub struct PartitionGauges {
     pub dropped_unknown: AtomicU64,
     /// Frames dropped on a full inbox.
     pub dropped_full: AtomicU64,
+    /// Bytes of committed batches the groups' tails hold in memory (decision 280).
+    pub cache_bytes: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -172,7 +175,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// Appends the partition groups' metrics of every shard (decision 167), labelled
 /// `plane="partition"` and `shard`: gauges `strand_partition_groups`,
 /// `strand_partition_primaries`, `strand_partition_commit` (sum of the groups' `commit_min`),
-/// `strand_partition_lost_groups`,
+/// `strand_partition_lost_groups`, `strand_partition_cache_bytes`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
@@ -185,7 +188,13 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 17] = [
+    let rows: [(&str, &str, &str, Pick); 18] = [
+        (
+            "partition_cache_bytes",
+            "gauge",
+            "bytes of committed batches the partition groups hold in memory",
+            |g| &g.cache_bytes,
+        ),
         (
             "partition_groups",
             "gauge",
@@ -548,6 +557,9 @@ struct GroupDisk<S: Storage> {
     frames: BTreeMap<u64, (u64, Frame)>,
     checkpoint_op: u64,
     last_persist_failed: bool,
+    /// Where the read path finds the written batches (decision 280), refreshed after every
+    /// flush and install.
+    map: SharedMap,
 }
 
 impl<S: Storage> GroupDisk<S> {
@@ -590,6 +602,8 @@ struct StorageTask<S: Storage> {
     last_reclaim_at: u64,
     /// The stamp records a rejoin (decision 240).
     rejoin: bool,
+    /// Each group's in-memory tail budget (decision 280).
+    read_cache_bytes: usize,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -841,6 +855,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     Ok(()) if disk.log.should_flush(0, 0) => disk.log.flush().await,
                     other => other,
                 };
+                disk.map.borrow_mut().refresh(&disk.log);
                 if let Err(e) = flushed {
                     self.fail(format!("group {group:#x}: segments: {e}"));
                 }
@@ -967,6 +982,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .await
                 .map_err(|e| e.to_string())?;
         disk.log = log;
+        disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
             .write(&table, true)
             .await
@@ -1139,26 +1155,35 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         };
         let checkpoint_op = boot.state.map_or(0, |s| s.checkpoint_op);
         let frontier = boot.state.map_or(0, |s| s.offset_frontier);
-        let stored = match boot.log.read_from_offset(0, u64::MAX).await {
-            Ok(bytes) => bytes,
+        // One pass over the segments by chunk rebuilds the tail and the log's checksum; the
+        // older batches stay on disk (decision 283). The machine is restored at the checkpoint
+        // exactly: batches flushed after it come back through the replay (a store judged
+        // against a later offset could differ).
+        let files: Rc<dyn SegmentFiles> = Rc::new(StorageFiles(self.partitions.clone()));
+        let map = SegmentMap {
+            files: Some(files.clone()),
+            dir: self.partitions.local_dir().map(ToOwned::to_owned),
+            ..SegmentMap::default()
+        };
+        let map = Rc::new(RefCell::new(map));
+        map.borrow_mut().refresh(&boot.log);
+        let scanned = reader::scan(&map.borrow(), &*files, frontier, self.read_cache_bytes).await;
+        let scanned = match scanned {
+            Ok(scan) => scan,
             Err(e) => {
                 error!(group, error = %e, "partition segments unreadable; the group stays down");
                 return;
             }
         };
-        // The machine is restored at the checkpoint exactly: batches flushed after it come
-        // back through the replay (a store judged against a later offset could differ).
-        let mut cut = 0;
-        while cut < stored.len() {
-            match journal::batch::peek(&stored[cut..]) {
-                Some(info) if info.end_offset() <= frontier => cut += info.len as usize,
-                _ => break,
-            }
-        }
         let mut offsets = boot.offsets.clone();
         offsets.next_offset = frontier;
-        let machine = match PartitionStateMachine::restore(GroupId(group), &stored[..cut], offsets)
-        {
+        let machine = match PartitionStateMachine::from_scan(
+            GroupId(group),
+            scanned,
+            offsets,
+            map.clone(),
+            self.read_cache_bytes,
+        ) {
             // A received transfer stages in this directory (decision 220).
             Ok(m) => m.with_staging_dir(self.partitions.local_dir().map(ToOwned::to_owned)),
             Err(e) => {
@@ -1228,6 +1253,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .collect(),
             checkpoint_op,
             last_persist_failed: false,
+            map,
         };
         self.groups.insert(group, disk);
         self.inbox.push(Event::Booted(Box::new(BootedGroup {
@@ -1276,6 +1302,8 @@ pub struct Host {
     /// Primary affinity's source (decision 221): the view in which this node's metadata
     /// replica is the primary of a normal view, `None` otherwise. Unset: no affinity.
     metadata_lead: RefCell<Option<MetadataLead>>,
+    /// Each group's in-memory tail budget (`partition.read_cache_bytes`, decision 280).
+    read_cache_bytes: Cell<usize>,
 }
 
 /// Reads, lock-free, the view in which this node's metadata replica is the Normal primary
@@ -1336,6 +1364,21 @@ impl Host {
         *self.metadata_lead.borrow_mut() = Some(lead);
     }
 
+    /// Sets each group's in-memory tail budget (decision 280); takes effect for groups booted
+    /// after the call (the node sets it before the pump runs).
+    pub fn set_read_cache_bytes(&self, bytes: usize) {
+        self.read_cache_bytes.set(bytes);
+    }
+
+    /// Bytes of committed batches the shard's groups hold in memory.
+    pub fn cache_bytes(&self) -> usize {
+        self.groups
+            .borrow()
+            .values()
+            .map(|h| h.replica.state_machine().cache_bytes())
+            .sum()
+    }
+
     /// The host of shard `shard` of `shards` with `lanes` replica lanes.
     pub fn new(shard: u16, shards: u16, lanes: u16, gauges: Arc<PartitionGauges>) -> Rc<Host> {
         Rc::new(Host {
@@ -1346,6 +1389,7 @@ impl Host {
             groups: RefCell::default(),
             busy: Rc::default(),
             queues: RefCell::default(),
+            read_cache_bytes: Cell::new(crate::partition::machine::READ_CACHE_BYTES),
             gauges,
             metadata_lead: RefCell::default(),
         })
@@ -1451,7 +1495,7 @@ impl Partitions for Host {
         group: GroupId,
         partition: u32,
         request: &PollMessages,
-    ) -> Result<PollReply, u32> {
+    ) -> Result<PollAnswer, u32> {
         self.with_group(group, |r| r.state_machine().poll(partition, request))
             .map_err(refused_code)?
     }
@@ -1641,6 +1685,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         limits,
         last_reclaim_at: 0,
         rejoin,
+        read_cache_bytes: host.read_cache_bytes.get(),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -1879,6 +1924,11 @@ fn observe(host: &Host) {
         .filter(|h| h.replica.is_lost_state())
         .count();
     g.lost.store(lost as u64, Ordering::Relaxed);
+    let cached: usize = groups
+        .values()
+        .map(|h| h.replica.state_machine().cache_bytes())
+        .sum();
+    g.cache_bytes.store(cached as u64, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.
@@ -2044,7 +2094,7 @@ mod tests {
         groups: u32,
         appends: u64,
         before: impl FnOnce(&MemStorage) + Send + 'static,
-    ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>) {
+    ) -> (Vec<(u64, u64)>, Option<String>, u64, Arc<PartitionGauges>) {
         let out = Arc::new(std::sync::Mutex::new(None));
         let result = out.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -2080,6 +2130,7 @@ mod tests {
                     limits: ReclaimLimits::default(),
                     last_reclaim_at: 0,
                     rejoin: false,
+                    read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
                 };
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
@@ -2099,6 +2150,9 @@ mod tests {
                 while let Some(e) = inbox.pop() {
                     events.push(e);
                 }
+                // A booted group's machine shares its segment map (`Rc`): the events stay
+                // on the executor's thread, their appends leave.
+                let events = appended(&events);
                 *result.lock().unwrap() = Some((events, fatal.borrow().clone(), syncs, gauges));
             })
             .unwrap()
@@ -2128,7 +2182,7 @@ mod tests {
     fn appends_of_many_groups_share_one_window_and_one_fdatasync() {
         let (events, fatal, syncs, gauges) = run_appends(3, 10, |_| {});
         assert_eq!(fatal, None);
-        let done = appended(&events);
+        let done = events;
         assert_eq!(done.len(), 30);
         for p in 0..3 {
             let ops: Vec<u64> = done
@@ -2151,10 +2205,6 @@ mod tests {
     fn a_failed_window_sync_acknowledges_nothing() {
         let (events, fatal, _, _) = run_appends(2, 5, |wal| wal.fail_next(FailOp::Sync));
         assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
-        assert_eq!(
-            appended(&events),
-            Vec::new(),
-            "no Appended before the sync returned"
-        );
+        assert_eq!(events, Vec::new(), "no Appended before the sync returned");
     }
 }

@@ -9,10 +9,11 @@
 //! ([`PartitionStateMachine::take_storage`]): each committed batch for the segments, the
 //! offsets table after a store, an installed state to write in place of the old one.
 //!
-//! Reads (polls, consumer offsets) are answered from memory: the machine holds every committed
-//! batch from the first one its segments held at boot (the `Partitions` seam answers polls
-//! synchronously, and segment reads are asynchronous). That bounds a partition by memory; see
-//! decision 163.
+//! Reads (polls, consumer offsets) are answered from a bounded in-memory tail of committed
+//! batches (decision 280): a batch leaves it once the storage task has written it to the
+//! segments (the shared [`SegmentMap`]) and the tail holds more than its budget. A poll below
+//! the tail is a [`DiskPoll`] the caller awaits; a state-transfer offer reads the evicted part
+//! from the segment files by chunk (decision 282).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -36,8 +37,9 @@ use crate::client::reply::{
 use crate::client::request::PollMessages;
 use crate::client::status;
 use crate::groups::ReplySink;
+use crate::partition::reader::{DiskPoll, SharedMap};
 use crate::partition::{
-    Poll, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
+    Poll, PollAnswer, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
     current_offset, resolve_start, stored_offset,
 };
 
@@ -75,13 +77,63 @@ pub struct PartitionStateMachine {
     offers: BTreeMap<u8, Image>,
     /// The transfer being received.
     staged: Option<Staged>,
+    /// Bytes of the batches in `batches` (the tail).
+    tail_bytes: usize,
+    /// The tail's budget: batches the segments hold leave it beyond this (decision 280).
+    cache_bytes: usize,
+    /// Where the storage task has written this group's batches (`None`: nothing leaves memory).
+    disk: Option<SharedMap>,
+    /// The SEGMENT_LOG's running checksum and length, from `log_first` to `next_offset`.
+    log: LogHash,
 }
+
+/// The running XXH3 of every committed batch from the first held (the SEGMENT_LOG of an
+/// offer), so an offer needs no pass over the data.
+#[derive(Clone)]
+struct LogHash {
+    hasher: xxhash_rust::xxh3::Xxh3Default,
+    len: u64,
+    first: Option<u64>,
+}
+
+impl LogHash {
+    fn new() -> LogHash {
+        LogHash {
+            hasher: xxhash_rust::xxh3::Xxh3Default::new(),
+            len: 0,
+            first: None,
+        }
+    }
+
+    fn add(&mut self, base_offset: u64, bytes: &[u8]) {
+        self.first.get_or_insert(base_offset);
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+}
+
+impl std::fmt::Debug for LogHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogHash")
+            .field("len", &self.len)
+            .field("first", &self.first)
+            .finish()
+    }
+}
+
+/// The default tail budget per partition (`partition.read_cache_bytes`).
+pub const READ_CACHE_BYTES: usize = 16 << 20;
 
 /// A frozen image of the state for one requester: the batches are the machine's own `Bytes`
 /// (shared, never copied), so an offer costs a pointer per batch and the encoded offsets table.
 #[derive(Debug)]
 struct Image {
-    /// The SEGMENT_LOG's batches, in offset order (empty: no SEGMENT_LOG artifact).
+    /// The SEGMENT_LOG's first `disk_len` bytes: segment files (open, so a later install's
+    /// unlink leaves them readable) and the bytes of each taken.
+    disk: Vec<(std::fs::File, u64)>,
+    disk_len: u64,
+    /// The SEGMENT_LOG's batches after `disk_len`, in offset order (empty with no disk part:
+    /// no SEGMENT_LOG artifact).
     batches: Vec<Bytes>,
     /// `ends[i]`: the byte just past batch `i` within the SEGMENT_LOG.
     ends: Vec<u64>,
@@ -91,7 +143,7 @@ struct Image {
 
 impl Image {
     fn read(&self, index: usize, offset: u64, len: usize, buf: &mut Vec<u8>) -> Option<()> {
-        let segment = usize::from(!self.batches.is_empty());
+        let segment = usize::from(!self.batches.is_empty() || self.disk_len > 0);
         if index == segment {
             let start = usize::try_from(offset).ok()?;
             buf.extend_from_slice(self.offsets.get(start..start.checked_add(len)?)?);
@@ -101,9 +153,37 @@ impl Image {
             return None;
         }
         let end = offset.checked_add(len as u64)?;
-        if end > *self.ends.last()? {
+        if end > self.disk_len + self.ends.last().copied().unwrap_or(0) {
             return None;
         }
+        let mut offset = offset;
+        while offset < end.min(self.disk_len) {
+            // From the segment files: a bounded pread (consensus reads chunks synchronously;
+            // decision 282).
+            let (mut file_start, mut i) = (0u64, 0);
+            while file_start + self.disk[i].1 <= offset {
+                file_start += self.disk[i].1;
+                i += 1;
+            }
+            let (file, file_len) = &self.disk[i];
+            let take = (end.min(self.disk_len).min(file_start + file_len) - offset) as usize;
+            let from = buf.len();
+            buf.resize(from + take, 0);
+            if let Err(error) = std::os::unix::fs::FileExt::read_exact_at(
+                file,
+                &mut buf[from..],
+                offset - file_start,
+            ) {
+                tracing::warn!(%error, "reading a segment file for a state-transfer offer");
+                buf.truncate(from);
+                return None;
+            }
+            offset += take as u64;
+        }
+        if offset == end {
+            return Some(());
+        }
+        let (offset, end) = (offset - self.disk_len, end - self.disk_len);
         let mut at = offset;
         let mut i = self.ends.partition_point(|e| *e <= at);
         while at < end {
@@ -169,6 +249,7 @@ impl PartitionStateMachine {
         let mut batches = BTreeMap::new();
         let mut next = None;
         let mut at = 0;
+        let mut log = LogHash::new();
         while at < stored.len() {
             let info = batch::verify(&stored[at..])
                 .map_err(|f| format!("stored batch at byte {at}: {f:?}"))?;
@@ -180,6 +261,7 @@ impl PartitionStateMachine {
                 ));
             }
             let len = info.len as usize;
+            log.add(info.base_offset, &stored[at..at + len]);
             batches.insert(
                 info.base_offset,
                 Bytes::copy_from_slice(&stored[at..at + len]),
@@ -199,7 +281,92 @@ impl PartitionStateMachine {
             staging_dir: None,
             offers: BTreeMap::new(),
             staged: None,
+            tail_bytes: stored.len(),
+            cache_bytes: usize::MAX,
+            disk: None,
+            log,
         })
+    }
+
+    /// The machine of `group` restored from a boot's pass over its segments (decision 283):
+    /// the tail the pass kept, the running checksum over everything before it; the older
+    /// batches are read from the segments `disk` maps. `Err` when the tail does not end at a
+    /// batch boundary the offsets table accepts.
+    pub fn from_scan(
+        group: GroupId,
+        scan: crate::partition::reader::Scan,
+        offsets: OffsetTable,
+        disk: SharedMap,
+        cache_bytes: usize,
+    ) -> Result<Self, String> {
+        let mut batches = BTreeMap::new();
+        let mut tail_bytes = 0;
+        for b in scan.tail {
+            let info = batch::peek(&b).ok_or("a scanned batch does not parse")?;
+            tail_bytes += b.len();
+            batches.insert(info.base_offset, b);
+        }
+        let next_offset = scan.end.unwrap_or(0).max(offsets.next_offset);
+        let mut offsets = offsets;
+        offsets.next_offset = next_offset;
+        Ok(PartitionStateMachine {
+            group,
+            batches,
+            next_offset,
+            offsets,
+            storage: RefCell::default(),
+            staging_dir: None,
+            offers: BTreeMap::new(),
+            staged: None,
+            tail_bytes,
+            cache_bytes,
+            disk: Some(disk),
+            log: LogHash {
+                hasher: scan.hasher,
+                len: scan.len,
+                first: scan.first,
+            },
+        })
+    }
+
+    /// Reads batches the storage task has written from the segments `disk` maps, keeping at
+    /// most `cache_bytes` of the newest in memory (decision 280).
+    pub fn with_disk(mut self, disk: SharedMap, cache_bytes: usize) -> Self {
+        self.disk = Some(disk);
+        self.cache_bytes = cache_bytes;
+        self.evict();
+        self
+    }
+
+    /// Bytes of committed batches held in memory (`strand_partition_cache_bytes`).
+    pub fn cache_bytes(&self) -> usize {
+        self.tail_bytes
+    }
+
+    /// Drops the oldest tail batches the segments hold while the tail exceeds its budget.
+    fn evict(&mut self) {
+        if self.tail_bytes <= self.cache_bytes {
+            return;
+        }
+        let Some(map) = self.disk.as_ref() else {
+            return;
+        };
+        let map = map.borrow();
+        if map.files.is_none() || map.dir.is_none() {
+            return;
+        }
+        let written = map.end_offset().unwrap_or(0);
+        while self.tail_bytes > self.cache_bytes {
+            let Some(entry) = self.batches.first_entry() else {
+                break;
+            };
+            match batch::peek(entry.get()) {
+                Some(info) if info.end_offset() <= written => {
+                    self.tail_bytes -= entry.remove().len();
+                }
+                _ => break,
+            }
+        }
     }
 
     /// Stages received SEGMENT_LOG artifacts in temporary files of `dir` (the shard's
@@ -277,6 +444,15 @@ impl PartitionStateMachine {
         self.next_offset = table.next_offset;
         self.offsets = table.clone();
         self.batches = batches;
+        self.tail_bytes = self.batches.values().map(Bytes::len).sum();
+        if let Some(map) = &self.disk {
+            // The old segments go; the storage task maps the installed ones once written.
+            map.borrow_mut().segments.clear();
+        }
+        self.log = LogHash::new();
+        for (base, b) in &self.batches {
+            self.log.add(*base, b);
+        }
         let mut storage = self.storage.borrow_mut();
         storage.clear();
         storage.push(StorageWork::Install {
@@ -306,11 +482,76 @@ impl PartitionStateMachine {
         self.next_offset
     }
 
-    /// Answers a PollMessages from the committed batches (decision 127).
-    pub fn poll(&self, partition: u32, request: &PollMessages) -> Result<Poll, u32> {
+    /// Answers a PollMessages from the committed batches (decision 127): from the tail, or,
+    /// when it starts below the tail, as a read of the segments (decision 281).
+    pub fn poll(&self, partition: u32, request: &PollMessages) -> Result<PollAnswer, u32> {
         let current = current_offset(self.next_offset);
         let stored = stored_offset(&self.offsets, &request.consumer);
         let start = resolve_start(request.strategy, request.count, current, stored);
+        if let Some(start) = start
+            && let Some(poll) = self.disk_poll(start, (partition, current, request.count))
+        {
+            return Ok(PollAnswer::Disk(poll));
+        }
+        self.poll_tail(partition, current, start, request.count)
+            .map(PollAnswer::Ready)
+    }
+
+    /// The read of the segments a poll from `start` needs when older data left the tail and
+    /// the start may lie in it; it carries the tail's batches up to one reply's bytes.
+    fn disk_poll(&self, start: Start, reply: (u32, Option<u64>, u32)) -> Option<DiskPoll> {
+        let map = self.disk.as_ref()?.borrow();
+        let files = map.files.clone()?;
+        let tail_first = self
+            .batches
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_offset);
+        if self.log.first.is_none_or(|first| first >= tail_first) {
+            return None; // nothing evicted
+        }
+        let below = match start {
+            Start::Offset(o) => o < tail_first,
+            Start::Timestamp(t) => self
+                .batches
+                .values()
+                .next()
+                .and_then(|b| batch::peek(b))
+                .is_none_or(|info| info.base_timestamp >= t),
+        };
+        if !below {
+            return None;
+        }
+        let mut held = 0;
+        let tail = self
+            .batches
+            .values()
+            .take_while(|b| {
+                let more = held < POLL_BYTES_MAX;
+                held += b.len();
+                more
+            })
+            .cloned()
+            .collect();
+        let (partition, current, count) = reply;
+        Some(DiskPoll::new(
+            &map,
+            files,
+            start,
+            tail_first,
+            tail,
+            (partition, current, count, POLL_BYTES_MAX),
+        ))
+    }
+
+    fn poll_tail(
+        &self,
+        partition: u32,
+        current: Option<u64>,
+        start: Option<Start>,
+        count: u32,
+    ) -> Result<Poll, u32> {
         let mut bytes = Vec::new();
         let first = match start {
             None => None,
@@ -330,8 +571,7 @@ impl PartitionStateMachine {
                 bytes.extend_from_slice(batch);
             }
         }
-        build_poll_reply(partition, current, start, request.count, &bytes)
-            .map_err(|_| status::ERROR)
+        build_poll_reply(partition, current, start, count, &bytes).map_err(|_| status::ERROR)
     }
 
     /// Answers a GetConsumerOffset.
@@ -361,10 +601,13 @@ impl PartitionStateMachine {
             return;
         } else {
             let bytes = Bytes::copy_from_slice(body);
+            self.log.add(info.base_offset, &bytes);
+            self.tail_bytes += bytes.len();
             self.batches.insert(info.base_offset, bytes.clone());
             self.next_offset = info.end_offset();
             self.offsets.next_offset = self.next_offset;
             self.storage.borrow_mut().push(StorageWork::Batch(bytes));
+            self.evict();
         }
         let key = self.group.fields();
         reply.extend_from_slice(&RESULT_OK);
@@ -397,9 +640,9 @@ impl StateMachine for PartitionStateMachine {
         }
     }
 
-    /// The image is the held batches themselves (shared `Bytes`: decision 163 keeps every
-    /// committed batch in memory, and the segments may lag the applied op), so freezing it
-    /// copies no message; the checksums are computed streaming over the batches.
+    /// The image is the segment files for the part that left the tail (opened now, read by
+    /// chunk later) and the tail's own `Bytes` (shared, never copied); the checksum is the
+    /// running one, so an offer reads no data (decision 282).
     fn offer(
         &mut self,
         requester: ReplicaId,
@@ -407,20 +650,45 @@ impl StateMachine for PartitionStateMachine {
     ) -> Result<Vec<ManifestEntry>, TransferError> {
         let batches: Vec<Bytes> = self.batches.values().cloned().collect();
         let mut ends = Vec::with_capacity(batches.len());
-        let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
         let mut total = 0u64;
         for b in &batches {
-            hasher.update(b);
             total += b.len() as u64;
             ends.push(total);
         }
+        let disk_len = self.log.len - total;
+        let mut disk = Vec::new();
+        if disk_len > 0 {
+            let map = self.disk.as_ref().ok_or(TransferError::Io)?.borrow();
+            let dir = map.dir.as_ref().ok_or(TransferError::Io)?;
+            let mut left = disk_len;
+            for seg in map.segments.iter().filter(|s| s.len > 0) {
+                if left == 0 {
+                    break;
+                }
+                let path = dir.join(&seg.name);
+                let file = std::fs::File::open(&path).map_err(|error| {
+                    tracing::warn!(%error, path = %path.display(), "opening a segment for an offer");
+                    TransferError::Io
+                })?;
+                let take = left.min(seg.len);
+                disk.push((file, take));
+                left -= take;
+            }
+            if left > 0 {
+                tracing::warn!(
+                    missing = left,
+                    "the segments hold less than the evicted part of the log; no offer"
+                );
+                return Err(TransferError::Io);
+            }
+        }
         let mut entries = Vec::with_capacity(2);
-        if let Some(first) = self.batches.keys().next() {
+        if let Some(first) = self.log.first {
             entries.push(ManifestEntry {
                 kind: ArtifactKind::SEGMENT_LOG,
-                frontier: *first,
-                len: total,
-                checksum: hasher.digest(),
+                frontier: first,
+                len: self.log.len,
+                checksum: self.log.hasher.clone().digest(),
             });
         }
         let offsets = self.offsets.encode();
@@ -433,6 +701,8 @@ impl StateMachine for PartitionStateMachine {
         self.offers.insert(
             requester.0,
             Image {
+                disk,
+                disk_len,
                 batches,
                 ends,
                 offsets,
@@ -689,6 +959,9 @@ mod tests {
                 },
             )
             .unwrap();
+        let PollAnswer::Ready(p) = p else {
+            panic!("no disk here")
+        };
         let (head, _) = PollHead::decode(&p.body).unwrap();
         (p.messages_count, head.current_offset)
     }
