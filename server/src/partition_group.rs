@@ -869,7 +869,18 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     self.fail(format!("group {group:#x}: offsets: {e}"));
                 }
             }
-            StorageOp::Machine(StorageWork::Install { batches, offsets }) => {
+            StorageOp::Machine(StorageWork::Install {
+                offsets,
+                staged: Some(staged),
+                ..
+            }) => {
+                if let Err(e) = self.install_staged(group, &staged, &offsets).await {
+                    self.fail(format!("group {group:#x}: installing a transfer: {e}"));
+                }
+            }
+            StorageOp::Machine(StorageWork::Install {
+                batches, offsets, ..
+            }) => {
                 if let Err(e) = self.install(group, &batches, &offsets).await {
                     self.fail(format!("group {group:#x}: installing a transfer: {e}"));
                 }
@@ -988,6 +999,35 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             .await
             .map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// Writes a transfer's staged SEGMENT_LOG into the group's segments by chunk (decision 284)
+    /// and the offsets table, then maps the new segments for the read path.
+    async fn install_staged(
+        &mut self,
+        group: u64,
+        staged: &crate::partition::machine::StagedLog,
+        offsets: &OffsetTable,
+    ) -> Result<(), String> {
+        let storage = self.partitions.clone();
+        let disk = self.groups.get_mut(&group).ok_or("not hosted")?;
+        let (log, _) = journal::segment::install_from_file(
+            storage,
+            &disk.prefix,
+            disk.policy,
+            &staged.name,
+            staged.frontier,
+            staged.len,
+            offsets.next_offset,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        disk.log = log;
+        disk.map.borrow_mut().refresh(&disk.log);
+        disk.offset_store
+            .write(offsets, true)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Reclaims the WAL up to what every group no longer needs: below the first record whose

@@ -51,13 +51,28 @@ pub enum StorageWork {
     /// The offsets table after a committed store.
     Offsets(OffsetTable),
     /// A transferred state replaced everything: these batches (contiguous, from their first
-    /// base offset) and this table become the group's segments and offsets.
+    /// base offset), or the staged file, and this table become the group's segments and
+    /// offsets.
     Install {
-        /// The batches.
+        /// The batches (empty when `staged` holds them).
         batches: Vec<Bytes>,
         /// The table.
         offsets: OffsetTable,
+        /// The SEGMENT_LOG left in a file of the partition directory (decision 284): the
+        /// storage task writes it into the segments by chunk and removes it.
+        staged: Option<StagedLog>,
     },
+}
+
+/// A verified SEGMENT_LOG in a file of the partition directory, for the storage task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedLog {
+    /// Its name in the partition directory.
+    pub name: String,
+    /// The base offset of its first batch.
+    pub frontier: u64,
+    /// Its length (whole batches).
+    pub len: u64,
 }
 
 /// A partition group's state machine.
@@ -374,6 +389,19 @@ impl PartitionStateMachine {
     /// A staging file a crash left behind (staging is not durable) is removed here.
     pub fn with_staging_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.staging_dir = dir;
+        // An install a crash interrupted left its handed-over file (decision 284).
+        let handed = format!("t{:016x}-", self.group.0);
+        let entries = self
+            .staging_dir
+            .as_ref()
+            .and_then(|d| std::fs::read_dir(d).ok());
+        for entry in entries.into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&handed) && name.ends_with(".install") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         if let Some(path) = self.staging_path(0) {
             match std::fs::remove_file(&path) {
                 Ok(()) => {
@@ -458,6 +486,7 @@ impl PartitionStateMachine {
         storage.push(StorageWork::Install {
             batches: self.batches.values().cloned().collect(),
             offsets: table,
+            staged: None,
         });
         Ok(())
     }
@@ -802,8 +831,15 @@ impl StateMachine for PartitionStateMachine {
     /// (decision 163 holds them in memory; nothing is copied twice), validates everything,
     /// then replaces the state and queues the disk install; the temporary files go.
     fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError> {
-        let _ = commit_op;
         let mut staged = self.staged.take().ok_or(InstallError::Missing)?;
+        if self.staging_dir.is_some()
+            && self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.borrow().files.is_some())
+        {
+            return self.install_streaming(&mut staged, commit_op);
+        }
         let mut artifacts = Vec::with_capacity(staged.entries.len());
         for (index, (entry, sink)) in staged.entries.iter().zip(&mut staged.sinks).enumerate() {
             let bytes = match sink {
@@ -836,6 +872,144 @@ impl StateMachine for PartitionStateMachine {
         self.next_offset
     }
 }
+
+impl PartitionStateMachine {
+    /// The install of a machine reading from the segments (decision 284): the staged
+    /// SEGMENT_LOG is verified by chunk (batches, contiguity, the manifest's length and
+    /// checksum) keeping only the tail, renamed for the storage task, and mapped so polls read
+    /// it until the storage task has written it into the segments. The heap grows by a chunk
+    /// and the tail, not by the partition.
+    fn install_streaming(
+        &mut self,
+        staged: &mut Staged,
+        commit_op: u64,
+    ) -> Result<(), InstallError> {
+        let (index, table) = staged
+            .entries
+            .iter()
+            .position(|e| e.kind == ArtifactKind::CONSUMER_OFFSETS)
+            .and_then(|i| match &staged.sinks[i] {
+                Sink::Memory(bytes) => Some((i, bytes)),
+                Sink::File { .. } => None,
+            })
+            .ok_or(InstallError::Missing)?;
+        let table = OffsetTable::decode(table).map_err(|_| InstallError::Decode { index })?;
+        if staged.entries[index].len != staged.sinks[index].len() {
+            return Err(InstallError::Decode { index });
+        }
+        let mut log = LogHash::new();
+        let mut tail: std::collections::VecDeque<Bytes> = std::collections::VecDeque::new();
+        let mut tail_bytes = 0usize;
+        let mut end = None;
+        let mut mapped = None;
+        for (index, (entry, sink)) in staged.entries.iter().zip(&mut staged.sinks).enumerate() {
+            if entry.kind != ArtifactKind::SEGMENT_LOG {
+                continue;
+            }
+            if mapped.is_some() || sink.len() != entry.len {
+                // One SEGMENT_LOG (what `offer` produces), complete.
+                return Err(InstallError::Decode { index });
+            }
+            let Sink::File { file, path, .. } = sink else {
+                return Err(InstallError::Decode { index });
+            };
+            let mut next = entry.frontier;
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            let fault = |what: &str| {
+                tracing::warn!(path = %path.display(), what, "a staged SEGMENT_LOG is refused");
+                InstallError::Decode { index }
+            };
+            if std::io::Seek::rewind(file).is_err() {
+                return Err(fault("rewind"));
+            }
+            let mut reader = std::io::BufReader::with_capacity(STAGED_CHUNK, &*file);
+            let mut read = 0u64;
+            let mut head = [0u8; crate::client::request::BATCH_HEADER_SIZE];
+            while read < entry.len {
+                if entry.len - read < head.len() as u64 || reader.read_exact(&mut head).is_err() {
+                    return Err(fault("truncated"));
+                }
+                let info = batch::peek(&head).ok_or_else(|| fault("header"))?;
+                if info.len > entry.len - read || info.base_offset != next {
+                    return Err(fault("length or offset"));
+                }
+                let mut bytes = vec![0u8; info.len as usize];
+                bytes[..head.len()].copy_from_slice(&head);
+                if reader.read_exact(&mut bytes[head.len()..]).is_err() {
+                    return Err(fault("truncated"));
+                }
+                batch::verify(&bytes).map_err(|_| fault("batch"))?;
+                hasher.update(&bytes);
+                log.add(info.base_offset, &bytes);
+                read += info.len;
+                next = info.end_offset();
+                tail_bytes += bytes.len();
+                tail.push_back(Bytes::from(bytes));
+                while tail_bytes > self.cache_bytes && tail.len() > 1 {
+                    tail_bytes -= tail.pop_front().map_or(0, |b| b.len());
+                }
+            }
+            if hasher.digest() != entry.checksum {
+                return Err(fault("checksum"));
+            }
+            end = Some(next);
+            mapped = Some((path.clone(), entry.frontier, entry.len, next));
+        }
+        if end.is_some_and(|e| e > table.next_offset) {
+            return Err(InstallError::Decode { index });
+        }
+        // Sound: hand the file over under a name of its own (a later transfer stages anew).
+        let staged_log = match mapped {
+            Some((path, frontier, len, end_offset)) => {
+                let name = format!("t{:016x}-{commit_op}.install", self.group.0);
+                let target = path.with_file_name(&name);
+                if let Err(error) = std::fs::rename(&path, &target) {
+                    tracing::warn!(%error, path = %path.display(), "handing a staged log over");
+                    return Err(InstallError::Decode { index: 0 });
+                }
+                if let Some(map) = &self.disk {
+                    map.borrow_mut().segments = vec![crate::partition::reader::MappedSegment {
+                        name: name.clone(),
+                        base: frontier,
+                        len,
+                        end_offset,
+                        index: Vec::new(),
+                    }];
+                }
+                Some(StagedLog {
+                    name,
+                    frontier,
+                    len,
+                })
+            }
+            None => {
+                if let Some(map) = &self.disk {
+                    map.borrow_mut().segments.clear();
+                }
+                None
+            }
+        };
+        self.batches = tail
+            .into_iter()
+            .filter_map(|b| Some((batch::peek(&b)?.base_offset, b)))
+            .collect();
+        self.tail_bytes = tail_bytes;
+        self.log = log;
+        self.next_offset = table.next_offset;
+        self.offsets = table.clone();
+        let mut storage = self.storage.borrow_mut();
+        storage.clear();
+        storage.push(StorageWork::Install {
+            batches: Vec::new(),
+            offsets: table,
+            staged: staged_log,
+        });
+        Ok(())
+    }
+}
+
+/// Bytes read from a staged SEGMENT_LOG per call at the install.
+const STAGED_CHUNK: usize = 256 << 10;
 
 impl crate::metadata_group::Checkpointable for PartitionStateMachine {
     /// One SEGMENT_LOG of every held batch (frontier: its first base offset), then

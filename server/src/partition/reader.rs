@@ -168,7 +168,11 @@ impl SegmentMap {
         let mut n = 0;
         for extent in log.extents() {
             match self.segments.get_mut(n) {
-                Some(seg) if seg.base == extent.base && seg.index.len() <= extent.index.len() => {
+                Some(seg)
+                    if seg.base == extent.base
+                        && seg.index.len() <= extent.index.len()
+                        && seg.name == log.extent_name(extent.base) =>
+                {
                     let have = seg.index.len();
                     if extent.index[..have] != seg.index[..] {
                         seg.index = extent.index.to_vec();
