@@ -165,3 +165,118 @@ impl Chunks {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::build;
+    use crate::mem::MemStorage;
+    use crate::storage::block_on;
+
+    const POLICY: FlushPolicy = FlushPolicy {
+        enforce_fsync: true,
+        messages_required_to_save: 4,
+        size_of_messages_required_to_save: 1 << 20,
+        segment_size: 64 * 1024,
+    };
+
+    fn batches(from: u64, n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let o = from + i * 2;
+            let a = vec![(o % 251) as u8; 700 + (o as usize * 31) % 900];
+            out.extend_from_slice(&build(1, o, 1_000 + o, &[&a, b"tail"]));
+        }
+        out
+    }
+
+    fn stage(disk: &MemStorage, name: &str, bytes: &[u8]) {
+        block_on(async {
+            let f = disk.open(name, OpenMode::Create).await.unwrap();
+            let mut buf = crate::file::AlignedBuf::zeroed(sector_ceil(bytes.len() as u64) as usize);
+            buf.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
+            disk.write_at(&f, 0, buf.as_slice()).await.unwrap();
+        });
+    }
+
+    /// A staged log several chunks long (batches straddling every chunk edge) replaces the old
+    /// segments, reads back byte for byte across rotated segments, and its file is removed;
+    /// a damaged or misnumbered staged log is refused before anything old is touched.
+    #[test]
+    fn a_staged_log_installs_by_chunk_and_a_bad_one_changes_nothing() {
+        let disk = MemStorage::new();
+        let (mut old, _) = block_on(PartitionLog::open(disk.clone(), "p1-", POLICY, 0)).unwrap();
+        let before = batches(0, 10);
+        let mut at = 0;
+        while at < before.len() {
+            let info = batch::peek(&before[at..]).unwrap();
+            old.commit_batch(before[at..at + info.len as usize].to_vec())
+                .unwrap();
+            at += info.len as usize;
+        }
+        block_on(old.sync()).unwrap();
+        drop(old);
+
+        let staged = batches(500, 1500);
+        assert!(staged.len() > 2 * CHUNK);
+        // Damaged: one byte deep inside, in the second chunk.
+        let mut bad = staged.clone();
+        bad[CHUNK + 5000] ^= 1;
+        stage(&disk, "t1.install", &bad);
+        let refused = block_on(install_from_file(
+            disk.clone(),
+            "p1-",
+            POLICY,
+            "t1.install",
+            500,
+            bad.len() as u64,
+            3500,
+        ));
+        assert!(
+            matches!(refused, Err(SegmentError::Corrupt { .. })),
+            "{refused:?}"
+        );
+        // Misnumbered: the frontier does not match the first batch.
+        stage(&disk, "t1.install", &staged);
+        let refused = block_on(install_from_file(
+            disk.clone(),
+            "p1-",
+            POLICY,
+            "t1.install",
+            498,
+            staged.len() as u64,
+            3500,
+        ));
+        assert!(
+            matches!(refused, Err(SegmentError::Offset { .. })),
+            "{refused:?}"
+        );
+        let (old, _) = block_on(PartitionLog::open(disk.clone(), "p1-", POLICY, 0)).unwrap();
+        assert_eq!(block_on(old.read_from_offset(0, u64::MAX)).unwrap(), before);
+        drop(old);
+
+        let (log, _) = block_on(install_from_file(
+            disk.clone(),
+            "p1-",
+            POLICY,
+            "t1.install",
+            500,
+            staged.len() as u64,
+            3500,
+        ))
+        .unwrap();
+        assert!(
+            log.segment_bases().len() > 1,
+            "rotated: {:?}",
+            log.segment_bases()
+        );
+        assert_eq!(log.next_offset(), 3500);
+        assert_eq!(block_on(log.read_from_offset(0, u64::MAX)).unwrap(), staged);
+        assert!(
+            !block_on(disk.list())
+                .unwrap()
+                .iter()
+                .any(|n| n == "t1.install")
+        );
+    }
+}
