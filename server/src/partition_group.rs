@@ -1207,7 +1207,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         };
         let map = Rc::new(RefCell::new(map));
         map.borrow_mut().refresh(&boot.log);
-        let scanned = reader::scan(&map.borrow(), &*files, frontier, self.read_cache_bytes).await;
+        let mapped = map.borrow().clone();
+        let scanned = reader::scan(&mapped, &*files, frontier, self.read_cache_bytes).await;
         let scanned = match scanned {
             Ok(scan) => scan,
             Err(e) => {
@@ -2130,11 +2131,14 @@ mod tests {
     /// Runs the storage task over `groups` groups with `appends` appends each, queued at once,
     /// after `before` ran on the WAL's storage. Returns the events it sent back, the fatal
     /// cause, the WAL's fdatasyncs during the run, and the gauges.
+    /// `(group, op)` of every `Appended`, the fatal cause, the WAL's fdatasyncs, the gauges.
+    type AppendRun = (Vec<(u64, u64)>, Option<String>, u64, Arc<PartitionGauges>);
+
     fn run_appends(
         groups: u32,
         appends: u64,
         before: impl FnOnce(&MemStorage) + Send + 'static,
-    ) -> (Vec<(u64, u64)>, Option<String>, u64, Arc<PartitionGauges>) {
+    ) -> AppendRun {
         let out = Arc::new(std::sync::Mutex::new(None));
         let result = out.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)

@@ -593,7 +593,7 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         send_big(&mut producer, &mut acked, 100, 80);
         let total: usize = acked.iter().flatten().map(|(_, p)| p.len()).sum();
         assert!(total - before > 4 << 20);
-        for i in 0..3 {
+        for (i, node) in nodes.iter().enumerate() {
             reads_back(
                 tcp(i),
                 0x1A0 + i as u128,
@@ -602,7 +602,7 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                 &format!("n{i} big"),
             );
             let cached = partition_sum(
-                &common::scrape(nodes[i].http).unwrap(),
+                &common::scrape(node.http).unwrap(),
                 "strand_partition_cache_bytes",
             );
             eprintln!("n{i}: {cached} bytes of {total} in the partitions' tails");

@@ -95,7 +95,7 @@ pub struct PartitionStateMachine {
     /// Bytes of the batches in `batches` (the tail).
     tail_bytes: usize,
     /// The tail's budget: batches the segments hold leave it beyond this (decision 280).
-    cache_bytes: usize,
+    cache_budget: usize,
     /// Where the storage task has written this group's batches (`None`: nothing leaves memory).
     disk: Option<SharedMap>,
     /// The SEGMENT_LOG's running checksum and length, from `log_first` to `next_offset`.
@@ -297,7 +297,7 @@ impl PartitionStateMachine {
             offers: BTreeMap::new(),
             staged: None,
             tail_bytes: stored.len(),
-            cache_bytes: usize::MAX,
+            cache_budget: usize::MAX,
             disk: None,
             log,
         })
@@ -334,7 +334,7 @@ impl PartitionStateMachine {
             offers: BTreeMap::new(),
             staged: None,
             tail_bytes,
-            cache_bytes,
+            cache_budget: cache_bytes,
             disk: Some(disk),
             log: LogHash {
                 hasher: scan.hasher,
@@ -348,7 +348,7 @@ impl PartitionStateMachine {
     /// most `cache_bytes` of the newest in memory (decision 280).
     pub fn with_disk(mut self, disk: SharedMap, cache_bytes: usize) -> Self {
         self.disk = Some(disk);
-        self.cache_bytes = cache_bytes;
+        self.cache_budget = cache_bytes;
         self.evict();
         self
     }
@@ -360,7 +360,7 @@ impl PartitionStateMachine {
 
     /// Drops the oldest tail batches the segments hold while the tail exceeds its budget.
     fn evict(&mut self) {
-        if self.tail_bytes <= self.cache_bytes {
+        if self.tail_bytes <= self.cache_budget {
             return;
         }
         let Some(map) = self.disk.as_ref() else {
@@ -371,7 +371,7 @@ impl PartitionStateMachine {
             return;
         }
         let written = map.end_offset().unwrap_or(0);
-        while self.tail_bytes > self.cache_bytes {
+        while self.tail_bytes > self.cache_budget {
             let Some(entry) = self.batches.first_entry() else {
                 break;
             };
@@ -945,7 +945,7 @@ impl PartitionStateMachine {
                 next = info.end_offset();
                 tail_bytes += bytes.len();
                 tail.push_back(Bytes::from(bytes));
-                while tail_bytes > self.cache_bytes && tail.len() > 1 {
+                while tail_bytes > self.cache_budget && tail.len() > 1 {
                     tail_bytes -= tail.pop_front().map_or(0, |b| b.len());
                 }
             }
