@@ -1014,7 +1014,9 @@ const STAGED_CHUNK: usize = 256 << 10;
 impl crate::metadata_group::Checkpointable for PartitionStateMachine {
     /// One SEGMENT_LOG of every held batch (frontier: its first base offset), then
     /// CONSUMER_OFFSETS (frontier: `commit_op`), as `journal::artifact::partition_offer`
-    /// lays them out.
+    /// lays them out. Only the in-memory tail: a machine reading from the segments
+    /// (decision 280) is checkpointed by the storage task and transferred by `offer`; this
+    /// serves machines that hold everything (tests, in-memory storage).
     fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<Artifact> {
         let mut out = Vec::new();
         if let Some(first) = self.batches.keys().next() {
