@@ -620,5 +620,10 @@ impl<S: Storage> PartitionLog<S> {
     }
 }
 
+mod extents;
+mod install;
+pub use extents::Extent;
+pub use install::install_from_file;
+
 #[cfg(test)]
 mod tests;

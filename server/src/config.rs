@@ -276,6 +276,7 @@ pub struct RawPartition {
     pub transfer_served_cache_bytes_max: String,
     pub transfer_artifact_bytes_max: String,
     pub checkpoint_interval_ops: u64,
+    pub read_cache_bytes: String,
 }
 
 defaults!(RawPartition {
@@ -287,6 +288,7 @@ defaults!(RawPartition {
     transfer_served_cache_bytes_max: s("2176 MiB"),
     transfer_artifact_bytes_max: s("1088 MiB"),
     checkpoint_interval_ops: 1024,
+    read_cache_bytes: s("16 MiB"),
 });
 
 /// `[[partition.topic]]`: a per-topic ack override.
@@ -500,6 +502,8 @@ pub struct Partition {
     pub transfer_served_cache_bytes_max: u64,
     pub transfer_artifact_bytes_max: u64,
     pub checkpoint_interval_ops: u64,
+    /// Each partition's in-memory tail of committed batches (decision 280).
+    pub read_cache_bytes: u64,
 }
 
 /// `[system]` with the command line applied.
@@ -1263,6 +1267,12 @@ impl RawConfig {
             )?,
             transfer_artifact_bytes_max: artifact,
             checkpoint_interval_ops: interval,
+            read_cache_bytes: in_range(
+                "partition.read_cache_bytes",
+                size("partition.read_cache_bytes", &raw.read_cache_bytes)?,
+                64 << 10,
+                4 << 30,
+            )?,
         })
     }
 }

@@ -15,7 +15,7 @@ use wire::GroupId;
 use crate::client::codec::Consumer;
 use crate::client::reply::ConsumerOffsetReply;
 use crate::client::request::PollMessages;
-use crate::partition::Poll;
+use crate::partition::PollAnswer;
 
 /// Where a group's replies go: the shard's client connections, keyed by client id.
 pub trait ReplySink {
@@ -52,8 +52,14 @@ pub trait Partitions {
     fn submit(&self, group: GroupId, request: ClientRequest) -> Result<(), Refused>;
 
     /// Answers a PollMessages from the group's committed messages and stored offsets
-    /// (decision 127). `Err(code)` is a client-plane status for the reply.
-    fn poll(&self, group: GroupId, partition: u32, request: &PollMessages) -> Result<Poll, u32>;
+    /// (decision 127): from memory, or as a read of the segments the caller awaits (decision
+    /// 281). `Err(code)` is a client-plane status for the reply.
+    fn poll(
+        &self,
+        group: GroupId,
+        partition: u32,
+        request: &PollMessages,
+    ) -> Result<PollAnswer, u32>;
 
     /// Answers a GetConsumerOffset: `None` when nothing is stored for `consumer`.
     fn consumer_offset(

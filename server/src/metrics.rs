@@ -241,7 +241,7 @@ pub fn render(sources: &Sources) -> String {
         );
         let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
         let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
-        let client_counters: [(&str, &AtomicU64); 13] = [
+        let client_counters: [(&str, &AtomicU64); 14] = [
             ("client_connections_total", &c.accepted),
             ("client_requests_total", &c.requests),
             ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
@@ -261,6 +261,7 @@ pub fn render(sources: &Sources) -> String {
             ("client_shard_disagreements_total", &c.shard_disagreement),
             ("client_remote_forgotten_total", &c.remote_forgotten),
             ("client_auto_commits_failed_total", &c.auto_commits_failed),
+            ("client_poll_read_errors_total", &c.poll_read_errors),
         ];
         let mut typed = std::collections::HashSet::new();
         for (name, value) in client_counters {

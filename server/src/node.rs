@@ -406,6 +406,9 @@ impl Shard {
         // Partition primaries follow the metadata primary (decision 221).
         let metadata_gauges = self.gauges.clone();
         host.set_metadata_lead(Rc::new(move || metadata_gauges.metadata_lead()));
+        // Each partition's in-memory tail (decision 280).
+        let cache = self.node_info.config.partition.read_cache_bytes;
+        host.set_read_cache_bytes(usize::try_from(cache).unwrap_or(usize::MAX));
         let mesh = Rc::new(ctx.mesh);
         // Frames route by group: metadata, this shard's partition groups, another shard's
         // (forwarded over the mesh), or unknown (decision 166).

@@ -59,8 +59,9 @@ use crate::client::request::PollMessages;
 use crate::client::status;
 use crate::groups::{Partitions, Refused, ReplySink};
 use crate::metadata::view::MetadataReader;
-use crate::partition::Poll as PollReply;
+use crate::partition::PollAnswer;
 use crate::partition::machine::{PartitionStateMachine, StorageWork};
+use crate::partition::reader::{self, SegmentFiles, SegmentMap, SharedMap, StorageFiles};
 
 /// Events one pump turn handles before it yields. One `Replica::step` costs microseconds to
 /// tens of microseconds; 64 keep a turn well inside the 10 ms tick however many groups the
@@ -176,6 +177,8 @@ pub struct PartitionGauges {
     pub messages: AtomicU64,
     /// Groups removed because the committed metadata deleted them (decision 342).
     pub groups_removed: AtomicU64,
+    /// Bytes of committed batches the groups' tails hold in memory (decision 280).
+    pub cache_bytes: AtomicU64,
 }
 
 /// Publishes that `group`'s own superblock is durable on this shard (decision 290).
@@ -196,7 +199,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// Appends the partition groups' metrics of every shard (decision 167), labelled
 /// `plane="partition"` and `shard`: gauges `strand_partition_groups`,
 /// `strand_partition_primaries`, `strand_partition_commit` (sum of the groups' `commit_min`),
-/// `strand_partition_lost_groups`,
+/// `strand_partition_lost_groups`, `strand_partition_cache_bytes`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
@@ -209,7 +212,13 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 19] = [
+    let rows: [(&str, &str, &str, Pick); 20] = [
+        (
+            "partition_cache_bytes",
+            "gauge",
+            "bytes of committed batches the partition groups hold in memory",
+            |g| &g.cache_bytes,
+        ),
         (
             "partition_groups",
             "gauge",
@@ -602,6 +611,9 @@ struct GroupDisk<S: Storage> {
     frames: BTreeMap<u64, (u64, Frame)>,
     checkpoint_op: u64,
     last_persist_failed: bool,
+    /// Where the read path finds the written batches (decision 280), refreshed after every
+    /// flush and install.
+    map: SharedMap,
 }
 
 impl<S: Storage> GroupDisk<S> {
@@ -646,6 +658,8 @@ struct StorageTask<S: Storage> {
     rejoin: bool,
     /// Committed metadata: whether a group's incarnation is dead (decision 342).
     metadata: MetadataReader,
+    /// Each group's in-memory tail budget (decision 280).
+    read_cache_bytes: usize,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -883,10 +897,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let groups = &mut self.groups;
         let segments = async move {
             for (group, disk) in groups.iter_mut().filter(|(g, _)| flush.contains(g)) {
-                disk.log
-                    .flush()
-                    .await
-                    .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+                let flushed = disk.log.flush().await;
+                disk.map.borrow_mut().refresh(&disk.log);
+                flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
             }
             Ok::<(), String>(())
         };
@@ -904,10 +917,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// The due segment flushes of `groups`, one after the other.
     async fn flush_segments(&mut self, groups: &BTreeSet<u64>) -> Result<(), String> {
         for (group, disk) in self.groups.iter_mut().filter(|(g, _)| groups.contains(g)) {
-            disk.log
-                .flush()
-                .await
-                .map_err(|e| format!("group {group:#x}: segments: {e}"))?;
+            let flushed = disk.log.flush().await;
+            // Readers learn what is written (decision 280), also after a failed flush.
+            disk.map.borrow_mut().refresh(&disk.log);
+            flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
         }
         Ok(())
     }
@@ -1018,7 +1031,18 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     self.fail(format!("group {group:#x}: offsets: {e}"));
                 }
             }
-            StorageOp::Machine(StorageWork::Install { batches, offsets }) => {
+            StorageOp::Machine(StorageWork::Install {
+                offsets,
+                staged: Some(staged),
+                ..
+            }) => {
+                if let Err(e) = self.install_staged(group, &staged, &offsets).await {
+                    self.fail(format!("group {group:#x}: installing a transfer: {e}"));
+                }
+            }
+            StorageOp::Machine(StorageWork::Install {
+                batches, offsets, ..
+            }) => {
                 if let Err(e) = self.install(group, &batches, &offsets).await {
                     self.fail(format!("group {group:#x}: installing a transfer: {e}"));
                 }
@@ -1132,11 +1156,41 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .await
                 .map_err(|e| e.to_string())?;
         disk.log = log;
+        disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
             .write(&table, true)
             .await
             .map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// Writes a transfer's staged SEGMENT_LOG into the group's segments by chunk (decision 284)
+    /// and the offsets table, then maps the new segments for the read path.
+    async fn install_staged(
+        &mut self,
+        group: u64,
+        staged: &crate::partition::machine::StagedLog,
+        offsets: &OffsetTable,
+    ) -> Result<(), String> {
+        let storage = self.partitions.clone();
+        let disk = self.groups.get_mut(&group).ok_or("not hosted")?;
+        let (log, _) = journal::segment::install_from_file(
+            storage,
+            &disk.prefix,
+            disk.policy,
+            &staged.name,
+            staged.frontier,
+            staged.len,
+            offsets.next_offset,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        disk.log = log;
+        disk.map.borrow_mut().refresh(&disk.log);
+        disk.offset_store
+            .write(offsets, true)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Reclaims the WAL up to what every group no longer needs: below the first record whose
@@ -1312,26 +1366,36 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         };
         let checkpoint_op = boot.state.map_or(0, |s| s.checkpoint_op);
         let frontier = boot.state.map_or(0, |s| s.offset_frontier);
-        let stored = match boot.log.read_from_offset(0, u64::MAX).await {
-            Ok(bytes) => bytes,
+        // One pass over the segments by chunk rebuilds the tail and the log's checksum; the
+        // older batches stay on disk (decision 283). The machine is restored at the checkpoint
+        // exactly: batches flushed after it come back through the replay (a store judged
+        // against a later offset could differ).
+        let files: Rc<dyn SegmentFiles> = Rc::new(StorageFiles(self.partitions.clone()));
+        let map = SegmentMap {
+            files: Some(files.clone()),
+            dir: self.partitions.local_dir().map(ToOwned::to_owned),
+            ..SegmentMap::default()
+        };
+        let map = Rc::new(RefCell::new(map));
+        map.borrow_mut().refresh(&boot.log);
+        let mapped = map.borrow().clone();
+        let scanned = reader::scan(&mapped, &*files, frontier, self.read_cache_bytes).await;
+        let scanned = match scanned {
+            Ok(scan) => scan,
             Err(e) => {
                 error!(group, error = %e, "partition segments unreadable; the group stays down");
                 return;
             }
         };
-        // The machine is restored at the checkpoint exactly: batches flushed after it come
-        // back through the replay (a store judged against a later offset could differ).
-        let mut cut = 0;
-        while cut < stored.len() {
-            match journal::batch::peek(&stored[cut..]) {
-                Some(info) if info.end_offset() <= frontier => cut += info.len as usize,
-                _ => break,
-            }
-        }
         let mut offsets = boot.offsets.clone();
         offsets.next_offset = frontier;
-        let machine = match PartitionStateMachine::restore(GroupId(group), &stored[..cut], offsets)
-        {
+        let machine = match PartitionStateMachine::from_scan(
+            GroupId(group),
+            scanned,
+            offsets,
+            map.clone(),
+            self.read_cache_bytes,
+        ) {
             // A received transfer stages in this directory (decision 220).
             Ok(m) => m.with_staging_dir(self.partitions.local_dir().map(ToOwned::to_owned)),
             Err(e) => {
@@ -1405,6 +1469,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .collect(),
             checkpoint_op,
             last_persist_failed: false,
+            map,
         };
         self.groups.insert(group, disk);
         self.inbox.push(Event::Booted(Box::new(BootedGroup {
@@ -1525,6 +1590,8 @@ pub struct Host {
     /// Primary affinity's source (decision 221): the view in which this node's metadata
     /// replica is the primary of a normal view, `None` otherwise. Unset: no affinity.
     metadata_lead: RefCell<Option<MetadataLead>>,
+    /// Each group's in-memory tail budget (`partition.read_cache_bytes`, decision 280).
+    read_cache_bytes: Cell<usize>,
 }
 
 /// Reads, lock-free, the view in which this node's metadata replica is the Normal primary
@@ -1585,6 +1652,21 @@ impl Host {
         *self.metadata_lead.borrow_mut() = Some(lead);
     }
 
+    /// Sets each group's in-memory tail budget (decision 280); takes effect for groups booted
+    /// after the call (the node sets it before the pump runs).
+    pub fn set_read_cache_bytes(&self, bytes: usize) {
+        self.read_cache_bytes.set(bytes);
+    }
+
+    /// Bytes of committed batches the shard's groups hold in memory.
+    pub fn cache_bytes(&self) -> usize {
+        self.groups
+            .borrow()
+            .values()
+            .map(|h| h.replica.state_machine().cache_bytes())
+            .sum()
+    }
+
     /// The host of shard `shard` of `shards` with `lanes` replica lanes.
     pub fn new(shard: u16, shards: u16, lanes: u16, gauges: Arc<PartitionGauges>) -> Rc<Host> {
         Rc::new(Host {
@@ -1595,6 +1677,7 @@ impl Host {
             groups: RefCell::default(),
             busy: Rc::default(),
             queues: RefCell::default(),
+            read_cache_bytes: Cell::new(crate::partition::machine::READ_CACHE_BYTES),
             gauges,
             metadata_lead: RefCell::default(),
         })
@@ -1700,7 +1783,7 @@ impl Partitions for Host {
         group: GroupId,
         partition: u32,
         request: &PollMessages,
-    ) -> Result<PollReply, u32> {
+    ) -> Result<PollAnswer, u32> {
         self.with_group(group, |r| r.state_machine().poll(partition, request))
             .map_err(refused_code)?
     }
@@ -1898,6 +1981,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         last_reclaim_at: 0,
         rejoin,
         metadata: metadata.clone(),
+        read_cache_bytes: host.read_cache_bytes.get(),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -2181,6 +2265,11 @@ fn observe(host: &Host) {
         .map(|h| h.replica.transfers_installed())
         .sum();
     g.transfers.store(transfers, Ordering::Relaxed);
+    let cached: usize = groups
+        .values()
+        .map(|h| h.replica.state_machine().cache_bytes())
+        .sum();
+    g.cache_bytes.store(cached as u64, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.
@@ -2346,11 +2435,14 @@ mod tests {
     /// Runs the storage task over `groups` groups with `appends` appends each, queued at once,
     /// after `before` ran on the WAL's storage. Returns the events it sent back, the fatal
     /// cause, the WAL's fdatasyncs during the run, and the gauges.
+    /// `(group, op)` of every `Appended`, the fatal cause, the WAL's fdatasyncs, the gauges.
+    type AppendRun = (Vec<(u64, u64)>, Option<String>, u64, Arc<PartitionGauges>);
+
     fn run_appends(
         groups: u32,
         appends: u64,
         before: impl FnOnce(&MemStorage) + Send + 'static,
-    ) -> (Vec<Event>, Option<String>, u64, Arc<PartitionGauges>) {
+    ) -> AppendRun {
         let (events, fatal, syncs, gauges, _) = run_appends_with(groups, appends, false, before);
         (events, fatal, syncs, gauges)
     }
@@ -2365,7 +2457,7 @@ mod tests {
         batches: bool,
         before: impl FnOnce(&MemStorage) + Send + 'static,
     ) -> (
-        Vec<Event>,
+        Vec<(u64, u64)>,
         Option<String>,
         u64,
         Arc<PartitionGauges>,
@@ -2407,6 +2499,7 @@ mod tests {
                     last_reclaim_at: 0,
                     rejoin: false,
                     metadata: MetadataReader::default(),
+                    read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
                 };
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
@@ -2442,6 +2535,9 @@ mod tests {
                 while let Some(e) = inbox.pop() {
                     events.push(e);
                 }
+                // A booted group's machine shares its segment map (`Rc`): the events stay
+                // on the executor's thread, their appends leave.
+                let events = appended(&events);
                 *result.lock().unwrap() =
                     Some((events, fatal.borrow().clone(), syncs, gauges, ends));
             })
@@ -2472,7 +2568,7 @@ mod tests {
     fn appends_of_many_groups_share_one_window_and_one_fdatasync() {
         let (events, fatal, syncs, gauges) = run_appends(3, 10, |_| {});
         assert_eq!(fatal, None);
-        let done = appended(&events);
+        let done = events;
         assert_eq!(done.len(), 30);
         for p in 0..3 {
             let ops: Vec<u64> = done
@@ -2495,11 +2591,7 @@ mod tests {
     fn a_failed_window_sync_acknowledges_nothing() {
         let (events, fatal, _, _) = run_appends(2, 5, |wal| wal.fail_next(FailOp::Sync));
         assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
-        assert_eq!(
-            appended(&events),
-            Vec::new(),
-            "no Appended before the sync returned"
-        );
+        assert_eq!(events, Vec::new(), "no Appended before the sync returned");
     }
 
     /// Committed batches for the segments queued between a group's appends neither split the
@@ -2510,7 +2602,7 @@ mod tests {
     fn segment_batches_between_appends_share_the_window_pass() {
         let (events, fatal, syncs, gauges, ends) = run_appends_with(2, 4, true, |_| {});
         assert_eq!(fatal, None);
-        assert_eq!(appended(&events).len(), 8);
+        assert_eq!(events.len(), 8);
         assert_eq!(gauges.wal_commits.load(Ordering::Relaxed), 1, "one window");
         assert!(syncs <= 3, "{syncs} WAL fdatasyncs");
         assert_eq!(
@@ -2527,6 +2619,6 @@ mod tests {
         let (events, fatal, _, _, _) =
             run_appends_with(2, 4, true, |wal| wal.fail_next(FailOp::Sync));
         assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
-        assert_eq!(appended(&events), Vec::new(), "no Appended before the sync");
+        assert_eq!(events, Vec::new(), "no Appended before the sync");
     }
 }

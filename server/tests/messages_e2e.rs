@@ -53,6 +53,29 @@ fn spawn(config: &Path, node: &mut Node, log: &Path) {
     common::spawn_plain(config, node, log, SHARDS[usize::from(node.id)]);
 }
 
+/// The nodes' `partition.read_cache_bytes` in the first test.
+const READ_CACHE: &str = "64 KiB";
+
+/// Sends `batches` batches of three 20,000-byte messages alternating over both partitions.
+fn send_big(c: &mut Client, acked: &mut Acked, first: usize, batches: usize) {
+    for b in first..first + batches {
+        let partition = (b % 2) as u32;
+        let payloads: Vec<Vec<u8>> = (0..3)
+            .map(|i| {
+                let mut p = payload(b, i);
+                p.resize(20_000, (b * 7 + i) as u8);
+                p
+            })
+            .collect();
+        let (confirmed, base) = c.send(stream_id(), partition, &payloads);
+        let list = &mut acked[partition as usize];
+        assert_eq!((confirmed, base), (partition, list.len() as u64));
+        for (i, p) in payloads.into_iter().enumerate() {
+            list.push((base + i as u64, p));
+        }
+    }
+}
+
 /// What the test acknowledged: per partition, `(offset, payload)` in offset order.
 type Acked = [Vec<(u64, Vec<u8>)>; 2];
 
@@ -80,7 +103,14 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
     let dir = common::scratch("messages");
     let ports = common::free_ports(9);
     let config_path = dir.join("strand.toml");
-    std::fs::write(&config_path, common::config("messages-e2e", 3, &ports, "")).unwrap();
+    // A small read cache: older polls read the segments (decision 280), here and after the
+    // restarts (the boot rebuilds only the tail).
+    let extra = format!("[partition]\nread_cache_bytes = \"{READ_CACHE}\"");
+    std::fs::write(
+        &config_path,
+        common::config("messages-e2e", 3, &ports, &extra),
+    )
+    .unwrap();
     let logs = dir.join("nodes.log");
     let mut nodes = common::nodes(&dir, 3, &ports);
     let tcp = |i: usize| ports[i * 3];
@@ -174,6 +204,32 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
         send_batches(&mut producer, &mut acked, 10, 10);
         spawn(&config_path, &mut nodes[backup], &logs);
         reads_back(tcp(backup), 0xE0, &acked, &logs, "restarted backup");
+
+        // 4b. Several times the read cache and past a segment flush (1 MiB by the default
+        // policy): polls from offset 0 read the segments, payloads equal; every node's tails
+        // hold well under what the partitions hold.
+        let before: usize = acked.iter().flatten().map(|(_, p)| p.len()).sum();
+        send_big(&mut producer, &mut acked, 100, 80);
+        let total: usize = acked.iter().flatten().map(|(_, p)| p.len()).sum();
+        assert!(total - before > 4 << 20);
+        for (i, node) in nodes.iter().enumerate() {
+            reads_back(
+                tcp(i),
+                0x1A0 + i as u128,
+                &acked,
+                &logs,
+                &format!("n{i} big"),
+            );
+            let cached = partition_sum(
+                &common::scrape(node.http).unwrap(),
+                "strand_partition_cache_bytes",
+            );
+            eprintln!("n{i}: {cached} bytes of {total} in the partitions' tails");
+            assert!(
+                (cached as usize) < total / 2,
+                "n{i}: tails hold {cached} of {total} bytes"
+            );
+        }
 
         // 5. SIGKILL all three and restart: every node reads every acknowledged message
         // (recovered from WAL and segments), and the groups take new messages again.

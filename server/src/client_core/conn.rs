@@ -467,7 +467,7 @@ impl ClientCore {
     ) -> Frame {
         let target = self.group_shard(group);
         if target == self.shard {
-            return self.answer_read(header, &read);
+            return self.answer_read(header, &read).await;
         }
         let client = header.client.get();
         let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {

@@ -50,6 +50,7 @@ use crate::config::Config;
 use crate::groups::{Partitions, Refused, ReplySink};
 use crate::metadata::view::MetadataReader;
 use crate::metrics::Gauges;
+use crate::partition::PollAnswer;
 use crate::shard_msg::ShardMsg;
 pub use registry::Registry;
 
@@ -103,6 +104,8 @@ pub struct Counters {
     pub remote_forgotten: AtomicU64,
     /// Auto-commit polls answered without their offset stored (decision 213).
     pub auto_commits_failed: AtomicU64,
+    /// Polls answered 1 (Error) because their segment read failed (decision 281).
+    pub poll_read_errors: AtomicU64,
 }
 
 impl Counters {
@@ -270,7 +273,7 @@ impl ClientCore {
 
     /// Handles a mesh message other than a handed replica connection or a forwarded replica
     /// frame (the replica plane's).
-    pub fn on_mesh(&self, message: ShardMsg) {
+    pub fn on_mesh(self: &Rc<Self>, message: ShardMsg) {
         match message {
             ShardMsg::Handed(_) | ShardMsg::Replica { .. } => {
                 tracing::error!("a replica-plane message reached the client core; dropped");
@@ -306,10 +309,15 @@ impl ClientCore {
                 read,
             } => {
                 let client = request.client.get();
-                let frame = self.answer_read(&request, &read);
-                if (self.mesh)(origin, Lane::Reply, ShardMsg::Reply { client, frame }).is_err() {
-                    Counters::add(&self.node.counters.mesh_refused);
-                }
+                let core = self.clone();
+                glommio::spawn_local(async move {
+                    let frame = core.answer_read(&request, &read).await;
+                    if (core.mesh)(origin, Lane::Reply, ShardMsg::Reply { client, frame }).is_err()
+                    {
+                        Counters::add(&core.node.counters.mesh_refused);
+                    }
+                })
+                .detach();
             }
         }
     }
@@ -331,16 +339,29 @@ impl ClientCore {
         frames::refused(header, code)
     }
 
-    fn answer_read(&self, header: &RequestHeader, read: &PartitionRead) -> Frame {
+    async fn answer_read(&self, header: &RequestHeader, read: &PartitionRead) -> Frame {
         match read {
             PartitionRead::Poll {
                 group,
                 partition,
                 request,
-            } => match self.partitions().poll(*group, *partition, request) {
-                Ok(poll) => frames::reply(header, 0, &poll.body),
-                Err(code) => frames::refused(header, code),
-            },
+            } => {
+                let answer = self.partitions().poll(*group, *partition, request);
+                let poll = match answer {
+                    Ok(PollAnswer::Ready(poll)) => Ok(poll),
+                    // Below the tail: read the segments on this shard (decision 281).
+                    Ok(PollAnswer::Disk(read)) => read.read().await.map_err(|error| {
+                        tracing::warn!(group = group.0, %error, "a poll's segment read failed");
+                        Counters::add(&self.node.counters.poll_read_errors);
+                        status::ERROR
+                    }),
+                    Err(code) => Err(code),
+                };
+                match poll {
+                    Ok(poll) => frames::reply(header, 0, &poll.body),
+                    Err(code) => frames::refused(header, code),
+                }
+            }
             PartitionRead::Offset {
                 group,
                 partition,
@@ -413,7 +434,7 @@ impl Partitions for NoPartitions {
     fn submit(&self, _: GroupId, _: ClientRequest) -> Result<(), Refused> {
         Err(Refused::Unknown)
     }
-    fn poll(&self, _: GroupId, _: u32, _: &PollMessages) -> Result<crate::partition::Poll, u32> {
+    fn poll(&self, _: GroupId, _: u32, _: &PollMessages) -> Result<PollAnswer, u32> {
         Err(status::PARTITION_NOT_FOUND)
     }
     fn consumer_offset(

@@ -88,7 +88,12 @@ impl Partitions for FakePartitions {
         sink.reply(request.header.client.get(), frame);
         Ok(())
     }
-    fn poll(&self, group: GroupId, partition: u32, _: &PollMessages) -> Result<Poll, u32> {
+    fn poll(
+        &self,
+        group: GroupId,
+        partition: u32,
+        _: &PollMessages,
+    ) -> Result<crate::partition::PollAnswer, u32> {
         self.seen
             .lock()
             .unwrap()
@@ -98,11 +103,11 @@ impl Partitions for FakePartitions {
         body.extend_from_slice(&u32::from(self.shard).to_le_bytes());
         body.extend_from_slice(&0u64.to_le_bytes());
         body.extend_from_slice(&0u32.to_le_bytes());
-        Ok(Poll {
+        Ok(crate::partition::PollAnswer::Ready(Poll {
             body,
             messages_count: 0,
             last_offset: None,
-        })
+        }))
     }
     fn consumer_offset(
         &self,

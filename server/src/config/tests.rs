@@ -94,6 +94,7 @@ fn every_default() {
     assert_eq!(p.transfer_served_cache_bytes_max, 2176 << 20);
     assert_eq!(p.transfer_artifact_bytes_max, 1088 << 20);
     assert_eq!(p.checkpoint_interval_ops, 1024);
+    assert_eq!(p.read_cache_bytes, 16 << 20);
     assert!(p.topic_ack.is_empty());
     let s = &config.system;
     assert_eq!(s.path, PathBuf::from("local_data"));
@@ -744,6 +745,15 @@ fn the_remaining_rules_name_their_keys() {
     assert_eq!(
         refuse("[partition]\ncheckpoint_interval_ops = 7"),
         "config key `partition.checkpoint_interval_ops`: 7 must be 0 (off) or at least 8"
+    );
+    assert!(
+        refuse("[partition]\nread_cache_bytes = \"1 KiB\"")
+            .starts_with("config key `partition.read_cache_bytes`"),
+        "below 64 KiB"
+    );
+    assert!(
+        refuse("[partition]\nread_cache_bytes = \"many\"")
+            .starts_with("config key `partition.read_cache_bytes`")
     );
     assert_eq!(
         refuse("[system]\npath = \"\""),

@@ -9,10 +9,11 @@
 //! ([`PartitionStateMachine::take_storage`]): each committed batch for the segments, the
 //! offsets table after a store, an installed state to write in place of the old one.
 //!
-//! Reads (polls, consumer offsets) are answered from memory: the machine holds every committed
-//! batch from the first one its segments held at boot (the `Partitions` seam answers polls
-//! synchronously, and segment reads are asynchronous). That bounds a partition by memory; see
-//! decision 163.
+//! Reads (polls, consumer offsets) are answered from a bounded in-memory tail of committed
+//! batches (decision 280): a batch leaves it once the storage task has written it to the
+//! segments (the shared [`SegmentMap`]) and the tail holds more than its budget. A poll below
+//! the tail is a [`DiskPoll`] the caller awaits; a state-transfer offer reads the evicted part
+//! from the segment files by chunk (decision 282).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -36,8 +37,9 @@ use crate::client::reply::{
 use crate::client::request::PollMessages;
 use crate::client::status;
 use crate::groups::ReplySink;
+use crate::partition::reader::{DiskPoll, SharedMap};
 use crate::partition::{
-    Poll, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
+    Poll, PollAnswer, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
     current_offset, resolve_start, stored_offset,
 };
 
@@ -49,13 +51,28 @@ pub enum StorageWork {
     /// The offsets table after a committed store.
     Offsets(OffsetTable),
     /// A transferred state replaced everything: these batches (contiguous, from their first
-    /// base offset) and this table become the group's segments and offsets.
+    /// base offset), or the staged file, and this table become the group's segments and
+    /// offsets.
     Install {
-        /// The batches.
+        /// The batches (empty when `staged` holds them).
         batches: Vec<Bytes>,
         /// The table.
         offsets: OffsetTable,
+        /// The SEGMENT_LOG left in a file of the partition directory (decision 284): the
+        /// storage task writes it into the segments by chunk and removes it.
+        staged: Option<StagedLog>,
     },
+}
+
+/// A verified SEGMENT_LOG in a file of the partition directory, for the storage task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedLog {
+    /// Its name in the partition directory.
+    pub name: String,
+    /// The base offset of its first batch.
+    pub frontier: u64,
+    /// Its length (whole batches).
+    pub len: u64,
 }
 
 /// A partition group's state machine.
@@ -75,13 +92,63 @@ pub struct PartitionStateMachine {
     offers: BTreeMap<u8, Image>,
     /// The transfer being received.
     staged: Option<Staged>,
+    /// Bytes of the batches in `batches` (the tail).
+    tail_bytes: usize,
+    /// The tail's budget: batches the segments hold leave it beyond this (decision 280).
+    cache_budget: usize,
+    /// Where the storage task has written this group's batches (`None`: nothing leaves memory).
+    disk: Option<SharedMap>,
+    /// The SEGMENT_LOG's running checksum and length, from `log_first` to `next_offset`.
+    log: LogHash,
 }
+
+/// The running XXH3 of every committed batch from the first held (the SEGMENT_LOG of an
+/// offer), so an offer needs no pass over the data.
+#[derive(Clone)]
+struct LogHash {
+    hasher: xxhash_rust::xxh3::Xxh3Default,
+    len: u64,
+    first: Option<u64>,
+}
+
+impl LogHash {
+    fn new() -> LogHash {
+        LogHash {
+            hasher: xxhash_rust::xxh3::Xxh3Default::new(),
+            len: 0,
+            first: None,
+        }
+    }
+
+    fn add(&mut self, base_offset: u64, bytes: &[u8]) {
+        self.first.get_or_insert(base_offset);
+        self.hasher.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+}
+
+impl std::fmt::Debug for LogHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogHash")
+            .field("len", &self.len)
+            .field("first", &self.first)
+            .finish()
+    }
+}
+
+/// The default tail budget per partition (`partition.read_cache_bytes`).
+pub const READ_CACHE_BYTES: usize = 16 << 20;
 
 /// A frozen image of the state for one requester: the batches are the machine's own `Bytes`
 /// (shared, never copied), so an offer costs a pointer per batch and the encoded offsets table.
 #[derive(Debug)]
 struct Image {
-    /// The SEGMENT_LOG's batches, in offset order (empty: no SEGMENT_LOG artifact).
+    /// The SEGMENT_LOG's first `disk_len` bytes: segment files (open, so a later install's
+    /// unlink leaves them readable) and the bytes of each taken.
+    disk: Vec<(std::fs::File, u64)>,
+    disk_len: u64,
+    /// The SEGMENT_LOG's batches after `disk_len`, in offset order (empty with no disk part:
+    /// no SEGMENT_LOG artifact).
     batches: Vec<Bytes>,
     /// `ends[i]`: the byte just past batch `i` within the SEGMENT_LOG.
     ends: Vec<u64>,
@@ -91,7 +158,7 @@ struct Image {
 
 impl Image {
     fn read(&self, index: usize, offset: u64, len: usize, buf: &mut Vec<u8>) -> Option<()> {
-        let segment = usize::from(!self.batches.is_empty());
+        let segment = usize::from(!self.batches.is_empty() || self.disk_len > 0);
         if index == segment {
             let start = usize::try_from(offset).ok()?;
             buf.extend_from_slice(self.offsets.get(start..start.checked_add(len)?)?);
@@ -101,9 +168,37 @@ impl Image {
             return None;
         }
         let end = offset.checked_add(len as u64)?;
-        if end > *self.ends.last()? {
+        if end > self.disk_len + self.ends.last().copied().unwrap_or(0) {
             return None;
         }
+        let mut offset = offset;
+        while offset < end.min(self.disk_len) {
+            // From the segment files: a bounded pread (consensus reads chunks synchronously;
+            // decision 282).
+            let (mut file_start, mut i) = (0u64, 0);
+            while file_start + self.disk[i].1 <= offset {
+                file_start += self.disk[i].1;
+                i += 1;
+            }
+            let (file, file_len) = &self.disk[i];
+            let take = (end.min(self.disk_len).min(file_start + file_len) - offset) as usize;
+            let from = buf.len();
+            buf.resize(from + take, 0);
+            if let Err(error) = std::os::unix::fs::FileExt::read_exact_at(
+                file,
+                &mut buf[from..],
+                offset - file_start,
+            ) {
+                tracing::warn!(%error, "reading a segment file for a state-transfer offer");
+                buf.truncate(from);
+                return None;
+            }
+            offset += take as u64;
+        }
+        if offset == end {
+            return Some(());
+        }
+        let (offset, end) = (offset - self.disk_len, end - self.disk_len);
         let mut at = offset;
         let mut i = self.ends.partition_point(|e| *e <= at);
         while at < end {
@@ -169,6 +264,7 @@ impl PartitionStateMachine {
         let mut batches = BTreeMap::new();
         let mut next = None;
         let mut at = 0;
+        let mut log = LogHash::new();
         while at < stored.len() {
             let info = batch::verify(&stored[at..])
                 .map_err(|f| format!("stored batch at byte {at}: {f:?}"))?;
@@ -180,6 +276,7 @@ impl PartitionStateMachine {
                 ));
             }
             let len = info.len as usize;
+            log.add(info.base_offset, &stored[at..at + len]);
             batches.insert(
                 info.base_offset,
                 Bytes::copy_from_slice(&stored[at..at + len]),
@@ -199,7 +296,92 @@ impl PartitionStateMachine {
             staging_dir: None,
             offers: BTreeMap::new(),
             staged: None,
+            tail_bytes: stored.len(),
+            cache_budget: usize::MAX,
+            disk: None,
+            log,
         })
+    }
+
+    /// The machine of `group` restored from a boot's pass over its segments (decision 283):
+    /// the tail the pass kept, the running checksum over everything before it; the older
+    /// batches are read from the segments `disk` maps. `Err` when the tail does not end at a
+    /// batch boundary the offsets table accepts.
+    pub fn from_scan(
+        group: GroupId,
+        scan: crate::partition::reader::Scan,
+        offsets: OffsetTable,
+        disk: SharedMap,
+        cache_bytes: usize,
+    ) -> Result<Self, String> {
+        let mut batches = BTreeMap::new();
+        let mut tail_bytes = 0;
+        for b in scan.tail {
+            let info = batch::peek(&b).ok_or("a scanned batch does not parse")?;
+            tail_bytes += b.len();
+            batches.insert(info.base_offset, b);
+        }
+        let next_offset = scan.end.unwrap_or(0).max(offsets.next_offset);
+        let mut offsets = offsets;
+        offsets.next_offset = next_offset;
+        Ok(PartitionStateMachine {
+            group,
+            batches,
+            next_offset,
+            offsets,
+            storage: RefCell::default(),
+            staging_dir: None,
+            offers: BTreeMap::new(),
+            staged: None,
+            tail_bytes,
+            cache_budget: cache_bytes,
+            disk: Some(disk),
+            log: LogHash {
+                hasher: scan.hasher,
+                len: scan.len,
+                first: scan.first,
+            },
+        })
+    }
+
+    /// Reads batches the storage task has written from the segments `disk` maps, keeping at
+    /// most `cache_bytes` of the newest in memory (decision 280).
+    pub fn with_disk(mut self, disk: SharedMap, cache_bytes: usize) -> Self {
+        self.disk = Some(disk);
+        self.cache_budget = cache_bytes;
+        self.evict();
+        self
+    }
+
+    /// Bytes of committed batches held in memory (`strand_partition_cache_bytes`).
+    pub fn cache_bytes(&self) -> usize {
+        self.tail_bytes
+    }
+
+    /// Drops the oldest tail batches the segments hold while the tail exceeds its budget.
+    fn evict(&mut self) {
+        if self.tail_bytes <= self.cache_budget {
+            return;
+        }
+        let Some(map) = self.disk.as_ref() else {
+            return;
+        };
+        let map = map.borrow();
+        if map.files.is_none() || map.dir.is_none() {
+            return;
+        }
+        let written = map.end_offset().unwrap_or(0);
+        while self.tail_bytes > self.cache_budget {
+            let Some(entry) = self.batches.first_entry() else {
+                break;
+            };
+            match batch::peek(entry.get()) {
+                Some(info) if info.end_offset() <= written => {
+                    self.tail_bytes -= entry.remove().len();
+                }
+                _ => break,
+            }
+        }
     }
 
     /// Stages received SEGMENT_LOG artifacts in temporary files of `dir` (the shard's
@@ -207,6 +389,19 @@ impl PartitionStateMachine {
     /// A staging file a crash left behind (staging is not durable) is removed here.
     pub fn with_staging_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.staging_dir = dir;
+        // An install a crash interrupted left its handed-over file (decision 284).
+        let handed = format!("t{:016x}-", self.group.0);
+        let entries = self
+            .staging_dir
+            .as_ref()
+            .and_then(|d| std::fs::read_dir(d).ok());
+        for entry in entries.into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(&handed) && name.ends_with(".install") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         if let Some(path) = self.staging_path(0) {
             match std::fs::remove_file(&path) {
                 Ok(()) => {
@@ -277,11 +472,21 @@ impl PartitionStateMachine {
         self.next_offset = table.next_offset;
         self.offsets = table.clone();
         self.batches = batches;
+        self.tail_bytes = self.batches.values().map(Bytes::len).sum();
+        if let Some(map) = &self.disk {
+            // The old segments go; the storage task maps the installed ones once written.
+            map.borrow_mut().segments.clear();
+        }
+        self.log = LogHash::new();
+        for (base, b) in &self.batches {
+            self.log.add(*base, b);
+        }
         let mut storage = self.storage.borrow_mut();
         storage.clear();
         storage.push(StorageWork::Install {
             batches: self.batches.values().cloned().collect(),
             offsets: table,
+            staged: None,
         });
         Ok(())
     }
@@ -306,11 +511,76 @@ impl PartitionStateMachine {
         self.next_offset
     }
 
-    /// Answers a PollMessages from the committed batches (decision 127).
-    pub fn poll(&self, partition: u32, request: &PollMessages) -> Result<Poll, u32> {
+    /// Answers a PollMessages from the committed batches (decision 127): from the tail, or,
+    /// when it starts below the tail, as a read of the segments (decision 281).
+    pub fn poll(&self, partition: u32, request: &PollMessages) -> Result<PollAnswer, u32> {
         let current = current_offset(self.next_offset);
         let stored = stored_offset(&self.offsets, &request.consumer);
         let start = resolve_start(request.strategy, request.count, current, stored);
+        if let Some(start) = start
+            && let Some(poll) = self.disk_poll(start, (partition, current, request.count))
+        {
+            return Ok(PollAnswer::Disk(poll));
+        }
+        self.poll_tail(partition, current, start, request.count)
+            .map(PollAnswer::Ready)
+    }
+
+    /// The read of the segments a poll from `start` needs when older data left the tail and
+    /// the start may lie in it; it carries the tail's batches up to one reply's bytes.
+    fn disk_poll(&self, start: Start, reply: (u32, Option<u64>, u32)) -> Option<DiskPoll> {
+        let map = self.disk.as_ref()?.borrow();
+        let files = map.files.clone()?;
+        let tail_first = self
+            .batches
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.next_offset);
+        if self.log.first.is_none_or(|first| first >= tail_first) {
+            return None; // nothing evicted
+        }
+        let below = match start {
+            Start::Offset(o) => o < tail_first,
+            Start::Timestamp(t) => self
+                .batches
+                .values()
+                .next()
+                .and_then(|b| batch::peek(b))
+                .is_none_or(|info| info.base_timestamp >= t),
+        };
+        if !below {
+            return None;
+        }
+        let mut held = 0;
+        let tail = self
+            .batches
+            .values()
+            .take_while(|b| {
+                let more = held < POLL_BYTES_MAX;
+                held += b.len();
+                more
+            })
+            .cloned()
+            .collect();
+        let (partition, current, count) = reply;
+        Some(DiskPoll::new(
+            &map,
+            files,
+            start,
+            tail_first,
+            tail,
+            (partition, current, count, POLL_BYTES_MAX),
+        ))
+    }
+
+    fn poll_tail(
+        &self,
+        partition: u32,
+        current: Option<u64>,
+        start: Option<Start>,
+        count: u32,
+    ) -> Result<Poll, u32> {
         let mut bytes = Vec::new();
         let first = match start {
             None => None,
@@ -330,8 +600,7 @@ impl PartitionStateMachine {
                 bytes.extend_from_slice(batch);
             }
         }
-        build_poll_reply(partition, current, start, request.count, &bytes)
-            .map_err(|_| status::ERROR)
+        build_poll_reply(partition, current, start, count, &bytes).map_err(|_| status::ERROR)
     }
 
     /// Answers a GetConsumerOffset.
@@ -365,10 +634,13 @@ impl PartitionStateMachine {
             return;
         } else {
             let bytes = shared.unwrap_or_else(|| Bytes::copy_from_slice(body));
+            self.log.add(info.base_offset, &bytes);
+            self.tail_bytes += bytes.len();
             self.batches.insert(info.base_offset, bytes.clone());
             self.next_offset = info.end_offset();
             self.offsets.next_offset = self.next_offset;
             self.storage.borrow_mut().push(StorageWork::Batch(bytes));
+            self.evict();
         }
         let key = self.group.fields();
         reply.extend_from_slice(&RESULT_OK);
@@ -422,9 +694,9 @@ impl StateMachine for PartitionStateMachine {
         }
     }
 
-    /// The image is the held batches themselves (shared `Bytes`: decision 163 keeps every
-    /// committed batch in memory, and the segments may lag the applied op), so freezing it
-    /// copies no message; the checksums are computed streaming over the batches.
+    /// The image is the segment files for the part that left the tail (opened now, read by
+    /// chunk later) and the tail's own `Bytes` (shared, never copied); the checksum is the
+    /// running one, so an offer reads no data (decision 282).
     fn offer(
         &mut self,
         requester: ReplicaId,
@@ -432,20 +704,45 @@ impl StateMachine for PartitionStateMachine {
     ) -> Result<Vec<ManifestEntry>, TransferError> {
         let batches: Vec<Bytes> = self.batches.values().cloned().collect();
         let mut ends = Vec::with_capacity(batches.len());
-        let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
         let mut total = 0u64;
         for b in &batches {
-            hasher.update(b);
             total += b.len() as u64;
             ends.push(total);
         }
+        let disk_len = self.log.len - total;
+        let mut disk = Vec::new();
+        if disk_len > 0 {
+            let map = self.disk.as_ref().ok_or(TransferError::Io)?.borrow();
+            let dir = map.dir.as_ref().ok_or(TransferError::Io)?;
+            let mut left = disk_len;
+            for seg in map.segments.iter().filter(|s| s.len > 0) {
+                if left == 0 {
+                    break;
+                }
+                let path = dir.join(&seg.name);
+                let file = std::fs::File::open(&path).map_err(|error| {
+                    tracing::warn!(%error, path = %path.display(), "opening a segment for an offer");
+                    TransferError::Io
+                })?;
+                let take = left.min(seg.len);
+                disk.push((file, take));
+                left -= take;
+            }
+            if left > 0 {
+                tracing::warn!(
+                    missing = left,
+                    "the segments hold less than the evicted part of the log; no offer"
+                );
+                return Err(TransferError::Io);
+            }
+        }
         let mut entries = Vec::with_capacity(2);
-        if let Some(first) = self.batches.keys().next() {
+        if let Some(first) = self.log.first {
             entries.push(ManifestEntry {
                 kind: ArtifactKind::SEGMENT_LOG,
-                frontier: *first,
-                len: total,
-                checksum: hasher.digest(),
+                frontier: first,
+                len: self.log.len,
+                checksum: self.log.hasher.clone().digest(),
             });
         }
         let offsets = self.offsets.encode();
@@ -458,6 +755,8 @@ impl StateMachine for PartitionStateMachine {
         self.offers.insert(
             requester.0,
             Image {
+                disk,
+                disk_len,
                 batches,
                 ends,
                 offsets,
@@ -557,8 +856,15 @@ impl StateMachine for PartitionStateMachine {
     /// (decision 163 holds them in memory; nothing is copied twice), validates everything,
     /// then replaces the state and queues the disk install; the temporary files go.
     fn install_staged(&mut self, commit_op: u64) -> Result<(), InstallError> {
-        let _ = commit_op;
         let mut staged = self.staged.take().ok_or(InstallError::Missing)?;
+        if self.staging_dir.is_some()
+            && self
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.borrow().files.is_some())
+        {
+            return self.install_streaming(&mut staged, commit_op);
+        }
         let mut artifacts = Vec::with_capacity(staged.entries.len());
         for (index, (entry, sink)) in staged.entries.iter().zip(&mut staged.sinks).enumerate() {
             let bytes = match sink {
@@ -592,10 +898,150 @@ impl StateMachine for PartitionStateMachine {
     }
 }
 
+impl PartitionStateMachine {
+    /// The install of a machine reading from the segments (decision 284): the staged
+    /// SEGMENT_LOG is verified by chunk (batches, contiguity, the manifest's length and
+    /// checksum) keeping only the tail, renamed for the storage task, and mapped so polls read
+    /// it until the storage task has written it into the segments. The heap grows by a chunk
+    /// and the tail, not by the partition.
+    fn install_streaming(
+        &mut self,
+        staged: &mut Staged,
+        commit_op: u64,
+    ) -> Result<(), InstallError> {
+        let (index, table) = staged
+            .entries
+            .iter()
+            .position(|e| e.kind == ArtifactKind::CONSUMER_OFFSETS)
+            .and_then(|i| match &staged.sinks[i] {
+                Sink::Memory(bytes) => Some((i, bytes)),
+                Sink::File { .. } => None,
+            })
+            .ok_or(InstallError::Missing)?;
+        let table = OffsetTable::decode(table).map_err(|_| InstallError::Decode { index })?;
+        if staged.entries[index].len != staged.sinks[index].len() {
+            return Err(InstallError::Decode { index });
+        }
+        let mut log = LogHash::new();
+        let mut tail: std::collections::VecDeque<Bytes> = std::collections::VecDeque::new();
+        let mut tail_bytes = 0usize;
+        let mut end = None;
+        let mut mapped = None;
+        for (index, (entry, sink)) in staged.entries.iter().zip(&mut staged.sinks).enumerate() {
+            if entry.kind != ArtifactKind::SEGMENT_LOG {
+                continue;
+            }
+            if mapped.is_some() || sink.len() != entry.len {
+                // One SEGMENT_LOG (what `offer` produces), complete.
+                return Err(InstallError::Decode { index });
+            }
+            let Sink::File { file, path, .. } = sink else {
+                return Err(InstallError::Decode { index });
+            };
+            let mut next = entry.frontier;
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            let fault = |what: &str| {
+                tracing::warn!(path = %path.display(), what, "a staged SEGMENT_LOG is refused");
+                InstallError::Decode { index }
+            };
+            if std::io::Seek::rewind(file).is_err() {
+                return Err(fault("rewind"));
+            }
+            let mut reader = std::io::BufReader::with_capacity(STAGED_CHUNK, &*file);
+            let mut read = 0u64;
+            let mut head = [0u8; crate::client::request::BATCH_HEADER_SIZE];
+            while read < entry.len {
+                if entry.len - read < head.len() as u64 || reader.read_exact(&mut head).is_err() {
+                    return Err(fault("truncated"));
+                }
+                let info = batch::peek(&head).ok_or_else(|| fault("header"))?;
+                if info.len > entry.len - read || info.base_offset != next {
+                    return Err(fault("length or offset"));
+                }
+                let mut bytes = vec![0u8; info.len as usize];
+                bytes[..head.len()].copy_from_slice(&head);
+                if reader.read_exact(&mut bytes[head.len()..]).is_err() {
+                    return Err(fault("truncated"));
+                }
+                batch::verify(&bytes).map_err(|_| fault("batch"))?;
+                hasher.update(&bytes);
+                log.add(info.base_offset, &bytes);
+                read += info.len;
+                next = info.end_offset();
+                tail_bytes += bytes.len();
+                tail.push_back(Bytes::from(bytes));
+                while tail_bytes > self.cache_budget && tail.len() > 1 {
+                    tail_bytes -= tail.pop_front().map_or(0, |b| b.len());
+                }
+            }
+            if hasher.digest() != entry.checksum {
+                return Err(fault("checksum"));
+            }
+            end = Some(next);
+            mapped = Some((path.clone(), entry.frontier, entry.len, next));
+        }
+        if end.is_some_and(|e| e > table.next_offset) {
+            return Err(InstallError::Decode { index });
+        }
+        // Sound: hand the file over under a name of its own (a later transfer stages anew).
+        let staged_log = match mapped {
+            Some((path, frontier, len, end_offset)) => {
+                let name = format!("t{:016x}-{commit_op}.install", self.group.0);
+                let target = path.with_file_name(&name);
+                if let Err(error) = std::fs::rename(&path, &target) {
+                    tracing::warn!(%error, path = %path.display(), "handing a staged log over");
+                    return Err(InstallError::Decode { index: 0 });
+                }
+                if let Some(map) = &self.disk {
+                    map.borrow_mut().segments = vec![crate::partition::reader::MappedSegment {
+                        name: name.clone(),
+                        base: frontier,
+                        len,
+                        end_offset,
+                        index: Vec::new(),
+                    }];
+                }
+                Some(StagedLog {
+                    name,
+                    frontier,
+                    len,
+                })
+            }
+            None => {
+                if let Some(map) = &self.disk {
+                    map.borrow_mut().segments.clear();
+                }
+                None
+            }
+        };
+        self.batches = tail
+            .into_iter()
+            .filter_map(|b| Some((batch::peek(&b)?.base_offset, b)))
+            .collect();
+        self.tail_bytes = tail_bytes;
+        self.log = log;
+        self.next_offset = table.next_offset;
+        self.offsets = table.clone();
+        let mut storage = self.storage.borrow_mut();
+        storage.clear();
+        storage.push(StorageWork::Install {
+            batches: Vec::new(),
+            offsets: table,
+            staged: staged_log,
+        });
+        Ok(())
+    }
+}
+
+/// Bytes read from a staged SEGMENT_LOG per call at the install.
+const STAGED_CHUNK: usize = 256 << 10;
+
 impl crate::metadata_group::Checkpointable for PartitionStateMachine {
     /// One SEGMENT_LOG of every held batch (frontier: its first base offset), then
     /// CONSUMER_OFFSETS (frontier: `commit_op`), as `journal::artifact::partition_offer`
-    /// lays them out.
+    /// lays them out. Only the in-memory tail: a machine reading from the segments
+    /// (decision 280) is checkpointed by the storage task and transferred by `offer`; this
+    /// serves machines that hold everything (tests, in-memory storage).
     fn checkpoint_artifacts(&self, commit_op: u64) -> Vec<Artifact> {
         let mut out = Vec::new();
         if let Some(first) = self.batches.keys().next() {
@@ -714,6 +1160,9 @@ mod tests {
                 },
             )
             .unwrap();
+        let PollAnswer::Ready(p) = p else {
+            panic!("no disk here")
+        };
         let (head, _) = PollHead::decode(&p.body).unwrap();
         (p.messages_count, head.current_offset)
     }

@@ -10,6 +10,7 @@
 
 pub mod lifecycle;
 pub mod machine;
+pub mod reader;
 
 use journal::artifact::OffsetTable;
 use journal::batch::{self, BatchFault};
@@ -30,6 +31,16 @@ pub enum Start {
     Offset(u64),
     /// From the first batch whose `base_timestamp` is at least this (µs).
     Timestamp(u64),
+}
+
+/// A poll's answer from the group's shard: built from the in-memory tail, or a read of the
+/// segments the caller awaits (decision 281).
+#[derive(Debug)]
+pub enum PollAnswer {
+    /// Answered from memory.
+    Ready(Poll),
+    /// Starts below the tail: await [`reader::DiskPoll::read`].
+    Disk(reader::DiskPoll),
 }
 
 /// Resolves a polling strategy (§8.3): Offset from its value, First from 0, Last from

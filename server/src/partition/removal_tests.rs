@@ -106,6 +106,7 @@ async fn life(
         last_reclaim_at: 0,
         rejoin: false,
         metadata,
+        read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
     };
     let mut life = Life::default();
     task.boot_group(key(), FlushPolicy::default()).await;

@@ -1,0 +1,369 @@
+//! The bounded tail and the segment read path (decisions 280-283): every poll the machine
+//! answers from the segments equals the answer of a machine holding every batch in memory;
+//! the tail stays within its budget while the partition grows; a damaged segment is a typed
+//! error; an offer reads the evicted part from the files and installs into an equal state; a
+//! boot's scan rebuilds the tail and the log checksum.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use consensus::{ReplicaId, StateMachine};
+use journal::batch;
+use journal::file::FileStorage;
+use journal::segment::{FlushPolicy, PartitionLog};
+use journal::storage::block_on;
+use wire::header::{Layout, PrepareHeader};
+use wire::{GroupId, Operation, PartitionKey};
+
+use super::*;
+use crate::client::codec::{Consumer, Identifier, PollingStrategy};
+use crate::client::request::PollMessages;
+use crate::partition::PollAnswer;
+use crate::partition::machine::{PartitionStateMachine, StorageWork};
+
+const POLICY: FlushPolicy = FlushPolicy {
+    enforce_fsync: false,
+    messages_required_to_save: 5,
+    size_of_messages_required_to_save: 1 << 20,
+    segment_size: 64 * 1024,
+};
+
+/// The tail budget of the tests: a few batches.
+const CACHE: usize = 8 * 1024;
+
+fn group() -> GroupId {
+    GroupId::partition(PartitionKey {
+        stream: 1,
+        topic: 2,
+        partition: 3,
+    })
+    .unwrap()
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("strand-reader-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A partition on disk: the tested machine (bounded tail over the segments), the reference
+/// machine (every batch in memory), the log the storage task would own, and the map.
+struct Rig {
+    dir: PathBuf,
+    storage: FileStorage,
+    log: PartitionLog<FileStorage>,
+    map: SharedMap,
+    machine: PartitionStateMachine,
+    reference: PartitionStateMachine,
+    next: u64,
+    timestamp: u64,
+}
+
+impl Rig {
+    fn new(name: &str) -> Rig {
+        Rig::with_policy(name, POLICY)
+    }
+
+    fn with_policy(name: &str, policy: FlushPolicy) -> Rig {
+        let dir = dir(name);
+        let storage = FileStorage::new(&dir, false).unwrap();
+        let (log, _) = block_on(PartitionLog::open(storage.clone(), "p1-", policy, 0)).unwrap();
+        let map = Rc::new(RefCell::new(SegmentMap {
+            files: Some(Rc::new(StorageFiles(storage.clone()))),
+            dir: Some(dir.clone()),
+            ..SegmentMap::default()
+        }));
+        let machine = PartitionStateMachine::new(group()).with_disk(map.clone(), CACHE);
+        Rig {
+            dir,
+            storage,
+            log,
+            map,
+            machine,
+            reference: PartitionStateMachine::new(group()),
+            next: 0,
+            timestamp: 1_000,
+        }
+    }
+
+    /// Applies one batch of `messages` messages to both machines and does the storage work
+    /// as the storage task does (commit, flush by the policy, refresh the map).
+    fn send(&mut self, messages: usize) {
+        let payloads: Vec<Vec<u8>> = (0..messages)
+            .map(|i| {
+                let o = self.next + i as u64;
+                vec![(o % 251) as u8; 100 + (o as usize * 37) % 700]
+            })
+            .collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let body = batch::build(3, self.next, self.timestamp, &refs);
+        let mut h = PrepareHeader::zeroed();
+        h.operation = Operation::SendMessages.byte();
+        let mut reply = Vec::new();
+        self.reference.apply(&h, &body, &mut reply);
+        reply.clear();
+        self.machine.apply(&h, &body, &mut reply);
+        for work in self.machine.take_storage() {
+            let StorageWork::Batch(bytes) = work else {
+                panic!("only batches here: {work:?}")
+            };
+            self.log.commit_batch(bytes.to_vec()).unwrap();
+            if self.log.should_flush(0, 0) {
+                block_on(self.log.flush()).unwrap();
+            }
+            self.map.borrow_mut().refresh(&self.log);
+        }
+        let _ = self.reference.take_storage();
+        self.next += messages as u64;
+        self.timestamp += 10;
+    }
+
+    fn poll(m: &PartitionStateMachine, strategy: PollingStrategy, count: u32) -> (bool, Poll) {
+        let request = PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(7),
+            },
+            stream: Identifier::Numeric(1),
+            topic: Identifier::Numeric(2),
+            partition: Some(3),
+            strategy,
+            count,
+            auto_commit: false,
+        };
+        match m.poll(3, &request).unwrap() {
+            PollAnswer::Ready(p) => (false, p),
+            PollAnswer::Disk(read) => (true, block_on(read.read()).unwrap()),
+        }
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls of every strategy, from every offset, with small and large counts: the machine whose
+/// tail holds a few batches answers exactly as the one holding all of them, and the old ones
+/// are read from the segments (not from memory). The tail stays within its budget plus the
+/// batches not yet flushed while the partition grows to ~20x the budget.
+#[test]
+fn polls_below_the_tail_read_the_segments_and_equal_the_full_answers() {
+    let mut rig = Rig::new("equal");
+    let mut peak = 0;
+    for i in 0..120 {
+        rig.send(1 + i % 4);
+        peak = peak.max(rig.machine.cache_bytes());
+    }
+    let total = rig.reference.cache_bytes();
+    assert!(
+        total > 20 * CACHE,
+        "the partition outgrew the tail: {total}"
+    );
+    // Unflushed batches stay (at most POLICY's 5 messages, 4 per batch: 2 batches of < 3 KiB
+    // each) plus the one batch past the budget.
+    assert!(
+        peak <= CACHE + 3 * 4 * 3 * 1024,
+        "tail {peak} B for a budget of {CACHE} B"
+    );
+    let end = rig.next;
+    let mut from_disk = 0;
+    let mut strategies = vec![
+        PollingStrategy::First(0),
+        PollingStrategy::Last(0),
+        PollingStrategy::Next(0),
+        PollingStrategy::Timestamp(0),
+        PollingStrategy::Timestamp(1_000 + 10 * 57),
+        PollingStrategy::Timestamp(1_000 + 10 * 57 + 1),
+        PollingStrategy::Timestamp(1_000 + 10 * 119),
+        PollingStrategy::Timestamp(u64::MAX),
+    ];
+    strategies.extend((0..end + 2).map(PollingStrategy::Offset));
+    for strategy in strategies {
+        for count in [1, 3, 10, 1000] {
+            let (disk, got) = Rig::poll(&rig.machine, strategy, count);
+            let (_, want) = Rig::poll(&rig.reference, strategy, count);
+            assert!(
+                got == want,
+                "{strategy:?} count {count}: {:?} vs {:?} (messages, last offset)",
+                (got.messages_count, got.last_offset),
+                (want.messages_count, want.last_offset)
+            );
+            from_disk += usize::from(disk);
+        }
+    }
+    assert!(from_disk > 1000, "old polls read the segments: {from_disk}");
+    // Every payload from offset 0 comes back, in order, across many polls.
+    let mut offset = 0;
+    while offset < end {
+        let (_, got) = Rig::poll(&rig.machine, PollingStrategy::Offset(offset), 7);
+        assert!(got.messages_count > 0);
+        offset = got.last_offset.unwrap() + 1;
+    }
+    assert_eq!(offset, end);
+}
+
+/// A batch of the segments that no longer verifies is a typed error from the read (the client
+/// core answers 1 and counts it), never a panic; polls the tail answers are unaffected.
+#[test]
+fn a_damaged_segment_is_a_typed_error() {
+    let mut rig = Rig::new("corrupt");
+    for _ in 0..60 {
+        rig.send(3);
+    }
+    let seg = rig.map.borrow().segments[0].clone();
+    let path = rig.dir.join(&seg.name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[300] ^= 0x40;
+    std::fs::write(&path, &bytes).unwrap();
+    let request = |strategy| PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        },
+        stream: Identifier::Numeric(1),
+        topic: Identifier::Numeric(2),
+        partition: Some(3),
+        strategy,
+        count: 10,
+        auto_commit: false,
+    };
+    let Ok(PollAnswer::Disk(read)) = rig.machine.poll(3, &request(PollingStrategy::First(0)))
+    else {
+        panic!("offset 0 left the tail");
+    };
+    let err = block_on(read.read()).unwrap_err();
+    assert!(
+        matches!(err, ReadError::Corrupt { ref name, .. } if *name == seg.name),
+        "{err}"
+    );
+    // A file cut inside a batch: typed too.
+    std::fs::write(&path, &bytes[..200]).unwrap();
+    let Ok(PollAnswer::Disk(read)) = rig.machine.poll(3, &request(PollingStrategy::First(0)))
+    else {
+        panic!("offset 0 left the tail");
+    };
+    assert!(matches!(
+        block_on(read.read()),
+        Err(ReadError::Corrupt { .. })
+    ));
+    let last = rig.next - 1;
+    let (disk, p) = Rig::poll(&rig.machine, PollingStrategy::Offset(last), 10);
+    assert!(!disk);
+    assert_eq!(p.last_offset, Some(last));
+}
+
+/// An offer of a machine whose tail holds a few batches reads the rest from the segment
+/// files by chunk; the bytes match the manifest's length and checksum and install into a
+/// machine equal to the reference.
+#[test]
+fn an_offer_reads_the_evicted_part_from_the_segments() {
+    let mut rig = Rig::new("offer");
+    for i in 0..80 {
+        rig.send(1 + i % 3);
+    }
+    assert!(rig.machine.cache_bytes() < rig.reference.cache_bytes() / 4);
+    let entries = rig.machine.offer(ReplicaId(1), 9).unwrap();
+    let want = rig.reference.offer(ReplicaId(1), 9).unwrap();
+    assert_eq!(entries, want, "same manifest as the all-in-memory machine");
+    let mut into = PartitionStateMachine::new(group());
+    into.stage_begin(&entries).unwrap();
+    for (index, entry) in entries.iter().enumerate() {
+        let mut all = Vec::new();
+        let mut offset = 0;
+        while offset < entry.len {
+            let len = 1000.min((entry.len - offset) as usize);
+            let mut buf = Vec::new();
+            rig.machine
+                .read_chunk(ReplicaId(1), index, offset, len, &mut buf)
+                .unwrap();
+            assert_eq!(buf.len(), len);
+            into.stage_chunk(index, offset, &buf).unwrap();
+            all.extend_from_slice(&buf);
+            offset += len as u64;
+        }
+        assert_eq!(wire::manifest::artifact_checksum(&all), entry.checksum);
+    }
+    rig.machine.release_offer(ReplicaId(1));
+    into.install_staged(9).unwrap();
+    for offset in [0, 17, rig.next - 1] {
+        let (_, got) = Rig::poll(&into, PollingStrategy::Offset(offset), 50);
+        let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(offset), 50);
+        assert!(got == want, "offset {offset}");
+    }
+}
+
+/// A boot's scan streams the segments: it keeps a tail within the budget, stops at the
+/// checkpoint's offset, and its checksum is the SEGMENT_LOG's; a machine built from it
+/// answers like the reference.
+#[test]
+fn a_boot_scan_rebuilds_the_tail_and_the_checksum() {
+    let mut rig = Rig::new("scan");
+    for i in 0..70 {
+        rig.send(1 + i % 2);
+    }
+    block_on(rig.log.sync()).unwrap();
+    rig.map.borrow_mut().refresh(&rig.log);
+    let files = StorageFiles(rig.storage.clone());
+    let scan = block_on(scan(&rig.map.borrow(), &files, rig.next, CACHE)).unwrap();
+    let held: usize = scan.tail.iter().map(Bytes::len).sum();
+    assert!(held <= CACHE && !scan.tail.is_empty());
+    assert_eq!(scan.end, Some(rig.next));
+    assert_eq!(scan.first, Some(0));
+    let want = rig.reference.offer(ReplicaId(2), 1).unwrap();
+    assert_eq!(scan.hasher.clone().digest(), want[0].checksum);
+    assert_eq!(scan.len, want[0].len);
+    let m = PartitionStateMachine::from_scan(
+        group(),
+        scan,
+        rig.reference.offsets().clone(),
+        rig.map.clone(),
+        CACHE,
+    )
+    .unwrap();
+    for offset in [0, 33, rig.next - 1] {
+        let (_, got) = Rig::poll(&m, PollingStrategy::Offset(offset), 20);
+        let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(offset), 20);
+        assert!(got == want, "offset {offset}");
+    }
+    // Stopped below the end: only whole batches up to it.
+    let until = 40;
+    let part = block_on(super::scan(&rig.map.borrow(), &files, until, CACHE)).unwrap();
+    assert!(part.end.unwrap() <= until);
+}
+
+/// A batch the segments do not hold yet never leaves the tail, whatever the budget: with a
+/// flush policy that has not flushed, the tail holds everything and every poll is answered
+/// from it; after the flush the tail shrinks to the budget and the answers stay equal.
+#[test]
+fn unwritten_batches_stay_in_the_tail() {
+    let mut rig = Rig::with_policy(
+        "unwritten",
+        FlushPolicy {
+            messages_required_to_save: 10_000,
+            ..POLICY
+        },
+    );
+    for _ in 0..40 {
+        rig.send(2);
+    }
+    assert!(rig.reference.cache_bytes() > 4 * CACHE);
+    assert_eq!(rig.machine.cache_bytes(), rig.reference.cache_bytes());
+    for offset in 0..rig.next {
+        let (disk, got) = Rig::poll(&rig.machine, PollingStrategy::Offset(offset), 5);
+        let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(offset), 5);
+        assert!(!disk && got == want, "offset {offset}");
+    }
+    block_on(rig.log.flush()).unwrap();
+    rig.map.borrow_mut().refresh(&rig.log);
+    rig.send(2);
+    assert!(rig.machine.cache_bytes() <= CACHE + 4 * 1024);
+    for offset in 0..rig.next {
+        let (_, got) = Rig::poll(&rig.machine, PollingStrategy::Offset(offset), 5);
+        let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(offset), 5);
+        assert!(got == want, "offset {offset} after the flush");
+    }
+}
