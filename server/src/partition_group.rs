@@ -2437,6 +2437,14 @@ mod tests {
     /// cause, the WAL's fdatasyncs during the run, and the gauges.
     /// `(group, op)` of every `Appended`, the fatal cause, the WAL's fdatasyncs, the gauges.
     type AppendRun = (Vec<(u64, u64)>, Option<String>, u64, Arc<PartitionGauges>);
+    /// [`AppendRun`] and each group's segment end offset after the run.
+    type AppendRunWithEnds = (
+        Vec<(u64, u64)>,
+        Option<String>,
+        u64,
+        Arc<PartitionGauges>,
+        Vec<u64>,
+    );
 
     fn run_appends(
         groups: u32,
@@ -2456,13 +2464,7 @@ mod tests {
         appends: u64,
         batches: bool,
         before: impl FnOnce(&MemStorage) + Send + 'static,
-    ) -> (
-        Vec<(u64, u64)>,
-        Option<String>,
-        u64,
-        Arc<PartitionGauges>,
-        Vec<u64>,
-    ) {
+    ) -> AppendRunWithEnds {
         let out = Arc::new(std::sync::Mutex::new(None));
         let result = out.clone();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
