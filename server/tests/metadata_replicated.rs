@@ -213,7 +213,7 @@ fn three_replicas_apply_metadata_identically() {
         read_result(&body).unwrap(),
         Err(status::STREAM_NAME_ALREADY_EXISTS)
     );
-    let mut unsupported = ClientRequest::new(7, Operation::UpdateStream, session, 4, vec![1]);
+    let mut unsupported = ClientRequest::new(7, Operation::DeleteSegments, session, 4, vec![1]);
     unsupported.header.user_id.set(0);
     let (_, body) = c.submit(unsupported);
     assert_eq!(
