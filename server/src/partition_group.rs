@@ -1947,6 +1947,9 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         &ack_overrides,
     );
     let mut seen_op = metadata.view().op;
+    // A group was removed: the next tick looks at the metadata again even if its op did not
+    // move (a purge's new incarnation of the key boots then, whichever read saw it first).
+    let mut rescan = false;
     // Groups with state on disk boot now (their topic's policy when the metadata knows it).
     // A group removed after its deletion replays to nothing (decision 342): not booted for that.
     let replayed: Vec<u64> = booted
@@ -2046,7 +2049,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             }
             // The committed metadata, once per tick: new groups of this shard boot.
             let op = metadata.view().op;
-            if op != seen_op {
+            if op != seen_op || std::mem::take(&mut rescan) {
                 seen_op = op;
                 wanted = wanted_groups(
                     &metadata,
@@ -2072,6 +2075,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             if let Event::Removed { group } = event {
                 // Booted again if the metadata wants this key (a later incarnation).
                 requested.remove(&group);
+                rescan = true;
                 continue;
             }
             handle(

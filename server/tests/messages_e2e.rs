@@ -661,7 +661,10 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
         // Sends answer 20, polls the topic's not-found code, GetTopic nothing.
         let mut c = Client::connect(tcp(pp), 0xB1);
         c.login();
-        let send = c.replicated(SEND_MESSAGES, &send_body(stream_id(), 0, &[b"late".to_vec()]));
+        let send = c.replicated(
+            SEND_MESSAGES,
+            &send_body(stream_id(), 0, &[b"late".to_vec()]),
+        );
         assert_eq!(send.status(), 20);
         let poll = {
             use server::client::codec::Identifier;

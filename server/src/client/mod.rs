@@ -7,8 +7,8 @@
 pub mod answers;
 pub mod codec;
 pub mod groups;
-pub mod permit;
 pub mod lifecycle;
+pub mod permit;
 pub mod reply;
 pub mod request;
 pub mod route;
