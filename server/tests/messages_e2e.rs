@@ -639,20 +639,77 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
             }
         }
 
-        // UpdateStream commits; a purge is refused before replication (decision 344).
+        // UpdateStream commits.
         let mut rename = vec![1, 4];
         rename.extend_from_slice(&stream_id().to_le_bytes());
         rename.extend_from_slice(&name("renamed"));
         assert_eq!(admin.replicated(UPDATE_STREAM, &rename).result(), 0);
+
+        // PurgeTopic (decision 346): every node removes the old incarnation of both groups
+        // and boots them empty; the stored consumer offset goes with them.
+        assert_eq!(producer.store_offset(stream_id(), 0, 2), 0);
+        assert_eq!(
+            producer
+                .consumer_offset(stream_id(), 0)
+                .map(|o| o.stored_offset),
+            Some(2)
+        );
         let purge = admin.replicated(PURGE_TOPIC, &stream_topic());
-        assert_eq!((purge.status(), purge.body().len()), (0, 12));
-        assert_eq!(purge.result(), 5);
+        assert_eq!((purge.status(), purge.body()), (0, &[0u8; 4][..]));
+        for i in 0..3 {
+            eventually(&format!("n{i} re-incarnated both groups"), &logs, || {
+                (groups_on(&nodes, i)? == (2, 2)).then_some(())
+            });
+        }
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        for i in 0..3 {
+            let mut c = Client::connect(tcp(i), 0xE0 + i as u128);
+            c.login();
+            for p in 0..2 {
+                let got = eventually(&format!("n{i} p{p} polls after the purge"), &logs, || {
+                    c.poll(stream_id(), p)
+                });
+                assert_eq!(got, Vec::new(), "n{i} p{p}: the purge left messages");
+            }
+            assert!(
+                c.consumer_offset(stream_id(), 0).is_none(),
+                "n{i}: the consumer offset survived the purge"
+            );
+        }
+        // Sends start at offset 0 again (send_batches checks the base offsets).
+        let mut producer = Client::connect(tcp(pp), 0xB0D);
+        producer.login();
+        let mut purged: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut purged, 200, 4);
+        for i in 0..3 {
+            reads_back(
+                tcp(i),
+                0xE4 + i as u128,
+                &purged,
+                &logs,
+                &format!("n{i} after the purge"),
+            );
+        }
+        // A restarted backup brings none of the purged messages back (reads_back refuses
+        // more than was acknowledged).
+        let backup = (0..3).find(|&i| i != mp && i != pp).unwrap();
+        common::kill(&mut nodes[backup]);
+        spawn(&config_path, &mut nodes[backup], &logs);
+        metadata_primary(&nodes, &logs);
+        reads_back(
+            tcp(backup),
+            0xE8,
+            &purged,
+            &logs,
+            "the restarted backup after the purge",
+        );
 
         // DeleteTopic: every node's groups stop, their files go, the gauges say so.
+        let removed: Vec<u64> = (0..3).map(|i| groups_on(&nodes, i).unwrap().1).collect();
         assert_eq!(admin.replicated(DELETE_TOPIC, &stream_topic()).result(), 0);
         for i in 0..3 {
             eventually(&format!("n{i} removed both groups"), &logs, || {
-                (groups_on(&nodes, i)? == (0, 2)).then_some(())
+                (groups_on(&nodes, i)? == (0, removed[i] + 2)).then_some(())
             });
             for p in 0..2 {
                 assert_eq!(group_files(&nodes[i], p), Vec::<String>::new(), "n{i} p{p}");
