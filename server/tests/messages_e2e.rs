@@ -585,11 +585,13 @@ const CREATE_PARTITIONS: u8 = 136;
 const DELETE_PARTITIONS: u8 = 137;
 const GET_TOPIC: u32 = 300;
 
-/// Topic lifecycle across three processes (decisions 340-342): a topic's groups, files and
-/// gauges leave every node when DeleteTopic commits, a restarted node does not bring them back,
-/// the key used again by a new topic starts empty (offset 0, none of the old messages),
-/// CreatePartitions adds a group that takes sends, DeletePartitions removes the highest, and
-/// a purge is refused with 5.
+/// Topic lifecycle across three processes (decisions 340-342, 346): PurgeTopic re-incarnates
+/// the topic's groups on every node (empty at once on the node that answered, offsets from 0,
+/// the stored consumer offset gone, nothing back after a backup's restart); a topic's groups,
+/// files and gauges leave every node when DeleteTopic commits, a restarted node does not bring
+/// them back, the key used again by a new topic starts empty (offset 0, none of the old
+/// messages), CreatePartitions adds a group that takes sends, DeletePartitions removes the
+/// highest.
 #[test]
 fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
     let _serial = common::serial();
