@@ -580,6 +580,7 @@ fn stream_topic() -> Vec<u8> {
 const UPDATE_STREAM: u8 = 129;
 const DELETE_STREAM: u8 = 130;
 const PURGE_TOPIC: u8 = 135;
+const PURGE_STREAM: u8 = 131;
 const DELETE_TOPIC: u8 = 134;
 const CREATE_PARTITIONS: u8 = 136;
 const DELETE_PARTITIONS: u8 = 137;
@@ -721,6 +722,46 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
             &logs,
             "the restarted backup after the purge",
         );
+
+        // PurgeStream while that backup is down: the live nodes re-incarnate the groups; the
+        // backup boots the old incarnation from its disk, learns of the purge from the
+        // metadata group, removes it (2 removals since its start) and then has only what is
+        // sent after the purge.
+        common::kill(&mut nodes[backup]);
+        let mut whole = vec![1, 4];
+        whole.extend_from_slice(&stream_id().to_le_bytes());
+        assert_eq!(admin.replicated(PURGE_STREAM, &whole).result(), 0);
+        for i in (0..3).filter(|&i| i != backup) {
+            let mut c = Client::connect(tcp(i), 0xF0 + i as u128);
+            c.login();
+            for p in 0..2 {
+                let got = eventually(&format!("n{i} p{p} after PurgeStream"), &logs, || {
+                    c.poll(stream_id(), p)
+                });
+                assert!(got.is_empty(), "n{i} p{p}: PurgeStream left {}", got.len());
+            }
+        }
+        spawn(&config_path, &mut nodes[backup], &logs);
+        metadata_primary(&nodes, &logs);
+        eventually(
+            &format!("n{backup} removed the purged incarnations after its restart"),
+            &logs,
+            || (groups_on(&nodes, backup)? == (2, 2)).then_some(()),
+        );
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let mut producer = Client::connect(tcp(pp), 0xB0E);
+        producer.login();
+        let mut purged: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut purged, 300, 2);
+        for i in 0..3 {
+            reads_back(
+                tcp(i),
+                0xF4 + i as u128,
+                &purged,
+                &logs,
+                &format!("n{i} after PurgeStream"),
+            );
+        }
 
         // DeleteTopic: every node's groups stop, their files go, the gauges say so.
         let removed: Vec<u64> = (0..3).map(|i| groups_on(&nodes, i).unwrap().1).collect();
