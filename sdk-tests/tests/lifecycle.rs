@@ -1,8 +1,8 @@
 //! Stream and topic lifecycle with the published Iggy SDK (0.11.0-edge.4) against a real
-//! `strand dev --replicas 3` (issue 11; decisions 340-344): update a stream and a topic and see
+//! `strand dev --replicas 3` (issue 11; decisions 340-346): update a stream and a topic and see
 //! the changes in GetStream/GetTopic, add partitions and send to them with balanced and key
-//! partitioning, delete the highest partition, delete the topic and the stream; purges answer
-//! FeatureUnavailable (5).
+//! partitioning, delete the highest partition, purge the topic and the stream (decision 346),
+//! delete the topic and the stream.
 
 use std::path::PathBuf;
 
@@ -156,11 +156,66 @@ async fn sdk_updates_and_deletes_streams_topics_and_partitions() {
         .await;
     assert!(gone.is_err(), "partition 2 was deleted: {gone:?}");
 
-    // Purges are refused with FeatureUnavailable (decision 344).
-    let purge = client.purge_topic(&stream_id, &topic_id).await;
-    assert_eq!(purge.map_err(|e| e.as_code()), Err(5));
-    let purge = client.purge_stream(&stream_id).await;
-    assert_eq!(purge.map_err(|e| e.as_code()), Err(5));
+    // PurgeTopic (decision 346): both partitions come back empty, the stored consumer offset
+    // goes with them, and sends start at offset 0 again.
+    step(
+        "store consumer offset",
+        client.store_consumer_offset(&consumer, &stream_id, &topic_id, Some(0), 0),
+    )
+    .await;
+    step("purge topic", client.purge_topic(&stream_id, &topic_id)).await;
+    let from_zero = PollingStrategy::offset(0);
+    let poll_all = |partition: u32| {
+        client.poll_messages(
+            &stream_id,
+            &topic_id,
+            Some(partition),
+            &consumer,
+            &from_zero,
+            100,
+            false,
+        )
+    };
+    for partition in 0..2 {
+        let polled = step("poll after the purge", poll_all(partition)).await;
+        assert!(
+            polled.messages.is_empty(),
+            "partition {partition} kept {} messages",
+            polled.messages.len()
+        );
+    }
+    let stored = step(
+        "get consumer offset after the purge",
+        client.get_consumer_offset(&consumer, &stream_id, &topic_id, Some(0)),
+    )
+    .await;
+    assert!(
+        stored.is_none(),
+        "the offset survived the purge: {stored:?}"
+    );
+    let mut again = vec![message("after-purge-0"), message("after-purge-1")];
+    step(
+        "send after the purge",
+        client.send_messages(
+            &stream_id,
+            &topic_id,
+            &Partitioning::partition_id(0),
+            &mut again,
+        ),
+    )
+    .await;
+    let polled = step("poll the new messages", poll_all(0)).await;
+    let offsets: Vec<u64> = polled.messages.iter().map(|m| m.header.offset).collect();
+    assert_eq!(offsets, vec![0, 1]);
+
+    // PurgeStream empties every topic of the stream.
+    step("purge stream", client.purge_stream(&stream_id)).await;
+    let polled = step("poll after the stream purge", poll_all(0)).await;
+    assert!(
+        polled.messages.is_empty(),
+        "the stream purge left {} messages",
+        polled.messages.len()
+    );
 
     // DeleteTopic, then DeleteStream.
     step("delete topic", client.delete_topic(&stream_id, &topic_id)).await;

@@ -1592,6 +1592,9 @@ pub struct Host {
     metadata_lead: RefCell<Option<MetadataLead>>,
     /// Each group's in-memory tail budget (`partition.read_cache_bytes`, decision 280).
     read_cache_bytes: Cell<usize>,
+    /// The committed metadata, once the pump runs: a hosted incarnation it proves dead (a
+    /// purge or delete applied, the pump's tick not yet) serves no client (decision 346).
+    metadata: RefCell<Option<MetadataReader>>,
 }
 
 /// Reads, lock-free, the view in which this node's metadata replica is the Normal primary
@@ -1680,6 +1683,7 @@ impl Host {
             read_cache_bytes: Cell::new(crate::partition::machine::READ_CACHE_BYTES),
             gauges,
             metadata_lead: RefCell::default(),
+            metadata: RefCell::default(),
         })
     }
 
@@ -1735,6 +1739,16 @@ impl Host {
         }
         let groups = self.groups.borrow();
         let hosted = groups.get(&group.0).ok_or(Refused::Unknown)?;
+        // Not booted yet, as far as the client may tell: its next incarnation comes.
+        if let Some(metadata) = self.metadata.borrow().as_ref()
+            && crate::partition::lifecycle::verdict(
+                &metadata.view().state,
+                group.0,
+                hosted.incarnation,
+            ) == crate::partition::lifecycle::Verdict::Dead
+        {
+            return Err(Refused::Unknown);
+        }
         Ok(f(&hosted.replica))
     }
 }
@@ -1906,6 +1920,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         ack_overrides,
         rejoin,
     } = pump;
+    *host.metadata.borrow_mut() = Some(metadata.clone());
     // Groups with a superblock here, and their checkpoint op (durable outside the WAL).
     let mut on_disk: BTreeMap<u64, u64> = BTreeMap::new();
     match disk.partitions.list().await {
@@ -1947,6 +1962,9 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         &ack_overrides,
     );
     let mut seen_op = metadata.view().op;
+    // A group was removed: the next tick looks at the metadata again even if its op did not
+    // move (a purge's new incarnation of the key boots then, whichever read saw it first).
+    let mut rescan = false;
     // Groups with state on disk boot now (their topic's policy when the metadata knows it).
     // A group removed after its deletion replays to nothing (decision 342): not booted for that.
     let replayed: Vec<u64> = booted
@@ -2046,7 +2064,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             }
             // The committed metadata, once per tick: new groups of this shard boot.
             let op = metadata.view().op;
-            if op != seen_op {
+            if op != seen_op || std::mem::take(&mut rescan) {
                 seen_op = op;
                 wanted = wanted_groups(
                     &metadata,
@@ -2072,6 +2090,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             if let Event::Removed { group } = event {
                 // Booted again if the metadata wants this key (a later incarnation).
                 requested.remove(&group);
+                rescan = true;
                 continue;
             }
             handle(

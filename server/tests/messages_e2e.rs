@@ -580,16 +580,19 @@ fn stream_topic() -> Vec<u8> {
 const UPDATE_STREAM: u8 = 129;
 const DELETE_STREAM: u8 = 130;
 const PURGE_TOPIC: u8 = 135;
+const PURGE_STREAM: u8 = 131;
 const DELETE_TOPIC: u8 = 134;
 const CREATE_PARTITIONS: u8 = 136;
 const DELETE_PARTITIONS: u8 = 137;
 const GET_TOPIC: u32 = 300;
 
-/// Topic lifecycle across three processes (decisions 340-342): a topic's groups, files and
-/// gauges leave every node when DeleteTopic commits, a restarted node does not bring them back,
-/// the key used again by a new topic starts empty (offset 0, none of the old messages),
-/// CreatePartitions adds a group that takes sends, DeletePartitions removes the highest, and
-/// a purge is refused with 5.
+/// Topic lifecycle across three processes (decisions 340-342, 346): PurgeTopic re-incarnates
+/// the topic's groups on every node (empty at once on the node that answered, offsets from 0,
+/// the stored consumer offset gone, nothing back after a backup's restart); a topic's groups,
+/// files and gauges leave every node when DeleteTopic commits, a restarted node does not bring
+/// them back, the key used again by a new topic starts empty (offset 0, none of the old
+/// messages), CreatePartitions adds a group that takes sends, DeletePartitions removes the
+/// highest.
 #[test]
 fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
     let _serial = common::serial();
@@ -639,20 +642,133 @@ fn deleted_topics_leave_every_node_and_partitions_come_and_go() {
             }
         }
 
-        // UpdateStream commits; a purge is refused before replication (decision 344).
+        // UpdateStream commits.
         let mut rename = vec![1, 4];
         rename.extend_from_slice(&stream_id().to_le_bytes());
         rename.extend_from_slice(&name("renamed"));
         assert_eq!(admin.replicated(UPDATE_STREAM, &rename).result(), 0);
+
+        // PurgeTopic (decision 346): every node removes the old incarnation of both groups
+        // and boots them empty; the stored consumer offset goes with them.
+        assert_eq!(producer.store_offset(stream_id(), 0, 2), 0);
+        assert_eq!(
+            producer
+                .consumer_offset(stream_id(), 0)
+                .map(|o| o.stored_offset),
+            Some(2)
+        );
         let purge = admin.replicated(PURGE_TOPIC, &stream_topic());
-        assert_eq!((purge.status(), purge.body().len()), (0, 12));
-        assert_eq!(purge.result(), 5);
+        assert_eq!((purge.status(), purge.body()), (0, &[0u8; 4][..]));
+        // The node that answered applied it: at once, before its pump's next tick removes the
+        // old incarnation, polls there find nothing of it (a dead incarnation serves no one).
+        for p in 0..2 {
+            let got = eventually(&format!("p{p} polls at once on n{mp}"), &logs, || {
+                admin.poll(stream_id(), p)
+            });
+            assert!(
+                got.is_empty(),
+                "p{p}: the old incarnation answered a poll ({} messages)",
+                got.len()
+            );
+        }
+        for i in 0..3 {
+            eventually(&format!("n{i} re-incarnated both groups"), &logs, || {
+                (groups_on(&nodes, i)? == (2, 2)).then_some(())
+            });
+        }
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        for i in 0..3 {
+            let mut c = Client::connect(tcp(i), 0xE0 + i as u128);
+            c.login();
+            for p in 0..2 {
+                let got = eventually(&format!("n{i} p{p} polls after the purge"), &logs, || {
+                    c.poll(stream_id(), p)
+                });
+                assert!(
+                    got.is_empty(),
+                    "n{i} p{p}: the purge left {} messages",
+                    got.len()
+                );
+            }
+            assert!(
+                c.consumer_offset(stream_id(), 0).is_none(),
+                "n{i}: the consumer offset survived the purge"
+            );
+        }
+        // Sends start at offset 0 again (send_batches checks the base offsets).
+        let mut producer = Client::connect(tcp(pp), 0xB0D);
+        producer.login();
+        let mut purged: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut purged, 200, 4);
+        for i in 0..3 {
+            reads_back(
+                tcp(i),
+                0xE4 + i as u128,
+                &purged,
+                &logs,
+                &format!("n{i} after the purge"),
+            );
+        }
+        // A restarted backup brings none of the purged messages back (reads_back refuses
+        // more than was acknowledged).
+        let backup = (0..3).find(|&i| i != mp && i != pp).unwrap();
+        common::kill(&mut nodes[backup]);
+        spawn(&config_path, &mut nodes[backup], &logs);
+        metadata_primary(&nodes, &logs);
+        reads_back(
+            tcp(backup),
+            0xE8,
+            &purged,
+            &logs,
+            "the restarted backup after the purge",
+        );
+
+        // PurgeStream while that backup is down: the live nodes re-incarnate the groups; the
+        // backup boots the old incarnation from its disk, learns of the purge from the
+        // metadata group, removes it (2 removals since its start) and then has only what is
+        // sent after the purge.
+        common::kill(&mut nodes[backup]);
+        let mut whole = vec![1, 4];
+        whole.extend_from_slice(&stream_id().to_le_bytes());
+        assert_eq!(admin.replicated(PURGE_STREAM, &whole).result(), 0);
+        for i in (0..3).filter(|&i| i != backup) {
+            let mut c = Client::connect(tcp(i), 0xF0 + i as u128);
+            c.login();
+            for p in 0..2 {
+                let got = eventually(&format!("n{i} p{p} after PurgeStream"), &logs, || {
+                    c.poll(stream_id(), p)
+                });
+                assert!(got.is_empty(), "n{i} p{p}: PurgeStream left {}", got.len());
+            }
+        }
+        spawn(&config_path, &mut nodes[backup], &logs);
+        metadata_primary(&nodes, &logs);
+        eventually(
+            &format!("n{backup} removed the purged incarnations after its restart"),
+            &logs,
+            || (groups_on(&nodes, backup)? == (2, 2)).then_some(()),
+        );
+        let pp = partition_primary(&nodes, &[0, 1, 2], &logs);
+        let mut producer = Client::connect(tcp(pp), 0xB0E);
+        producer.login();
+        let mut purged: Acked = [Vec::new(), Vec::new()];
+        send_batches(&mut producer, &mut purged, 300, 2);
+        for i in 0..3 {
+            reads_back(
+                tcp(i),
+                0xF4 + i as u128,
+                &purged,
+                &logs,
+                &format!("n{i} after PurgeStream"),
+            );
+        }
 
         // DeleteTopic: every node's groups stop, their files go, the gauges say so.
+        let removed: Vec<u64> = (0..3).map(|i| groups_on(&nodes, i).unwrap().1).collect();
         assert_eq!(admin.replicated(DELETE_TOPIC, &stream_topic()).result(), 0);
         for i in 0..3 {
             eventually(&format!("n{i} removed both groups"), &logs, || {
-                (groups_on(&nodes, i)? == (0, 2)).then_some(())
+                (groups_on(&nodes, i)? == (0, removed[i] + 2)).then_some(())
             });
             for p in 0..2 {
                 assert_eq!(group_files(&nodes[i], p), Vec::<String>::new(), "n{i} p{p}");

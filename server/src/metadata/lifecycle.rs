@@ -3,9 +3,9 @@
 //! by the primary's preflight and by every replica's apply, against the applied state; a
 //! rejection is a deterministic no-op whose code rides the reply's result section.
 //!
-//! PurgeStream and PurgeTopic are refused with status 5 (decision 344): a purge must cut
-//! every replica's partition at the same partition op, which takes an operation through each
-//! partition group, not a metadata commit.
+//! PurgeStream and PurgeTopic re-incarnate every partition they cover (decision 346): each
+//! keeps its id, key and creation time and takes a new `consensus_group_id`, so every node
+//! removes the old incarnation's group and files (decision 342) and boots the key again empty.
 
 use crate::client::codec::Options;
 use crate::client::lifecycle::Lifecycle;
@@ -43,6 +43,27 @@ pub fn patch_options(
     }
     topic::resolve(&explicit, &derived)?;
     Ok((explicit, derived))
+}
+
+/// The counter after `count` new incarnations from `next`; 1 (error) if it would overflow,
+/// checked before anything changes so a refused purge is a no-op.
+fn reincarnation_ids(next: u64, count: usize) -> Result<u64, u32> {
+    u64::try_from(count)
+        .ok()
+        .and_then(|count| next.checked_add(count))
+        .ok_or(status::ERROR)
+}
+
+/// A purge (decision 346): every partition keeps its id, key and creation time and takes the
+/// next incarnation. The key stays live, so it is not retired: "live with a later
+/// incarnation" is what proves the old one dead to every node (`partition::lifecycle`).
+/// Returns the counter after them.
+fn reincarnate(partitions: &mut [Partition], next: u64) -> Result<u64, u32> {
+    let after = reincarnation_ids(next, partitions.len())?;
+    for (partition, id) in partitions.iter_mut().zip(next..after) {
+        partition.consensus_group_id = id;
+    }
+    Ok(after)
 }
 
 impl MetadataStateMachine {
@@ -110,8 +131,17 @@ impl MetadataStateMachine {
                     return Err(status::INVALID_PARTITIONS_COUNT);
                 }
             }
-            Lifecycle::PurgeStream(_) | Lifecycle::PurgeTopic { .. } => {
-                return Err(status::FEATURE_UNAVAILABLE);
+            Lifecycle::PurgeStream(stream) => {
+                let found = view.stream(stream)?;
+                let count: usize = found.topics.values().map(|t| t.partitions.len()).sum();
+                reincarnation_ids(view.state.next_consensus_group_id, count)?;
+            }
+            Lifecycle::PurgeTopic { stream, topic } => {
+                let found = view.topic(stream, topic)?;
+                reincarnation_ids(
+                    view.state.next_consensus_group_id,
+                    found.topic.partitions.len(),
+                )?;
             }
         }
         Ok(())
@@ -200,8 +230,20 @@ impl MetadataStateMachine {
                     .expect("resolved above");
                 live.partitions.truncate(keep);
             }
-            Lifecycle::PurgeStream(_) | Lifecycle::PurgeTopic { .. } => {
-                return Err(status::FEATURE_UNAVAILABLE);
+            Lifecycle::PurgeStream(_) => {
+                let mut next = state.next_consensus_group_id;
+                for topic in stream.topics.values_mut() {
+                    next = reincarnate(&mut topic.partitions, next)?;
+                }
+                state.next_consensus_group_id = next;
+            }
+            Lifecycle::PurgeTopic { .. } => {
+                let topic = stream
+                    .topics
+                    .get_mut(&topic_id.expect("a topic command"))
+                    .expect("resolved above");
+                state.next_consensus_group_id =
+                    reincarnate(&mut topic.partitions, state.next_consensus_group_id)?;
             }
         }
         Ok(RESULT_OK.to_vec())

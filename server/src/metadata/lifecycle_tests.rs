@@ -247,24 +247,108 @@ fn partitions_are_added_after_the_last_and_removed_from_the_top() {
     assert_eq!(groups(&d, 0, 0).len(), 1000);
 }
 
+/// A purge re-incarnates every partition it covers and changes nothing else (decision 346):
+/// ids, keys and creation times stay, each takes the next `consensus_group_id`, nothing is
+/// retired (the key is live), and every node's disk now holds a proven-dead incarnation.
 #[test]
-fn purges_are_refused_before_replication_and_at_apply() {
+fn purges_reincarnate_every_partition_they_cover_and_nothing_else() {
     let mut d = seeded();
-    let before = d.sm.snapshot();
-    for l in [
-        Lifecycle::PurgeStream(num(0)),
-        Lifecycle::PurgeTopic {
+    let with_groups = |state: &state::State, ids: &[(u32, u32, u64)]| {
+        let mut s = state.clone();
+        for (topic, partition, group) in ids {
+            s.streams
+                .get_mut(&0)
+                .unwrap()
+                .topics
+                .get_mut(topic)
+                .unwrap()
+                .partitions[*partition as usize]
+                .consensus_group_id = *group;
+        }
+        s
+    };
+    let before = d.sm.state().clone();
+    assert_eq!(groups(&d, 0, 0), vec![(0, 0), (1, 1)]);
+    assert_eq!(groups(&d, 0, 1), vec![(0, 2)]);
+    let ok = d
+        .submit(&lc(Lifecycle::PurgeTopic {
             stream: num(0),
-            topic: num(0),
-        },
-    ] {
-        let op = l.operation();
-        assert_eq!(d.submit(&lc(l.clone())), Err(status::FEATURE_UNAVAILABLE));
-        let mut body = Vec::new();
-        l.encode(&mut body);
-        assert_eq!(rejected(&d.apply(op, &body)), status::FEATURE_UNAVAILABLE);
-    }
+            topic: Identifier::Named(name("t")),
+        }))
+        .unwrap();
+    assert_eq!(payload(&ok), b"");
+    let mut want = with_groups(&before, &[(0, 0, 3), (0, 1, 4)]);
+    want.next_consensus_group_id = 5;
+    assert_eq!(d.sm.state(), &want);
+    assert!(d.sm.state().retired.is_empty());
+    let old = before.streams[&0].topics[&0].group(0, 0).unwrap().0;
+    assert_eq!(
+        crate::partition::lifecycle::verdict(d.sm.state(), old, Some(0)),
+        crate::partition::lifecycle::Verdict::Dead
+    );
+    assert_eq!(
+        crate::partition::lifecycle::verdict(d.sm.state(), old, Some(3)),
+        crate::partition::lifecycle::Verdict::Live(3)
+    );
+
+    payload(&d.submit(&lc(Lifecycle::PurgeStream(num(0)))).unwrap());
+    let mut want = with_groups(&before, &[(0, 0, 5), (0, 1, 6), (1, 0, 7)]);
+    want.next_consensus_group_id = 8;
+    assert_eq!(d.sm.state(), &want);
+    // An empty stream purges to nothing; unknown ids are refused as everywhere else.
+    let snapshot = d.sm.snapshot();
+    payload(&d.submit(&lc(Lifecycle::PurgeStream(num(1)))).unwrap());
+    assert_eq!(d.sm.snapshot(), snapshot);
+    assert_eq!(
+        d.submit(&lc(Lifecycle::PurgeStream(num(9)))),
+        Err(status::STREAM_ID_NOT_FOUND)
+    );
+    assert_eq!(
+        d.submit(&lc(Lifecycle::PurgeTopic {
+            stream: num(0),
+            topic: num(9),
+        })),
+        Err(status::TOPIC_ID_NOT_FOUND)
+    );
+    assert_eq!(d.sm.snapshot(), snapshot);
+}
+
+/// A purge that would run the incarnation counter past `u64::MAX` is refused before
+/// replication and at apply, and changes nothing.
+#[test]
+fn a_purge_past_the_counter_is_a_no_op() {
+    let mut d = seeded();
+    let mut state = d.sm.state().clone();
+    state.next_consensus_group_id = u64::MAX - 1;
+    let op = d.op;
+    d.sm.install(
+        op,
+        &[Artifact {
+            kind: ArtifactKind::METADATA_SNAPSHOT,
+            frontier: op,
+            bytes: state.encode(),
+        }],
+    )
+    .unwrap();
+    let before = d.sm.snapshot();
+    let l = Lifecycle::PurgeTopic {
+        stream: num(0),
+        topic: num(0),
+    };
+    assert_eq!(d.submit(&lc(l.clone())), Err(status::ERROR));
+    let mut body = Vec::new();
+    l.encode(&mut body);
+    assert_eq!(rejected(&d.apply(l.operation(), &body)), status::ERROR);
     assert_eq!(d.sm.snapshot(), before);
+    // One partition still fits.
+    payload(
+        &d.submit(&lc(Lifecycle::PurgeTopic {
+            stream: num(0),
+            topic: num(1),
+        }))
+        .unwrap(),
+    );
+    assert_eq!(d.sm.state().next_consensus_group_id, u64::MAX);
 }
 
 fn lifecycle_script() -> Vec<Request<'static>> {
@@ -298,6 +382,11 @@ fn lifecycle_script() -> Vec<Request<'static>> {
             options: Options::default(),
         }),
         create_topic(num(0), "v", 1),
+        lc(Lifecycle::PurgeTopic {
+            stream: num(0),
+            topic: num(1),
+        }),
+        lc(Lifecycle::PurgeStream(num(0))),
     ]
 }
 
@@ -330,7 +419,14 @@ fn lifecycle_ops_are_deterministic_and_survive_a_snapshot() {
     let names: Vec<_> = a.topics.values().map(|t| t.name.as_str()).collect();
     assert_eq!(names, vec!["v", "u"]);
     assert_eq!(a.topics[&1].partitions.len(), 2);
-    assert_eq!(a.topics[&0].partitions[0].consensus_group_id, 7);
+    // v took 7; the purges re-incarnated u (8, 9), then v (10) and u (11, 12).
+    let incarnations: Vec<Vec<u64>> = a
+        .topics
+        .values()
+        .map(|t| t.partitions.iter().map(|p| p.consensus_group_id).collect())
+        .collect();
+    assert_eq!(incarnations, vec![vec![10], vec![11, 12]]);
+    assert_eq!(state.next_consensus_group_id, 13);
     // Deleted partitions are retired with their incarnation; a key used again is live again.
     let key = |t, p| {
         wire::GroupId::partition(wire::PartitionKey {
@@ -351,7 +447,7 @@ fn lifecycle_ops_are_deterministic_and_survive_a_snapshot() {
             (key(1, 4), 6)
         ]
     );
-    assert_eq!(state.live_incarnation(key(0, 0)), Some(7));
+    assert_eq!(state.live_incarnation(key(0, 0)), Some(10));
     assert_eq!(state.live_incarnation(key(0, 1)), None);
 
     let mut restored = super::tests::machine();
