@@ -362,6 +362,36 @@ pub async fn step<T, E: std::fmt::Debug>(
     }
 }
 
+/// A connected SDK client on `address` (no login) that gives up instead of reconnecting, so a
+/// dropped connection is reported by the step that saw it.
+pub async fn client_on(address: &str) -> iggy::prelude::IggyClient {
+    let client = iggy::prelude::IggyClient::builder()
+        .with_tcp()
+        .with_server_address(address.to_owned())
+        .with_reconnection_max_retries(Some(0))
+        .build()
+        .expect("building the SDK client");
+    use iggy::prelude::Client as _;
+    step("connect", client.connect()).await;
+    client
+}
+
+/// The error of a call the server must refuse, within [`STEP_BOUND`]; success or silence
+/// panics with the step's name.
+pub async fn refused<T: std::fmt::Debug>(
+    what: &str,
+    fut: impl std::future::Future<Output = Result<T, iggy::prelude::IggyError>>,
+) -> iggy::prelude::IggyError {
+    match tokio::time::timeout(STEP_BOUND, fut).await {
+        Ok(Err(e)) => {
+            eprintln!("step refused as expected: {what}: {e:?}");
+            e
+        }
+        Ok(Ok(value)) => panic!("`{what}` succeeded ({value:?}) but must be refused"),
+        Err(_) => panic!("`{what}`: no answer within the bound"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

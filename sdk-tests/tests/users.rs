@@ -8,33 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use iggy::prelude::*;
-use strand_sdk_tests::{DevCluster, REPLICAS, init_client_log, single_primary, step};
-
-async fn client_on(address: &str) -> IggyClient {
-    let client = IggyClient::builder()
-        .with_tcp()
-        .with_server_address(address.to_owned())
-        .with_reconnection_max_retries(Some(0))
-        .build()
-        .expect("building the SDK client");
-    step("connect", client.connect()).await;
-    client
-}
-
-/// The error of a call the server must refuse, within the step bound.
-async fn refused<T: std::fmt::Debug>(
-    what: &str,
-    fut: impl std::future::Future<Output = Result<T, IggyError>>,
-) -> IggyError {
-    match tokio::time::timeout(strand_sdk_tests::STEP_BOUND, fut).await {
-        Ok(Err(e)) => {
-            eprintln!("step refused as expected: {what}: {e:?}");
-            e
-        }
-        Ok(Ok(value)) => panic!("`{what}` succeeded ({value:?}) but must be refused"),
-        Err(_) => panic!("`{what}`: no answer within the bound"),
-    }
-}
+use strand_sdk_tests::{
+    DevCluster, REPLICAS, client_on, init_client_log, refused, single_primary, step,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn users_permissions_and_tokens_through_the_sdk() {
