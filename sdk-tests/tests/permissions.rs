@@ -34,6 +34,9 @@ enum Op {
     CreateUser,
     GetUsers,
     GetUser,
+    UpdateUser,
+    UpdatePermissions,
+    DeleteUser,
     CreateStream,
     GetStreams,
     GetStream,
@@ -116,6 +119,21 @@ fn table() -> Vec<Case> {
             "global read_users: GetUser (another)",
             G(|g| g.read_users = true),
             GetUser,
+        ),
+        case(
+            "global manage_users: UpdateUser (another)",
+            G(|g| g.manage_users = true),
+            UpdateUser,
+        ),
+        case(
+            "global manage_users: UpdatePermissions (another)",
+            G(|g| g.manage_users = true),
+            UpdatePermissions,
+        ),
+        case(
+            "global manage_users: DeleteUser",
+            G(|g| g.manage_users = true),
+            DeleteUser,
         ),
         case(
             "global manage_streams: CreateStream",
@@ -308,6 +326,7 @@ struct Target {
     stream: u32,
     topic: u32,
     group: u32,
+    user: u32,
 }
 
 fn id(n: u32) -> Identifier {
@@ -342,6 +361,7 @@ impl Fixture {
             stream: self.stream,
             topic: self.topic,
             group: 0,
+            user: self.other_user,
         };
         match op {
             Op::DeleteStream => {
@@ -357,6 +377,16 @@ impl Fixture {
                 target.topic = self
                     .create_topic(self.stream, &self.fresh("perm-doomed-topic"))
                     .await;
+            }
+            Op::DeleteUser => {
+                let name = self.fresh("perm-doomed-user");
+                target.user = step(
+                    &format!("root creates user {name}"),
+                    self.root
+                        .create_user(&name, "perm-pw-1", UserStatus::Active, None),
+                )
+                .await
+                .id;
             }
             Op::DeleteGroup => {
                 let name = self.fresh("perm-doomed-group");
@@ -429,6 +459,15 @@ impl Fixture {
             }
             Op::GetUsers => client.get_users().await.map(drop),
             Op::GetUser => client.get_user(&id(self.other_user)).await.map(drop),
+            Op::UpdateUser => {
+                let name = self.fresh("perm-renamed-user");
+                let options = UserUpdateOptions::default();
+                client
+                    .update_user(&id(target.user), Some(&name), None, &options)
+                    .await
+            }
+            Op::UpdatePermissions => client.update_permissions(&id(target.user), None).await,
+            Op::DeleteUser => client.delete_user(&id(target.user)).await,
             Op::CreateStream => client
                 .create_stream(&self.fresh("perm-made-stream"))
                 .await
