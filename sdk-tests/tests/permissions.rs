@@ -305,6 +305,93 @@ fn table() -> Vec<Case> {
             S(|s| s.manage_stream = true),
             PurgeStream,
         ),
+        // Implied flags (302): manage implies read, read implies poll, manage implies send;
+        // a wider level covers the narrower commands.
+        case(
+            "global manage_servers: GetClients",
+            G(|g| g.manage_servers = true),
+            GetClients,
+        ),
+        case(
+            "global manage_streams: GetStreams",
+            G(|g| g.manage_streams = true),
+            GetStreams,
+        ),
+        case(
+            "global manage_streams: CreateTopic",
+            G(|g| g.manage_streams = true),
+            CreateTopic,
+        ),
+        case(
+            "global read_streams: PollMessages",
+            G(|g| g.read_streams = true),
+            Poll,
+        ),
+        case(
+            "global manage_streams: SendMessages",
+            G(|g| g.manage_streams = true),
+            Send,
+        ),
+        case(
+            "global manage_topics: GetTopic",
+            G(|g| g.manage_topics = true),
+            GetTopic,
+        ),
+        case(
+            "global manage_topics: UpdateTopic",
+            G(|g| g.manage_topics = true),
+            UpdateTopic,
+        ),
+        case(
+            "global read_topics: GetConsumerGroups",
+            G(|g| g.read_topics = true),
+            GetGroups,
+        ),
+        case(
+            "global poll_messages: GetConsumerOffset",
+            G(|g| g.poll_messages = true),
+            GetOffset,
+        ),
+        case(
+            "stream manage_stream: GetStream",
+            S(|s| s.manage_stream = true),
+            GetStream,
+        ),
+        case(
+            "stream manage_stream: SendMessages",
+            S(|s| s.manage_stream = true),
+            Send,
+        ),
+        case(
+            "stream read_stream: PollMessages",
+            S(|s| s.read_stream = true),
+            Poll,
+        ),
+        case(
+            "stream manage_topics: DeleteTopic",
+            S(|s| s.manage_topics = true),
+            DeleteTopic,
+        ),
+        case(
+            "stream read_topics: JoinConsumerGroup",
+            S(|s| s.read_topics = true),
+            JoinGroup,
+        ),
+        case(
+            "topic manage_topic: GetTopic",
+            T(|t| t.manage_topic = true),
+            GetTopic,
+        ),
+        case(
+            "topic manage_topic: SendMessages",
+            T(|t| t.manage_topic = true),
+            Send,
+        ),
+        case(
+            "topic read_topic: PollMessages",
+            T(|t| t.read_topic = true),
+            Poll,
+        ),
     ]
 }
 
