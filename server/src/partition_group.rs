@@ -2418,6 +2418,62 @@ mod tests {
     use wire::header::{FrameHeader, Layout, PrepareHeader};
     use wire::{Command, Operation, PartitionKey, Sender};
 
+    /// A storage task over in-memory disks as a test drives it (replica 0 of 3, default WAL and
+    /// limits, a fresh boot of `wal`), with the handles the test reads back.
+    pub(super) struct TestTask {
+        pub task: StorageTask<MemStorage>,
+        pub queues: Rc<Queues>,
+        pub inbox: Rc<Inbox>,
+        pub fatal: Rc<RefCell<Option<String>>>,
+        pub gauges: Arc<PartitionGauges>,
+    }
+
+    pub(super) async fn test_task(
+        wal: &MemStorage,
+        parts: &MemStorage,
+        metadata: MetadataReader,
+    ) -> TestTask {
+        let identity = journal::Identity {
+            cluster: 42,
+            replica_id: 0,
+            replica_count: 3,
+        };
+        let booted = boot_shard(wal.clone(), WalConfig::default(), &BTreeMap::new())
+            .await
+            .unwrap();
+        let gauges = Arc::new(PartitionGauges::default());
+        let inbox = Rc::new(Inbox::new(gauges.clone()));
+        let queues = Rc::new(Queues::default());
+        let fatal = Rc::new(RefCell::new(None));
+        let task = StorageTask {
+            partitions: parts.clone(),
+            identity,
+            wal: booted.wal,
+            guard: ReclaimGuard::default(),
+            faults: booted.faults,
+            replay: booted.replay,
+            groups: BTreeMap::new(),
+            queues: queues.clone(),
+            inbox: inbox.clone(),
+            fatal: fatal.clone(),
+            gauges: gauges.clone(),
+            busy: Rc::default(),
+            started: Instant::now(),
+            limits: ReclaimLimits::default(),
+            last_reclaim_at: 0,
+            rejoin: false,
+            metadata,
+            read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
+        };
+        TestTask {
+            task,
+            queues,
+            inbox,
+            fatal,
+            gauges,
+        }
+    }
+
     fn group(partition: u32) -> u64 {
         GroupId::partition(PartitionKey {
             stream: 1,
@@ -2490,38 +2546,13 @@ mod tests {
             .io_memory(256 << 10)
             .spawn(move || async move {
                 let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
-                let identity = journal::Identity {
-                    cluster: 42,
-                    replica_id: 0,
-                    replica_count: 3,
-                };
-                let booted = boot_shard(wal_disk.clone(), WalConfig::default(), &BTreeMap::new())
-                    .await
-                    .unwrap();
-                let gauges = Arc::new(PartitionGauges::default());
-                let inbox = Rc::new(Inbox::new(gauges.clone()));
-                let queues = Rc::new(Queues::default());
-                let fatal = Rc::new(RefCell::new(None));
-                let task = StorageTask {
-                    partitions: parts.clone(),
-                    identity,
-                    wal: booted.wal,
-                    guard: ReclaimGuard::default(),
-                    faults: booted.faults,
-                    replay: booted.replay,
-                    groups: BTreeMap::new(),
-                    queues: queues.clone(),
-                    inbox: inbox.clone(),
-                    fatal: fatal.clone(),
-                    gauges: gauges.clone(),
-                    busy: Rc::default(),
-                    started: Instant::now(),
-                    limits: ReclaimLimits::default(),
-                    last_reclaim_at: 0,
-                    rejoin: false,
-                    metadata: MetadataReader::default(),
-                    read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
-                };
+                let TestTask {
+                    task,
+                    queues,
+                    inbox,
+                    fatal,
+                    gauges,
+                } = test_task(&wal_disk, &parts, MetadataReader::default()).await;
                 for p in 0..groups {
                     queues.boot(group(p), FlushPolicy::default());
                 }

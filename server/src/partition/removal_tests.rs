@@ -76,38 +76,13 @@ async fn life(
     metadata: MetadataReader,
     appends: u64,
 ) -> Life {
-    let identity = journal::Identity {
-        cluster: 42,
-        replica_id: 0,
-        replica_count: 3,
-    };
-    let booted = boot_shard(wal.clone(), WalConfig::default(), &BTreeMap::new())
-        .await
-        .unwrap();
-    let gauges = Arc::new(PartitionGauges::default());
-    let inbox = Rc::new(Inbox::new(gauges.clone()));
-    let queues = Rc::new(Queues::default());
-    let fatal = Rc::new(RefCell::new(None));
-    let mut task = StorageTask {
-        partitions: parts.clone(),
-        identity,
-        wal: booted.wal,
-        guard: ReclaimGuard::default(),
-        faults: booted.faults,
-        replay: booted.replay,
-        groups: BTreeMap::new(),
-        queues: queues.clone(),
-        inbox: inbox.clone(),
-        fatal: fatal.clone(),
-        gauges: gauges.clone(),
-        busy: Rc::default(),
-        started: Instant::now(),
-        limits: ReclaimLimits::default(),
-        last_reclaim_at: 0,
-        rejoin: false,
-        metadata,
-        read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
-    };
+    let super::tests::TestTask {
+        mut task,
+        queues,
+        inbox,
+        fatal,
+        ..
+    } = super::tests::test_task(wal, parts, metadata).await;
     let mut life = Life::default();
     task.boot_group(key(), FlushPolicy::default()).await;
     // The pump boots a removed key again only when the metadata wants it.
