@@ -584,3 +584,28 @@ fn delete_stream_retires_all_its_partitions() {
     want.sort();
     assert_eq!(retired, want);
 }
+
+/// Decision 345: a deleted topic takes its consumer groups in the same apply, so a topic
+/// created later in the freed slot starts without them.
+#[test]
+fn delete_topic_drops_its_consumer_groups() {
+    let mut d = seeded();
+    let create = Request::CreateConsumerGroup {
+        stream: num(0),
+        topic: num(0),
+        name: name("g"),
+    };
+    payload(&d.submit(&create).unwrap());
+    assert!(d.sm.state().consumer_groups.contains_key(&(0, 0)));
+    let delete = Lifecycle::DeleteTopic {
+        stream: num(0),
+        topic: num(0),
+    };
+    payload(&d.submit(&lc(delete)).unwrap());
+    assert!(
+        !d.sm.state().consumer_groups.contains_key(&(0, 0)),
+        "the deleted topic's groups outlived it"
+    );
+    payload(&d.submit(&create_topic(num(0), "t", 1)).unwrap());
+    assert!(!d.sm.state().consumer_groups.contains_key(&(0, 0)));
+}
