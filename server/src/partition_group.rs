@@ -172,6 +172,11 @@ pub struct PartitionGauges {
     pub dropped_unknown: AtomicU64,
     /// Frames dropped on a full inbox.
     pub dropped_full: AtomicU64,
+    /// Frames a hosted group ignored because they carry another incarnation of its key
+    /// (decision 375).
+    pub fenced: AtomicU64,
+    /// Pending requests answered 57 because their group was dropped (decision 377).
+    pub dropped_answered: AtomicU64,
     /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
     /// start at 0 and nothing is deleted yet). GetStats' `messages_count` sums it over shards.
     pub messages: AtomicU64,
@@ -212,7 +217,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 20] = [
+    let rows: [(&str, &str, &str, Pick); 22] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -332,6 +337,18 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "replica frames dropped before the partition pump",
             |g| &g.dropped_unknown,
+        ),
+        (
+            "partition_frames_fenced_total",
+            "counter",
+            "replica frames of another incarnation of the group's key, ignored",
+            |g| &g.fenced,
+        ),
+        (
+            "partition_dropped_requests_answered_total",
+            "counter",
+            "requests of a dropped incarnation answered 57",
+            |g| &g.dropped_answered,
         ),
     ];
     for (name, kind, help, pick) in rows {
@@ -1572,6 +1589,10 @@ struct Hosted {
     lane: u8,
     /// The incarnation its directory records (decision 342).
     incarnation: Option<u64>,
+    /// The client requests submitted to it and not answered yet, by client id (one each: a
+    /// client waits for one request at a time). Answered 57 if the group is dropped
+    /// (decision 377).
+    waiting: BTreeMap<u128, wire::header::RequestHeader>,
 }
 
 /// The partition groups of one shard, as the pump, the sink and the client core see them.
@@ -1740,16 +1761,19 @@ impl Host {
         let groups = self.groups.borrow();
         let hosted = groups.get(&group.0).ok_or(Refused::Unknown)?;
         // Not booted yet, as far as the client may tell: its next incarnation comes.
-        if let Some(metadata) = self.metadata.borrow().as_ref()
-            && crate::partition::lifecycle::verdict(
-                &metadata.view().state,
-                group.0,
-                hosted.incarnation,
-            ) == crate::partition::lifecycle::Verdict::Dead
-        {
+        if self.is_dead(group.0, hosted.incarnation) {
             return Err(Refused::Unknown);
         }
         Ok(f(&hosted.replica))
+    }
+
+    /// Whether the committed metadata proves incarnation `incarnation` of `group` dead
+    /// (decisions 342, 347): it then serves no client and takes no step (decision 376).
+    fn is_dead(&self, group: u64, incarnation: Option<u64>) -> bool {
+        self.metadata.borrow().as_ref().is_some_and(|metadata| {
+            crate::partition::lifecycle::verdict(&metadata.view().state, group, incarnation)
+                == crate::partition::lifecycle::Verdict::Dead
+        })
     }
 }
 
@@ -1783,11 +1807,15 @@ impl Partitions for Host {
             }
             return Err(Refused::Busy);
         }
+        let header = request.header;
         if !self.inbox.push(Event::Request {
             group: group.0,
             request: Box::new(request),
         }) {
             return Err(Refused::Busy);
+        }
+        if let Some(hosted) = self.groups.borrow_mut().get_mut(&group.0) {
+            hosted.waiting.insert(header.client.get(), header);
         }
         Ok(())
     }
@@ -2050,11 +2078,15 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                     exec.run(group, &hosted.replica, &mut out);
                 }
             }
-            exec.deliver();
+            exec.deliver(&host);
             // Hosted groups whose incarnation the committed metadata deleted stop now and
             // leave the disk (decision 342).
             for group in dead_groups(&host, &metadata) {
-                host.groups.borrow_mut().remove(&group);
+                let removed = host.groups.borrow_mut().remove(&group);
+                // Its requests in flight are answered now, once (decision 377).
+                if let Some(hosted) = removed {
+                    exec.answer_dropped(&host.gauges, hosted.waiting);
+                }
                 requested.remove(&group);
                 queues.remove(group);
                 info!(
@@ -2102,7 +2134,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 now(ticks),
                 &mut out,
             );
-            exec.deliver();
+            exec.deliver(&host);
             if fatal.borrow().is_some() {
                 break;
             }
@@ -2146,7 +2178,18 @@ fn handle(
     out: &mut Outbox,
 ) {
     let mut groups = host.groups.borrow_mut();
+    // An incarnation the committed metadata proves dead (a purge or delete applied here, the
+    // tick's removal not yet) takes nothing more: no frame, request or completion moves it,
+    // so it neither acknowledges a peer's prepare nor commits a send (decision 376).
+    let dead = |group: u64, h: &Hosted| host.is_dead(group, h.incarnation);
     match event {
+        Event::Frame { group, .. } | Event::Request { group, .. } | Event::Done { group, .. }
+            if groups.get(&group).is_some_and(|h| dead(group, h)) =>
+        {
+            if matches!(event, Event::Frame { .. }) {
+                add(&host.gauges.fenced, 1);
+            }
+        }
         Event::Frame { from, group, bytes } => {
             if let Some(h) = groups.get_mut(&group) {
                 // Shared, not borrowed: a prepare is journaled, queued to the next hop and
@@ -2155,7 +2198,10 @@ fn handle(
                     from: ReplicaId(from),
                     frame: Frame::new(bytes),
                 };
-                let _ = h.replica.step(at, input, out);
+                if let Err(consensus::Ignored::Group) = h.replica.step(at, input, out) {
+                    // Another incarnation of this key (decision 375).
+                    add(&host.gauges.fenced, 1);
+                }
                 exec.run(group, &h.replica, out);
             } else {
                 add(&host.gauges.dropped_unknown, 1);
@@ -2199,7 +2245,14 @@ fn handle(
                 incarnation,
             } = *b;
             let mut raw = core.clone();
-            raw.group = GroupId(group);
+            // The group's identity on the wire carries its incarnation: frames of another
+            // incarnation of the key are ignored by the core (decision 375).
+            raw.group = match incarnation {
+                Some(id) => {
+                    GroupId(group).with_tag(crate::partition::lifecycle::incarnation_tag(id))
+                }
+                None => GroupId(group),
+            };
             // The topic's ack override (spec README decision 4); memory ack needs 3 replicas.
             if let Some(memory) = wanted.get(&group).and_then(|s| s.memory_ack) {
                 raw.memory_ack = memory && raw.replica_count >= 3;
@@ -2218,6 +2271,7 @@ fn handle(
                 replica,
                 lane: lane(gid, host.lanes),
                 incarnation,
+                waiting: BTreeMap::new(),
             };
             // Down peers are reported now; the sink reports later changes.
             for peer in 0..core.replica_count {
@@ -2242,6 +2296,15 @@ fn now(ticks: u64) -> Now {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
     }
+}
+
+/// The request number of a Reply frame (`None` for any other frame).
+fn reply_request(frame: &Frame) -> Option<u64> {
+    use wire::header::{Layout, ReplyHeader};
+    if frame.command() != Some(wire::Command::Reply) {
+        return None;
+    }
+    Some(ReplyHeader::view(frame.header_bytes()?)?.request.get())
 }
 
 /// Hosted groups whose incarnation the committed metadata proves deleted.
@@ -2306,8 +2369,9 @@ struct Executor {
     replies: Rc<dyn ReplySink>,
     queues: Rc<Queues>,
     fatal: Rc<RefCell<Option<String>>>,
-    /// Replies are delivered after the groups' borrow ends (the sink may call back in).
-    pending_replies: Vec<(u128, Frame)>,
+    /// Replies are delivered after the groups' borrow ends (the sink may call back in), with
+    /// the group that sent them.
+    pending_replies: Vec<(u64, u128, Frame)>,
 }
 
 impl Executor {
@@ -2352,7 +2416,9 @@ impl Executor {
                         },
                     );
                 }
-                Effect::Reply { client, frame } => self.pending_replies.push((client.0, frame)),
+                Effect::Reply { client, frame } => {
+                    self.pending_replies.push((group, client.0, frame));
+                }
                 Effect::Fatal(reason) => {
                     error!(group, %reason, "consensus fatal in a partition group; stopping the node");
                     self.fatal
@@ -2363,8 +2429,34 @@ impl Executor {
         }
     }
 
-    fn deliver(&mut self) {
-        for (client, frame) in self.pending_replies.drain(..) {
+    fn deliver(&mut self, host: &Host) {
+        for (group, client, frame) in self.pending_replies.drain(..) {
+            if let Some(hosted) = host.groups.borrow_mut().get_mut(&group)
+                && let Some(waiting) = hosted.waiting.get(&client)
+                && reply_request(&frame).is_some_and(|r| r >= waiting.request.get())
+            {
+                hosted.waiting.remove(&client);
+            }
+            self.replies.reply(client, frame);
+        }
+    }
+
+    /// Answers the requests a dropped group held with TransientNotCommitted (57, decision
+    /// 377): the SDK resends the same request, which reaches the key's next incarnation or is
+    /// refused as its partition, topic or stream no longer resolves. Each request is answered
+    /// once: the entry leaves with the group, and the client's registry delivers a reply only
+    /// to the request number it waits for.
+    fn answer_dropped(
+        &mut self,
+        gauges: &PartitionGauges,
+        waiting: BTreeMap<u128, wire::header::RequestHeader>,
+    ) {
+        for (client, header) in waiting {
+            let frame = crate::client_core::frames::refused(
+                &header,
+                consensus::codes::TRANSIENT_NOT_COMMITTED,
+            );
+            add(&gauges.dropped_answered, 1);
             self.replies.reply(client, frame);
         }
     }

@@ -55,6 +55,9 @@ impl Sink for ShardSink {
             }
             return;
         }
+        // A partition frame goes by its key; the incarnation tag in bits 52..62 is checked by
+        // the group itself (decision 375).
+        let group = group.key();
         let p = &self.partitions;
         if p.hosts(group.0) {
             p.inbox.push(Event::Frame {

@@ -14,6 +14,13 @@ pub const TOPIC_MAX: u32 = (1 << 12) - 1;
 pub const PARTITION_MAX: u32 = 999_999;
 /// The largest packed partition key: `2^52 - 1`.
 pub const PACKED_MAX: u64 = (1 << 52) - 1;
+/// Where a partition group's incarnation tag sits: bits 52..62, which the reference never sets
+/// (wire.md §9). Strand puts the tag of the incarnation there, so two incarnations of one key
+/// never take each other's frames (decision 375).
+pub const TAG_SHIFT: u32 = 52;
+/// The largest incarnation tag (11 bits).
+pub const TAG_MAX: u16 = (1 << 11) - 1;
+const TAG_MASK: u64 = (TAG_MAX as u64) << TAG_SHIFT;
 
 /// Why a stream/topic/partition triple cannot be packed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -45,7 +52,8 @@ pub struct PartitionKey {
 pub enum GroupKind {
     /// The single metadata group, `1 << 63`.
     Metadata,
-    /// A partition group, `<= 2^52 - 1`.
+    /// A partition group: a packed key `<= 2^52 - 1`, with or without an incarnation tag in
+    /// bits 52..62 (decision 375).
     Partition(PartitionKey),
     /// Any other value: never produced by a correct sender, dropped at routing.
     Invalid,
@@ -85,14 +93,42 @@ impl GroupId {
         self.0 <= PACKED_MAX
     }
 
-    /// Classifies the value. A value in the packed range whose partition field is 1 000 000 or
-    /// more cannot come from the packer and is invalid too.
+    /// The partition key without its incarnation tag (the metadata group and any value with
+    /// bit 63 set are returned unchanged). Routing goes by the key; the tag only fences.
+    pub const fn key(self) -> GroupId {
+        if self.0 >> 63 == 1 {
+            return self;
+        }
+        GroupId(self.0 & !TAG_MASK)
+    }
+
+    /// The incarnation tag in bits 52..62 (0: untagged, as the reference sends).
+    pub const fn tag(self) -> u16 {
+        if self.0 >> 63 == 1 {
+            return 0;
+        }
+        ((self.0 & TAG_MASK) >> TAG_SHIFT) as u16
+    }
+
+    /// The key with `tag` in bits 52..62 (a tag above [`TAG_MAX`] is masked to 11 bits). The
+    /// metadata group takes no tag and is returned unchanged.
+    pub const fn with_tag(self, tag: u16) -> GroupId {
+        if self.0 >> 63 == 1 {
+            return self;
+        }
+        GroupId(self.key().0 | (((tag & TAG_MAX) as u64) << TAG_SHIFT))
+    }
+
+    /// Classifies the value. A value whose key (bits 0..51) has a partition field of 1 000 000
+    /// or more cannot come from the packer and is invalid too; so is any value with bit 63 set
+    /// but the metadata group's. Bits 52..62 are an incarnation tag (decision 375).
     pub const fn kind(self) -> GroupKind {
         if self.0 == Self::METADATA.0 {
             return GroupKind::Metadata;
         }
-        let fields = self.fields();
-        if self.is_packable() && fields.partition <= PARTITION_MAX {
+        let key = self.key();
+        let fields = key.fields();
+        if key.is_packable() && fields.partition <= PARTITION_MAX {
             GroupKind::Partition(fields)
         } else {
             GroupKind::Invalid
@@ -122,8 +158,37 @@ mod tests {
     #[test]
     fn metadata_is_not_a_partition() {
         assert_eq!(GroupId::METADATA.kind(), GroupKind::Metadata);
-        assert_eq!(GroupId(1 << 52).kind(), GroupKind::Invalid);
+        assert_eq!(GroupId((1 << 63) | 1).kind(), GroupKind::Invalid);
         let mask_only = GroupId(1_000_000);
         assert_eq!(mask_only.kind(), GroupKind::Invalid);
+        assert_eq!(mask_only.with_tag(3).kind(), GroupKind::Invalid);
+    }
+
+    /// A tag rides bits 52..62 only: the key, the kind and the metadata group are unchanged.
+    #[test]
+    fn a_tag_keeps_the_key_and_the_kind() {
+        let key = GroupId::partition(PartitionKey {
+            stream: STREAM_MAX,
+            topic: TOPIC_MAX,
+            partition: PARTITION_MAX,
+        })
+        .unwrap();
+        for tag in [1, 2, 1024, TAG_MAX] {
+            let tagged = key.with_tag(tag);
+            assert_ne!(tagged, key);
+            assert_eq!(tagged.tag(), tag);
+            assert_eq!(tagged.key(), key);
+            assert_eq!(tagged.fields(), key.fields());
+            assert_eq!(tagged.kind(), key.kind());
+            assert_eq!(tagged.with_tag(0), key);
+        }
+        assert_eq!(key.with_tag(TAG_MAX + 1).tag(), 0);
+        assert_eq!(GroupId::METADATA.with_tag(5), GroupId::METADATA);
+        assert_eq!(GroupId::METADATA.key(), GroupId::METADATA);
+        assert_eq!(GroupId::METADATA.tag(), 0);
+        assert_eq!(
+            GroupId(1 << 52).kind(),
+            GroupKind::Partition(GroupId(0).fields())
+        );
     }
 }

@@ -16,6 +16,7 @@ use wire::header::PrepareHeader;
 use super::MetadataStateMachine;
 use super::state::{PARTITIONS_PER_TOPIC_MAX, Partition};
 use super::topic;
+use crate::partition::lifecycle::incarnation_tag;
 
 /// The topic option keys UpdateTopic may patch (the SDK's updatable catalogue).
 pub const UPDATABLE_TOPIC_KEYS: [&str; 3] =
@@ -45,13 +46,30 @@ pub fn patch_options(
     Ok((explicit, derived))
 }
 
-/// The counter after `count` new incarnations from `next`; 1 (error) if it would overflow,
-/// checked before anything changes so a refused purge is a no-op.
-fn reincarnation_ids(next: u64, count: usize) -> Result<u64, u32> {
-    u64::try_from(count)
-        .ok()
-        .and_then(|count| next.checked_add(count))
-        .ok_or(status::ERROR)
+/// The new incarnation of a partition whose incarnation is `old`, from the counter `next`:
+/// `next`, or `next + 1` when `next`'s wire tag would repeat `old`'s, so a node that lags one
+/// purge never takes the new incarnation's frames for its own (decision 375). 1 (error) past
+/// `u64::MAX`.
+fn next_incarnation(old: u64, next: u64) -> Result<u64, u32> {
+    if incarnation_tag(next) == incarnation_tag(old) {
+        next.checked_add(1).ok_or(status::ERROR)
+    } else {
+        Ok(next)
+    }
+}
+
+/// The counter after new incarnations of `partitions` (in order) from `next`; 1 (error) if it
+/// would overflow, checked before anything changes so a refused purge is a no-op.
+fn reincarnation_ids<'a>(
+    next: u64,
+    partitions: impl IntoIterator<Item = &'a Partition>,
+) -> Result<u64, u32> {
+    let mut next = next;
+    for partition in partitions {
+        let id = next_incarnation(partition.consensus_group_id, next)?;
+        next = id.checked_add(1).ok_or(status::ERROR)?;
+    }
+    Ok(next)
 }
 
 /// A purge (decision 346): every partition keeps its id, key and creation time and takes the
@@ -59,10 +77,14 @@ fn reincarnation_ids(next: u64, count: usize) -> Result<u64, u32> {
 /// incarnation" is what proves the old one dead to every node (`partition::lifecycle`).
 /// Returns the counter after them.
 fn reincarnate(partitions: &mut [Partition], next: u64) -> Result<u64, u32> {
-    let after = reincarnation_ids(next, partitions.len())?;
-    for (partition, id) in partitions.iter_mut().zip(next..after) {
+    let after = reincarnation_ids(next, partitions.iter())?;
+    let mut next = next;
+    for partition in partitions.iter_mut() {
+        let id = next_incarnation(partition.consensus_group_id, next)?;
         partition.consensus_group_id = id;
+        next = id + 1;
     }
+    debug_assert_eq!(next, after);
     Ok(after)
 }
 
@@ -133,14 +155,14 @@ impl MetadataStateMachine {
             }
             Lifecycle::PurgeStream(stream) => {
                 let found = view.stream(stream)?;
-                let count: usize = found.topics.values().map(|t| t.partitions.len()).sum();
-                reincarnation_ids(view.state.next_consensus_group_id, count)?;
+                let partitions = found.topics.values().flat_map(|t| t.partitions.iter());
+                reincarnation_ids(view.state.next_consensus_group_id, partitions)?;
             }
             Lifecycle::PurgeTopic { stream, topic } => {
                 let found = view.topic(stream, topic)?;
                 reincarnation_ids(
                     view.state.next_consensus_group_id,
-                    found.topic.partitions.len(),
+                    found.topic.partitions.iter(),
                 )?;
             }
         }

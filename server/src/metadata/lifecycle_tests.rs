@@ -351,6 +351,40 @@ fn a_purge_past_the_counter_is_a_no_op() {
     assert_eq!(d.sm.state().next_consensus_group_id, u64::MAX);
 }
 
+/// A purge never gives a partition an incarnation with its old wire tag (decision 375): the
+/// counter skips the one id whose tag would repeat, and only then.
+#[test]
+fn a_purge_skips_an_id_whose_tag_would_repeat() {
+    use crate::partition::lifecycle::incarnation_tag;
+    let mut d = seeded();
+    let mut state = d.sm.state().clone();
+    // Topic t's partitions hold 0 and 1; 2047 has 0's tag, 2049 does not have 1's.
+    state.next_consensus_group_id = 2047;
+    assert_eq!(incarnation_tag(2047), incarnation_tag(0));
+    let op = d.op;
+    d.sm.install(
+        op,
+        &[Artifact {
+            kind: ArtifactKind::METADATA_SNAPSHOT,
+            frontier: op,
+            bytes: state.encode(),
+        }],
+    )
+    .unwrap();
+    payload(
+        &d.submit(&lc(Lifecycle::PurgeTopic {
+            stream: num(0),
+            topic: num(0),
+        }))
+        .unwrap(),
+    );
+    assert_eq!(groups(&d, 0, 0), vec![(0, 2048), (1, 2049)]);
+    assert_eq!(d.sm.state().next_consensus_group_id, 2050);
+    for (old, new) in [(0, 2048), (1, 2049)] {
+        assert_ne!(incarnation_tag(old), incarnation_tag(new));
+    }
+}
+
 fn lifecycle_script() -> Vec<Request<'static>> {
     vec![
         create_stream("a"),

@@ -44,6 +44,14 @@ pub enum Verdict {
     Unknown,
 }
 
+/// The incarnation tag a group carries in bits 52..62 of every frame's `group` (decision
+/// 375): `1..=2047`, never 0, so an untagged frame never reaches a tagged group. Consecutive
+/// incarnations of one key always differ (a purge skips an id whose tag would repeat, see
+/// `metadata::lifecycle`).
+pub const fn incarnation_tag(incarnation: u64) -> u16 {
+    (incarnation % wire::group::TAG_MAX as u64) as u16 + 1
+}
+
 /// The verdict for group key `group` whose disk records `on_disk` (`None`: no marker).
 pub fn verdict(state: &State, group: u64, on_disk: Option<u64>) -> Verdict {
     if let Some(live) = state.live_incarnation(group) {

@@ -124,7 +124,7 @@ mod tests {
             Some(Refusal::Drop(Dropped::OwnId))
         );
         assert_eq!(
-            screen(&commit(1, 1 << 60), MAX, 3, 0).err(),
+            screen(&commit(1, (1 << 63) | 1), MAX, 3, 0).err(),
             Some(Refusal::Drop(Dropped::InvalidGroup))
         );
         let mut reply = ReplyHeader::zeroed();
