@@ -439,3 +439,68 @@ fn a_node_lagging_a_purge_cannot_commit_into_or_from_the_new_incarnation() {
         c.stop().await;
     });
 }
+
+/// The committed view after DeletePartitions removed the topic's only partition at
+/// `incarnation`: the key retired (decision 342).
+fn deleted(op: u64, incarnation: u64) -> MetadataView {
+    let mut v = view(op, incarnation);
+    let topic = v
+        .state
+        .streams
+        .get_mut(&0)
+        .unwrap()
+        .topics
+        .get_mut(&0)
+        .unwrap();
+    topic.partitions.clear();
+    v.state.retired.insert(group().0, incarnation);
+    v
+}
+
+/// A send in flight in a group whose partition is deleted is answered 57 when the group is
+/// dropped, once, and no other request of it stays unanswered. Nodes 1 and 2 apply the delete
+/// first, so node 0's send cannot commit and is in flight when node 0 applies it.
+#[test]
+fn a_send_in_flight_when_its_partition_is_deleted_is_answered_once() {
+    run(|| async {
+        let c = Cluster::new("delete");
+        send_committed(&c, 0xA0, &payload(0xAA, 0)).await;
+        until("node 0 leads", || {
+            c.host(0)
+                .group_state(group())
+                .is_some_and(|s| s.0 == 0 && s.1 == Status::Normal)
+        })
+        .await;
+        for r in 1..NODES {
+            c.nodes[r as usize].metadata.publish(deleted(8, 1));
+        }
+        until("nodes 1 and 2 removed the group", || {
+            (1..NODES).all(|r| !c.host(r).hosts(group().0))
+        })
+        .await;
+        let client: u128 = 0xD0;
+        c.host(0)
+            .submit(group(), send(client, 1, &payload(0xDD, 0)))
+            .expect("node 0 still admits");
+        glommio::timer::sleep(Duration::from_millis(300)).await;
+        assert!(
+            replies_to(&c.nodes[0], client).is_empty(),
+            "the send was answered before its group was dropped"
+        );
+        c.nodes[0].metadata.publish(deleted(8, 1));
+        until("node 0 answers the send in flight", || {
+            !replies_to(&c.nodes[0], client).is_empty()
+        })
+        .await;
+        until("node 0 removed the group", || !c.host(0).hosts(group().0)).await;
+        // Later ticks answer nothing more.
+        glommio::timer::sleep(Duration::from_millis(300)).await;
+        let answered = replies_to(&c.nodes[0], client);
+        assert_eq!(answered.len(), 1, "answered more than once");
+        assert_eq!(
+            status(&answered[0]),
+            consensus::codes::TRANSIENT_NOT_COMMITTED
+        );
+        c.stop().await;
+    });
+}
