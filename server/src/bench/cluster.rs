@@ -187,31 +187,9 @@ impl Cluster {
                     );
                 }
             }
-            let mut missing = Vec::new();
-            let mut primaries = 0;
-            for (i, node) in self.nodes.iter().enumerate() {
-                let Some(text) = metrics_text(node.http) else {
-                    missing.push(format!("node {i}: /metrics unanswered"));
-                    continue;
-                };
-                let status = family_sum(&text, "strand_status");
-                let open = family_sum(&text, "strand_replica_connections_open");
-                let groups = family_sum(&text, "strand_partition_groups");
-                let lost = family_sum(&text, "strand_partition_lost_groups");
-                primaries += family_sum(&text, "strand_partition_primaries").unwrap_or(0);
-                if status != Some(0) {
-                    missing.push(format!("node {i}: metadata status {status:?}"));
-                }
-                if open.unwrap_or(0) < links {
-                    missing.push(format!("node {i}: {open:?} of {links} connections"));
-                }
-                if groups.unwrap_or(0) < partitions || lost != Some(0) {
-                    missing.push(format!("node {i}: groups {groups:?}, lost {lost:?}"));
-                }
-            }
-            if primaries < partitions {
-                missing.push(format!("{primaries} of {partitions} partition primaries"));
-            }
+            let texts: Vec<Option<String>> =
+                self.nodes.iter().map(|n| metrics_text(n.http)).collect();
+            let missing = not_ready(&texts, links, partitions);
             if missing.is_empty() {
                 return Ok(what);
             }
@@ -360,6 +338,39 @@ pub fn labelled_sum(text: &str, name: &str, label: &str) -> Option<u64> {
         }
     }
     sum
+}
+
+/// What keeps a cluster from being ready for a measured load (decision 360), from each node's
+/// `/metrics` text (`None`: it did not answer); empty when ready. `links` is the replica
+/// connections each node must hold, `partitions` the groups each must host and the primaries
+/// the nodes must have in all.
+pub fn not_ready(texts: &[Option<String>], links: u64, partitions: u64) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut primaries = 0;
+    for (i, text) in texts.iter().enumerate() {
+        let Some(text) = text else {
+            missing.push(format!("node {i}: /metrics unanswered"));
+            continue;
+        };
+        let status = family_sum(text, "strand_status");
+        let open = family_sum(text, "strand_replica_connections_open");
+        let groups = family_sum(text, "strand_partition_groups");
+        let lost = family_sum(text, "strand_partition_lost_groups");
+        primaries += family_sum(text, "strand_partition_primaries").unwrap_or(0);
+        if status != Some(0) {
+            missing.push(format!("node {i}: metadata status {status:?}"));
+        }
+        if open.unwrap_or(0) < links {
+            missing.push(format!("node {i}: {open:?} of {links} connections"));
+        }
+        if groups.unwrap_or(0) < partitions || lost != Some(0) {
+            missing.push(format!("node {i}: groups {groups:?}, lost {lost:?}"));
+        }
+    }
+    if primaries < partitions {
+        missing.push(format!("{primaries} of {partitions} partition primaries"));
+    }
+    missing
 }
 
 /// `cluster.replica_lanes` of the generated config (`strand dev`'s: one shard per node).

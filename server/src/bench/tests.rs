@@ -522,3 +522,48 @@ fn the_readiness_wait_expects_the_generated_configs_lanes() {
         cluster::BENCH_LANES
     );
 }
+
+#[test]
+fn the_cluster_is_ready_only_when_every_node_says_so() {
+    let node = |status: u64, open: u64, groups: u64, lost: u64, primaries: u64| {
+        Some(format!(
+            "strand_status{{plane=\"metadata\"}} {status}\n\
+             strand_replica_connections_open{{shard=\"0\"}} {open}\n\
+             strand_partition_groups{{plane=\"partition\",shard=\"0\"}} {groups}\n\
+             strand_partition_lost_groups{{plane=\"partition\",shard=\"0\"}} {lost}\n\
+             strand_partition_primaries{{plane=\"partition\",shard=\"0\"}} {primaries}\n"
+        ))
+    };
+    // Three nodes, two partitions: node 0 leads both.
+    let ready = vec![
+        node(0, 2, 2, 0, 2),
+        node(0, 2, 2, 0, 0),
+        node(0, 2, 2, 0, 0),
+    ];
+    assert!(cluster::not_ready(&ready, 2, 2).is_empty());
+    let mut cases = Vec::new();
+    let mut one = |i: usize, text: Option<String>, why: &str| {
+        let mut texts = ready.clone();
+        texts[i] = text;
+        cases.push((texts, why.to_string()));
+    };
+    one(2, node(0, 1, 2, 0, 0), "node 2: Some(1) of 2 connections");
+    one(1, node(1, 2, 2, 0, 0), "node 1: metadata status Some(1)");
+    one(
+        1,
+        node(0, 2, 1, 0, 0),
+        "node 1: groups Some(1), lost Some(0)",
+    );
+    one(
+        2,
+        node(0, 2, 2, 1, 0),
+        "node 2: groups Some(2), lost Some(1)",
+    );
+    one(0, node(0, 2, 2, 0, 1), "1 of 2 partition primaries");
+    one(1, None, "node 1: /metrics unanswered");
+    one(2, Some(String::new()), "node 2: None of 2 connections");
+    for (texts, why) in cases {
+        let missing = cluster::not_ready(&texts, 2, 2);
+        assert!(missing.contains(&why), "{why}: {missing:?}");
+    }
+}
