@@ -290,6 +290,20 @@ pub fn render(sources: &Sources) -> String {
             }
         }
     }
+    if !sources.planes.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP strand_replica_connections_open replica connections registered on the shard now."
+        );
+        let _ = writeln!(out, "# TYPE strand_replica_connections_open gauge");
+        for (shard, counters) in sources.planes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "strand_replica_connections_open{{shard=\"{shard}\"}} {}",
+                Counters::read(&counters.open)
+            );
+        }
+    }
     out
 }
 

@@ -117,7 +117,7 @@ fn run_against(sink: Sink, out: &Path, extra: &[&str]) -> (report::Report, Sink)
 #[test]
 fn the_harness_against_the_sink_writes_a_sane_report() {
     let out = scratch("sink");
-    let (report, sink) = run_against_sink(&out, &["--messages", "20000"]);
+    let (report, sink) = run_against_sink(&out, &["--messages", "20000", "--warmup", "0.3"]);
     // 20000 messages = 400 batches of 50, shared by 2 producers over 3 partitions.
     assert_eq!(report.messages, 20_000);
     assert_eq!(
@@ -125,10 +125,21 @@ fn the_harness_against_the_sink_writes_a_sane_report() {
         0,
         "the sink refused a batch the client framed"
     );
+    // The warm-up's batches reached the sink but are not the load's: the report counts only
+    // what was sent after the clock started, and the consumers start after the warm-up.
+    let before = report.before_clock.clone().unwrap();
+    assert_eq!(before.warmup_s, 0.3);
+    assert!(before.unrecorded_messages > 0, "{before:?}");
+    assert!(
+        before.waited_for.is_none(),
+        "nothing to wait for at --address"
+    );
     let appended: u64 = (0..3).map(|p| sink.appended(p)).sum();
-    assert_eq!(appended, 20_000);
-    let consumer = report.consumer.unwrap();
-    assert_eq!(consumer.messages, 20_000, "consumers read everything back");
+    assert_eq!(appended, 20_000 + before.unrecorded_messages);
+    let consumer = report.consumer.clone().unwrap();
+    assert_eq!(consumer.messages, 20_000, "consumers read the load back");
+    assert_eq!(consumer.latency_kind, report::END_TO_END);
+    assert!(!report.read_back && report.replica_sends_dropped_not_connected.is_none());
 
     let text = std::fs::read_to_string(out.join(report::JSON)).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -209,8 +220,9 @@ fn the_harness_against_the_sink_writes_a_sane_report() {
 fn transient_refusals_are_repeated_not_fatal() {
     let out = scratch("transient");
     let sink = Sink::spawn_refusing("127.0.0.1:0", 3).unwrap();
-    let (report, sink) = run_against(sink, &out, &["--messages", "5000"]);
+    let (report, sink) = run_against(sink, &out, &["--messages", "5000", "--warmup", "0"]);
     assert_eq!(report.messages, 5000);
+    assert_eq!(report.before_clock.as_ref().unwrap().unrecorded_messages, 0);
     let appended: u64 = (0..3).map(|p| sink.appended(p)).sum();
     assert_eq!(
         appended, 5000,
@@ -250,16 +262,95 @@ fn a_reply_echoing_an_operation_of_the_same_framing_is_accepted() {
     );
 }
 
+/// `--read-back`: the consumers wait for the producers, then read back exactly what the load
+/// produced, in polls of `--poll-batch`, timed per poll.
+#[test]
+fn read_back_consumers_start_after_the_producers_and_read_the_load_back() {
+    let out = scratch("read-back");
+    let (report, sink) = run_against_sink(
+        &out,
+        &[
+            "--messages",
+            "6000",
+            "--warmup",
+            "0.1",
+            "--read-back",
+            "--poll-batch",
+            "50",
+        ],
+    );
+    assert!(report.read_back);
+    let consumer = report.consumer.clone().unwrap();
+    assert_eq!(consumer.messages, 6000);
+    assert_eq!(consumer.latency_kind, report::PER_POLL);
+    assert_eq!(consumer.poll_batch, 50);
+    let appended: u64 = (0..3).map(|p| sink.appended(p)).sum();
+    assert_eq!(
+        appended,
+        6000 + report.before_clock.as_ref().unwrap().unrecorded_messages
+    );
+    // The read-back is its own phase: no batch is produced in a timeline interval after the
+    // first one in which the consumers read.
+    let first_read = report
+        .timeline
+        .iter()
+        .position(|p| p.consumed_mb_s > 0.0)
+        .unwrap();
+    let last_sent = report
+        .timeline
+        .iter()
+        .rposition(|p| p.produced_mb_s > 0.0)
+        .unwrap();
+    assert!(
+        first_read >= last_sent,
+        "read at {first_read}, sent at {last_sent}"
+    );
+    let check = report
+        .checks
+        .iter()
+        .find(|c| c.name == "read_back")
+        .unwrap();
+    assert_eq!(check.bound, 0.5);
+    assert_eq!(check.value, consumer.ratio_to_loopback);
+}
+
 #[test]
 fn a_rate_limited_run_offers_what_it_was_told() {
     let out = scratch("rate");
     // 2 producers x 2 batches of 50 at 400 msgs/s: each producer sends a batch every 0.25 s.
-    let (report, _sink) = run_against_sink(&out, &["--messages", "200", "--rate", "400"]);
+    let (report, _sink) = run_against_sink(
+        &out,
+        &["--messages", "200", "--rate", "400", "--warmup", "0"],
+    );
     assert_eq!(report.messages, 200);
     assert_eq!(report.rate_msgs_s, Some(400.0));
+    assert!(report.checks.iter().any(|c| c.name == "fixed_load_tail"));
     // The schedule spaces each producer's two batches 0.25 s apart, so the run lasts at least
     // that long whatever the machine's speed (a bound from below, not a timing assertion).
     assert!(report.duration_s >= 0.25, "{}", report.duration_s);
+
+    // `--rate 50%`: a probe as fast as the sink answers, then half of it.
+    let out = scratch("rate-of-max");
+    let (report, sink) = run_against_sink(
+        &out,
+        &[
+            "--messages",
+            "2000",
+            "--rate",
+            "50%",
+            "--probe-seconds",
+            "0.3",
+            "--warmup",
+            "0",
+        ],
+    );
+    let before = report.before_clock.clone().unwrap();
+    let max = before.probe_msgs_s.unwrap();
+    assert!(max > 0.0 && before.unrecorded_messages > 0, "{before:?}");
+    assert_eq!(report.rate_msgs_s, Some((max * 0.5).max(50.0)));
+    assert_eq!(report.messages, 2000);
+    let appended: u64 = (0..3).map(|p| sink.appended(p)).sum();
+    assert_eq!(appended, 2000 + before.unrecorded_messages);
 }
 
 #[test]
@@ -364,8 +455,92 @@ fn spawn_starts_a_cluster_and_reaches_its_client_port() {
     assert_eq!(json["replicas"], 1);
     assert!(json["baseline"]["disk_write_mb_s"].as_f64().unwrap() > 0.0);
     assert_eq!(json["messages"], 2000);
+    assert!(
+        json["before_clock"]["waited_for"]
+            .as_str()
+            .unwrap()
+            .contains("0 replica connection(s) open, 1 partition group(s)"),
+        "{}",
+        json["before_clock"]
+    );
+    assert_eq!(
+        json["before_clock"]["warmup_s"], 0.0,
+        "no warm-up by default with --spawn"
+    );
+    assert_eq!(json["replica_sends_dropped_not_connected"], 0);
     assert!(out.join(report::SVG).exists());
     // The node was stopped: its log ends and no process holds the data directory's lock.
     let log = std::fs::read_to_string(dir.join("cluster/node-0.log")).unwrap();
     assert!(!log.is_empty());
+}
+
+/// `--spawn 3`: the harness waits until every node reports its peers connected and the
+/// partitions' groups led (decision 360), so no replica send finds its connection missing
+/// while the load runs; `--rate 50%` probes and then offers half; `--read-back` reads the
+/// load back from the three-node cluster; the summary prints each target's check.
+#[test]
+fn spawn_three_waits_for_its_peers_probes_and_reads_back() {
+    let dir = scratch("spawn3");
+    let out = dir.join("out");
+    let output = strand()
+        .args([
+            "bench",
+            "--spawn",
+            "3",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--partitions",
+            "2",
+            "--messages",
+            "4000",
+            "--batch",
+            "100",
+            "--message-size",
+            "100",
+            "--rate",
+            "50%",
+            "--probe-seconds",
+            "0.5",
+            "--read-back",
+            "--baseline-seconds",
+            "0.1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("ready after"), "{stderr}");
+    let report: report::Report =
+        serde_json::from_str(&std::fs::read_to_string(out.join(report::JSON)).unwrap()).unwrap();
+    let before = report.before_clock.clone().unwrap();
+    let waited = before.waited_for.unwrap();
+    assert!(
+        waited.contains("2 replica connection(s) open") && waited.contains("2 partition primaries"),
+        "{waited}"
+    );
+    assert_eq!(
+        report.replica_sends_dropped_not_connected,
+        Some(0),
+        "a replica send found no connection during the load"
+    );
+    assert!(before.probe_msgs_s.unwrap() > 0.0);
+    assert_eq!(report.messages, 4000);
+    let consumer = report.consumer.clone().unwrap();
+    assert_eq!(consumer.messages, 4000);
+    assert_eq!(consumer.latency_kind, report::PER_POLL);
+    for name in ["fixed_load_tail", "fixed_load_p50", "read_back"] {
+        let check = report.checks.iter().find(|c| c.name == name);
+        let check = check.unwrap_or_else(|| panic!("no {name} check: {:?}", report.checks));
+        assert!(check.bound > 0.0 && check.value > 0.0, "{check:?}");
+        assert!(
+            stdout.contains(&format!("target {name}: ")),
+            "{name} not in the summary:\n{stdout}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

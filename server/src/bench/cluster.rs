@@ -162,6 +162,57 @@ impl Cluster {
         }
     }
 
+    /// Waits until the cluster reports itself ready for a measured load, from every node's
+    /// `/metrics` (decision 360): every node's metadata group normal (`strand_status` 0), every
+    /// node holding all its replica connections (`strand_replica_connections_open` summed over
+    /// shards at least `(nodes - 1) x lanes`), hosting at least `partitions` partition groups
+    /// with none lost, and the partition groups' normal primaries over all nodes at least
+    /// `partitions`. Returns what it waited for, for the report.
+    pub fn wait_ready(&mut self, partitions: u32, bound: Duration) -> anyhow::Result<String> {
+        let started = Instant::now();
+        let n = self.nodes.len() as u64;
+        let links = (n - 1) * BENCH_LANES;
+        let partitions = u64::from(partitions);
+        let what = format!(
+            "every node: metadata normal, {links} replica connection(s) open, {partitions} \
+             partition group(s) hosted and none lost; {partitions} partition primaries in all"
+        );
+        loop {
+            for (i, child) in self.children.iter_mut().enumerate() {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "node {i} exited ({status}) while the harness waited for the cluster; \
+                         see {}",
+                        self.dir.join(format!("node-{i}.log")).display()
+                    );
+                }
+            }
+            let texts: Vec<Option<String>> =
+                self.nodes.iter().map(|n| metrics_text(n.http)).collect();
+            let missing = not_ready(&texts, links, partitions);
+            if missing.is_empty() {
+                return Ok(what);
+            }
+            if started.elapsed() > bound {
+                bail!(
+                    "the cluster was not ready within {bound:?} ({}); logs in {}",
+                    missing.join("; "),
+                    self.dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The sum over all nodes of the metric family `name` (the samples whose labels contain
+    /// `label`), or `None` if a node does not answer.
+    pub fn sum_over_nodes(&self, name: &str, label: &str) -> Option<u64> {
+        self.nodes
+            .iter()
+            .map(|n| metrics_text(n.http).and_then(|t| labelled_sum(&t, name, label)))
+            .sum()
+    }
+
     /// Node `i`'s client address.
     pub fn client_addr(&self, i: usize) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.nodes[i].tcp))
@@ -243,6 +294,13 @@ fn clock_ticks_per_second() -> Option<f64> {
 
 /// One gauge of a node's `/metrics`, or `None` if it does not answer or lacks it.
 pub fn metric(http: u16, name: &str) -> Option<u64> {
+    metrics_text(http)?
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+}
+
+/// A node's whole `/metrics` text, or `None` if it does not answer.
+pub fn metrics_text(http: u16) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", http)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     stream
@@ -250,6 +308,70 @@ pub fn metric(http: u16, name: &str) -> Option<u64> {
         .ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+    Some(text)
 }
+
+/// The sum of every sample of the family `name` in a Prometheus text (the bare name or the
+/// name with labels; a `name_suffix` family is not counted), or `None` if it has none.
+pub fn family_sum(text: &str, name: &str) -> Option<u64> {
+    labelled_sum(text, name, "")
+}
+
+/// As [`family_sum`], over the samples whose labels contain `label` (e.g.
+/// `reason="not_connected"`; empty for all).
+pub fn labelled_sum(text: &str, name: &str, label: &str) -> Option<u64> {
+    let mut sum = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let value = match rest.as_bytes().first() {
+            Some(b' ') if label.is_empty() => rest.trim(),
+            Some(b'{') => match rest.rfind('}') {
+                Some(end) if rest[..end].contains(label) => rest[end + 1..].trim(),
+                _ => continue,
+            },
+            _ => continue,
+        };
+        if let Ok(v) = value.parse::<u64>() {
+            sum = Some(sum.unwrap_or(0) + v);
+        }
+    }
+    sum
+}
+
+/// What keeps a cluster from being ready for a measured load (decision 360), from each node's
+/// `/metrics` text (`None`: it did not answer); empty when ready. `links` is the replica
+/// connections each node must hold, `partitions` the groups each must host and the primaries
+/// the nodes must have in all.
+pub fn not_ready(texts: &[Option<String>], links: u64, partitions: u64) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut primaries = 0;
+    for (i, text) in texts.iter().enumerate() {
+        let Some(text) = text else {
+            missing.push(format!("node {i}: /metrics unanswered"));
+            continue;
+        };
+        let status = family_sum(text, "strand_status");
+        let open = family_sum(text, "strand_replica_connections_open");
+        let groups = family_sum(text, "strand_partition_groups");
+        let lost = family_sum(text, "strand_partition_lost_groups");
+        primaries += family_sum(text, "strand_partition_primaries").unwrap_or(0);
+        if status != Some(0) {
+            missing.push(format!("node {i}: metadata status {status:?}"));
+        }
+        if open.unwrap_or(0) < links {
+            missing.push(format!("node {i}: {open:?} of {links} connections"));
+        }
+        if groups.unwrap_or(0) < partitions || lost != Some(0) {
+            missing.push(format!("node {i}: groups {groups:?}, lost {lost:?}"));
+        }
+    }
+    if primaries < partitions {
+        missing.push(format!("{primaries} of {partitions} partition primaries"));
+    }
+    missing
+}
+
+/// `cluster.replica_lanes` of the generated config (`strand dev`'s: one shard per node).
+pub const BENCH_LANES: u64 = 1;

@@ -46,6 +46,17 @@ pub struct Workload {
     pub stop: Stop,
     /// Offered load in messages per second over all producers (`None`: as fast as acks come).
     pub rate: Option<f64>,
+    /// `--rate P%`: before anything else, the producers run as fast as acknowledgements allow
+    /// for this long (not recorded), and the load's rate is then this fraction of what that
+    /// probe moved; it replaces `rate`.
+    pub rate_of_max: Option<(f64, Duration)>,
+    /// Load run before the clock starts, at the load's rate, not recorded (`--warmup`).
+    pub warmup: Duration,
+    /// Consumers wait until the producers are done and then read back what the load produced
+    /// (`--read-back`); their latency is then per poll, not end to end.
+    pub read_back: bool,
+    /// Messages asked for per poll.
+    pub poll_batch: u32,
 }
 
 /// Where and as whom.
@@ -75,9 +86,9 @@ pub struct Layout {
 pub struct Side {
     /// Messages moved.
     pub messages: u64,
-    /// Batches moved.
+    /// Batches moved (polls that returned messages, for read-back consumers).
     pub batches: u64,
-    /// From the start to the side's last worker finishing.
+    /// From the side's first worker starting to its last finishing.
     pub elapsed: Duration,
     /// Per-batch latency, µs.
     pub latency: Histogram<u64>,
@@ -113,6 +124,21 @@ pub struct Outcome {
     pub consumer: Option<Side>,
     /// The timeline.
     pub timeline: Vec<Point>,
+    /// What ran before the clock started.
+    pub before: Before,
+}
+
+/// The unrecorded phases before the clock started.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Before {
+    /// `--rate P%`: messages/s the as-fast-as-possible probe moved.
+    pub probe_msgs_s: Option<f64>,
+    /// The rate the load ran at (`--rate` or derived from the probe).
+    pub rate_msgs_s: Option<f64>,
+    /// Messages acknowledged before the clock started (probe and warm-up), not recorded.
+    pub messages: u64,
+    /// Seconds those phases took.
+    pub seconds: f64,
 }
 
 /// Live counters, read by the progress display.
@@ -168,6 +194,7 @@ impl Series {
 
 struct Worker {
     transient_retries: u64,
+    begun: Instant,
     latency: Histogram<u64>,
     series: Series,
     messages: u64,
@@ -182,6 +209,12 @@ struct Shared {
     producers_done: AtomicBool,
     abort: AtomicBool,
     error: Mutex<Option<String>>,
+    /// Messages acknowledged before the clock started.
+    unrecorded: AtomicU64,
+    /// The load's rate, published before the warm-up (it may come from the probe).
+    rate: Mutex<Option<f64>>,
+    /// Per partition: the offset the measured load starts at (published with the start).
+    start_offsets: Mutex<Vec<u64>>,
 }
 
 impl Shared {
@@ -213,6 +246,9 @@ pub fn run(
         producers_done: AtomicBool::new(false),
         abort: AtomicBool::new(false),
         error: Mutex::new(None),
+        unrecorded: AtomicU64::new(0),
+        rate: Mutex::new(workload.rate),
+        start_offsets: Mutex::new(vec![0; layout.partitions.len()]),
     });
     let workers = (workload.producers + workload.consumers) as usize;
     let barrier = Arc::new(Barrier::new(workers + 1));
@@ -241,9 +277,34 @@ pub fn run(
                 })?,
         );
     }
-    // Every worker connects and logs in before the clock starts; the second wait publishes
-    // the start to them.
+    // Every worker connects and logs in (wait 1); the producers run the probe (wait 2); the
+    // rate is published (wait 3); the producers warm up (wait 4); the start offsets and the
+    // clock are published (wait 5). Phases of zero length pass straight through.
     barrier.wait();
+    let probe_started = Instant::now();
+    barrier.wait();
+    let mut before = Before {
+        rate_msgs_s: workload.rate,
+        ..Before::default()
+    };
+    if let Some((fraction, _)) = workload.rate_of_max {
+        let secs = probe_started.elapsed().as_secs_f64().max(1e-9);
+        let max = shared.unrecorded.load(Ordering::SeqCst) as f64 / secs;
+        before.probe_msgs_s = Some(max);
+        // At least one batch a second over all producers, so a stalled probe still runs.
+        let rate = (max * fraction).max(f64::from(workload.batch));
+        before.rate_msgs_s = Some(rate);
+        *shared.rate.lock().expect("not poisoned") = Some(rate);
+    }
+    barrier.wait();
+    barrier.wait();
+    *shared.start_offsets.lock().expect("not poisoned") = shared
+        .produced
+        .iter()
+        .map(|p| p.load(Ordering::SeqCst))
+        .collect();
+    before.messages = shared.unrecorded.load(Ordering::SeqCst);
+    before.seconds = probe_started.elapsed().as_secs_f64();
     let started = Instant::now();
     *start_at.lock().expect("not poisoned") = Some(started);
     barrier.wait();
@@ -289,11 +350,14 @@ pub fn run(
         Side {
             messages: workers.iter().map(|w| w.messages).sum(),
             batches: workers.iter().map(|w| w.batches).sum(),
-            elapsed: workers
-                .iter()
-                .map(|w| w.finished - started)
-                .max()
-                .unwrap_or_default(),
+            elapsed: match workers.iter().map(|w| w.begun).min() {
+                Some(begun) => workers
+                    .iter()
+                    .map(|w| w.finished.saturating_duration_since(begun))
+                    .max()
+                    .unwrap_or_default(),
+                None => Duration::ZERO,
+            },
             latency,
             transient_retries: workers.iter().map(|w| w.transient_retries).sum(),
         }
@@ -305,6 +369,7 @@ pub fn run(
         producer,
         consumer,
         timeline,
+        before,
     })
 }
 
@@ -359,6 +424,122 @@ fn start_of(start_at: &Mutex<Option<Instant>>) -> Instant {
         .unwrap_or_else(Instant::now)
 }
 
+/// When a phase of sending ends.
+#[derive(Debug, Clone, Copy)]
+struct Until {
+    deadline: Option<Instant>,
+    batches: Option<u64>,
+}
+
+/// One producer's connection and prebuilt frames.
+struct Producer {
+    conn: Connection,
+    frames: Vec<SendFrame>,
+    index_of: Vec<usize>,
+    next_slot: usize,
+}
+
+impl Producer {
+    fn new(p: u32, mut conn: Connection, workload: &Workload, layout: &Layout) -> Producer {
+        let mine = owned(p, workload.producers, &layout.partitions);
+        let fields = conn.fields(wire::Operation::SendMessages, 0);
+        let frames = mine
+            .iter()
+            .map(|&q| {
+                SendFrame::new(
+                    fields,
+                    layout.stream,
+                    layout.topic,
+                    q,
+                    workload.message_size,
+                    workload.batch,
+                )
+            })
+            .collect();
+        let index_of = mine
+            .iter()
+            .map(|q| {
+                layout
+                    .partitions
+                    .iter()
+                    .position(|x| x == q)
+                    .expect("owned")
+            })
+            .collect();
+        Producer {
+            conn,
+            frames,
+            index_of,
+            next_slot: 0,
+        }
+    }
+
+    /// Sends batches from `started` until `until`, `rate` messages/s over all producers (or
+    /// as fast as acknowledgements come); records into `worker` when given, else counts the
+    /// messages as unrecorded.
+    fn run(
+        &mut self,
+        workload: &Workload,
+        shared: &Shared,
+        (started, until, rate): (Instant, Until, Option<f64>),
+        mut worker: Option<&mut Worker>,
+    ) -> Result<(), super::client::ClientError> {
+        // Seconds between this producer's batches under a rate.
+        let interval = rate.map(|rate| {
+            Duration::from_secs_f64(
+                f64::from(workload.batch) * f64::from(workload.producers) / rate.max(1e-9),
+            )
+        });
+        let mut sent = 0u64;
+        loop {
+            if shared.abort.load(Ordering::Relaxed)
+                || until.batches.is_some_and(|q| sent >= q)
+                || until.deadline.is_some_and(|d| Instant::now() >= d)
+            {
+                return Ok(());
+            }
+            let scheduled = match interval {
+                Some(interval) => {
+                    let at = started + interval.mul_f64(sent as f64);
+                    if until.deadline.is_some_and(|d| at >= d) {
+                        return Ok(());
+                    }
+                    let now = Instant::now();
+                    if at > now {
+                        std::thread::sleep(at - now);
+                    }
+                    at
+                }
+                None => Instant::now(),
+            };
+            let slot = self.next_slot % self.frames.len();
+            self.next_slot += 1;
+            let frame = &mut self.frames[slot];
+            frame.stamp_origin(now_us());
+            self.conn.send(frame)?;
+            let messages = u64::from(frame.messages);
+            sent += 1;
+            shared.produced[self.index_of[slot]].fetch_add(messages, Ordering::Relaxed);
+            match worker.as_deref_mut() {
+                Some(worker) => {
+                    let latency = scheduled.elapsed().as_micros() as u64;
+                    worker.latency.saturating_record(latency.max(1));
+                    worker.series.record(latency);
+                    worker.messages += messages;
+                    worker.batches += 1;
+                    shared
+                        .counters
+                        .produced
+                        .fetch_add(messages, Ordering::Relaxed);
+                }
+                None => {
+                    shared.unrecorded.fetch_add(messages, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
 fn produce(
     p: u32,
     target: &Target,
@@ -371,40 +552,40 @@ fn produce(
     let who = format!("producer {p}");
     let setup = login(target);
     barrier.wait();
-    barrier.wait();
-    let started = start_of(start_at);
-    let mut conn = match setup {
-        Ok(conn) => conn,
+    let mut producer = match setup {
+        Ok(conn) => Some(Producer::new(p, conn, workload, layout)),
         Err(e) => {
-            shared.fail(who, e);
-            return None;
+            shared.fail(who.clone(), e);
+            None
         }
     };
-    let mine = owned(p, workload.producers, &layout.partitions);
-    let fields = conn.fields(wire::Operation::SendMessages, 0);
-    let mut frames: Vec<SendFrame> = mine
-        .iter()
-        .map(|&q| {
-            SendFrame::new(
-                fields,
-                layout.stream,
-                layout.topic,
-                q,
-                workload.message_size,
-                workload.batch,
-            )
-        })
-        .collect();
-    let index_of: Vec<usize> = mine
-        .iter()
-        .map(|q| {
-            layout
-                .partitions
-                .iter()
-                .position(|x| x == q)
-                .expect("owned")
-        })
-        .collect();
+    // Every phase is entered whatever happened, so the barriers always meet; a failed
+    // phase aborts the run and the later ones return at once.
+    let phase = |producer: &mut Option<Producer>, length: Duration, rate: Option<f64>| {
+        if let Some(pr) = producer.as_mut().filter(|_| !length.is_zero()) {
+            let start = Instant::now();
+            let until = Until {
+                deadline: Some(start + length),
+                batches: None,
+            };
+            if let Err(e) = pr.run(workload, shared, (start, until, rate), None) {
+                shared.fail(who.clone(), e);
+            }
+        }
+    };
+    phase(
+        &mut producer,
+        workload.rate_of_max.map_or(Duration::ZERO, |(_, d)| d),
+        None,
+    );
+    barrier.wait();
+    barrier.wait();
+    let rate = *shared.rate.lock().expect("not poisoned");
+    phase(&mut producer, workload.warmup, rate);
+    barrier.wait();
+    barrier.wait();
+    let started = start_of(start_at);
+    let mut producer = producer?;
     let quota = match workload.stop {
         Stop::Messages(total) => {
             let batches = total.div_ceil(u64::from(workload.batch));
@@ -417,63 +598,25 @@ fn produce(
         Stop::Duration(d) => Some(started + d),
         Stop::Messages(_) => None,
     };
-    // Seconds between this producer's batches under --rate.
-    let interval = workload.rate.map(|rate| {
-        Duration::from_secs_f64(
-            f64::from(workload.batch) * f64::from(workload.producers) / rate.max(1e-9),
-        )
-    });
     let mut worker = Worker {
         transient_retries: 0,
+        begun: started,
         latency: histogram(),
         series: Series::new(started),
         messages: 0,
         batches: 0,
         finished: started,
     };
-    let mut k = 0usize;
-    loop {
-        if shared.abort.load(Ordering::Relaxed)
-            || quota.is_some_and(|q| worker.batches >= q)
-            || deadline.is_some_and(|d| Instant::now() >= d)
-        {
-            break;
-        }
-        let scheduled = match interval {
-            Some(interval) => {
-                let at = started + interval.mul_f64(worker.batches as f64);
-                if deadline.is_some_and(|d| at >= d) {
-                    break;
-                }
-                let now = Instant::now();
-                if at > now {
-                    std::thread::sleep(at - now);
-                }
-                at
-            }
-            None => Instant::now(),
-        };
-        let slot = k % frames.len();
-        k += 1;
-        let frame = &mut frames[slot];
-        frame.stamp_origin(now_us());
-        if let Err(e) = conn.send(frame) {
-            shared.fail(who, e);
-            return None;
-        }
-        let latency = scheduled.elapsed().as_micros() as u64;
-        worker.latency.saturating_record(latency.max(1));
-        worker.series.record(latency);
-        worker.messages += u64::from(frame.messages);
-        worker.batches += 1;
-        shared.produced[index_of[slot]].fetch_add(u64::from(frame.messages), Ordering::Relaxed);
-        shared
-            .counters
-            .produced
-            .fetch_add(u64::from(frame.messages), Ordering::Relaxed);
+    let until = Until {
+        deadline,
+        batches: quota,
+    };
+    if let Err(e) = producer.run(workload, shared, (started, until, rate), Some(&mut worker)) {
+        shared.fail(who, e);
+        return None;
     }
     worker.finished = Instant::now();
-    worker.transient_retries = conn.transient_retries();
+    worker.transient_retries = producer.conn.transient_retries();
     Some(worker)
 }
 
@@ -488,8 +631,11 @@ fn consume(
 ) -> Option<Worker> {
     let who = format!("consumer {c}");
     let setup = login(target);
-    barrier.wait();
-    barrier.wait();
+    // Consumers take no part in the probe or the warm-up: they start at the offsets the
+    // measured load starts at.
+    for _ in 0..5 {
+        barrier.wait();
+    }
     let started = start_of(start_at);
     let mut conn = match setup {
         Ok(conn) => conn,
@@ -509,30 +655,47 @@ fn consume(
                 .expect("owned")
         })
         .collect();
-    let mut next = vec![0u64; mine.len()];
+    let offsets = shared.start_offsets.lock().expect("not poisoned").clone();
+    let mut next: Vec<u64> = index_of.iter().map(|&i| offsets[i]).collect();
+    if workload.read_back {
+        while !shared.producers_done.load(Ordering::SeqCst) {
+            if shared.abort.load(Ordering::Relaxed) {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let begun = Instant::now();
     let mut worker = Worker {
         transient_retries: 0,
+        begun,
         latency: histogram(),
         series: Series::new(started),
         messages: 0,
         batches: 0,
-        finished: started,
+        finished: begun,
     };
     let mut drained_since: Option<Instant> = None;
     loop {
         if shared.abort.load(Ordering::Relaxed) {
             return None;
         }
+        let done = shared.producers_done.load(Ordering::SeqCst);
         let mut got = 0u64;
         for (i, &q) in mine.iter().enumerate() {
+            if done && next[i] >= shared.produced[index_of[i]].load(Ordering::SeqCst) {
+                continue;
+            }
             let mut error = None;
+            let mut polled = 0u64;
             let at = PollAt {
                 stream: layout.stream,
                 topic: layout.topic,
                 partition: q,
                 offset: next[i],
-                count: workload.batch,
+                count: workload.poll_batch,
             };
+            let asked = Instant::now();
             let result = conn.poll(c + 1, at, |batch| {
                 if batch.first_offset != next[i] {
                     error.get_or_insert(format!(
@@ -541,16 +704,13 @@ fn consume(
                     ));
                 }
                 next[i] = batch.end_offset;
-                let latency = now_us().saturating_sub(batch.origin_us);
-                worker.latency.saturating_record(latency.max(1));
-                worker.series.record(latency);
-                worker.messages += u64::from(batch.messages);
-                worker.batches += 1;
-                got += u64::from(batch.messages);
-                shared
-                    .counters
-                    .consumed
-                    .fetch_add(u64::from(batch.messages), Ordering::Relaxed);
+                if !workload.read_back {
+                    let latency = now_us().saturating_sub(batch.origin_us);
+                    worker.latency.saturating_record(latency.max(1));
+                    worker.series.record(latency);
+                    worker.batches += 1;
+                }
+                polled += u64::from(batch.messages);
             });
             if let Err(e) = result {
                 shared.fail(who, e);
@@ -560,11 +720,23 @@ fn consume(
                 shared.fail(who, e);
                 return None;
             }
+            if workload.read_back && polled > 0 {
+                let latency = asked.elapsed().as_micros() as u64;
+                worker.latency.saturating_record(latency.max(1));
+                worker.series.record(latency);
+                worker.batches += 1;
+            }
+            worker.messages += polled;
+            got += polled;
+            shared
+                .counters
+                .consumed
+                .fetch_add(polled, Ordering::Relaxed);
         }
         if got > 0 {
             continue;
         }
-        if shared.producers_done.load(Ordering::SeqCst) {
+        if done {
             let caught_up = mine
                 .iter()
                 .enumerate()

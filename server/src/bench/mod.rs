@@ -106,8 +106,27 @@ pub struct RunArgs {
     pub duration: Option<f64>,
     /// A fixed offered load in messages per second over all producers (default: as fast as
     /// acknowledgements allow). Latency is then measured from each batch's scheduled time.
-    #[arg(long, value_name = "MSGS_PER_S")]
-    pub rate: Option<f64>,
+    /// `P%` (e.g. `50%`): first a probe of --probe-seconds as fast as acknowledgements allow
+    /// (not recorded), then the load at P percent of the probe's messages/s.
+    #[arg(long, value_name = "MSGS_PER_S|P%", value_parser = parse_rate)]
+    pub rate: Option<RateArg>,
+    /// Seconds of the as-fast-as-possible probe that `--rate P%` runs first.
+    #[arg(long, value_name = "S", default_value_t = 5.0)]
+    pub probe_seconds: f64,
+    /// Seconds of load run before the clock starts, at the load's rate, whose samples are not
+    /// recorded (default 1 with --address; 0 with --spawn, which waits for the cluster to
+    /// report itself ready instead).
+    #[arg(long, value_name = "S")]
+    pub warmup: Option<f64>,
+    /// Consumers read back what the producers acknowledged, after the producers are done
+    /// (from the segments and the in-memory tails, nothing being written meanwhile); their
+    /// throughput is over the read-back alone and their latency per poll.
+    #[arg(long)]
+    pub read_back: bool,
+    /// Messages a consumer asks for per poll (default: --batch).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub poll_batch: Option<u32>,
     /// A running node's client address (HOST:PORT); with --sink, where the sink listens.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "spawn")]
     pub address: Option<String>,
@@ -137,6 +156,33 @@ pub struct RunArgs {
     /// until killed, instead of running a load.
     #[arg(long, conflicts_with_all = ["spawn", "out"])]
     pub sink: bool,
+}
+
+/// `--rate`: a fixed load or a percentage of a probe's maximum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RateArg {
+    /// Messages per second over all producers.
+    Fixed(f64),
+    /// This fraction (0, 1] of the messages/s an as-fast-as-possible probe moves.
+    OfMax(f64),
+}
+
+/// Parses `--rate`: a positive number, or a percentage in (0, 100] followed by `%`.
+pub fn parse_rate(text: &str) -> Result<RateArg, String> {
+    match text.strip_suffix('%') {
+        Some(p) => match p.trim().parse::<f64>() {
+            Ok(p) if p.is_finite() && p > 0.0 && p <= 100.0 => Ok(RateArg::OfMax(p / 100.0)),
+            _ => Err(format!(
+                "--rate {text}: a percentage of the measured maximum must be in (0, 100]"
+            )),
+        },
+        None => match text.trim().parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(RateArg::Fixed(r)),
+            _ => Err(format!(
+                "--rate {text}: a positive number of messages per second, or P% of the maximum"
+            )),
+        },
+    }
 }
 
 /// Bytes of one SendMessages frame for `batch` messages of `message_size` bytes (explicit
@@ -187,10 +233,24 @@ pub fn validate(args: &RunArgs) -> anyhow::Result<()> {
     if args.messages == Some(0) {
         bail!("--messages must be at least 1");
     }
-    if let Some(r) = args.rate
+    if let Some(RateArg::Fixed(r)) = args.rate
         && !(r.is_finite() && r > 0.0)
     {
         bail!("--rate must be a positive number of messages per second, got {r}");
+    }
+    if !(args.probe_seconds.is_finite() && args.probe_seconds > 0.0) {
+        bail!(
+            "--probe-seconds must be positive, got {}",
+            args.probe_seconds
+        );
+    }
+    if let Some(w) = args.warmup
+        && !(w.is_finite() && w >= 0.0)
+    {
+        bail!("--warmup must be zero or a positive number of seconds, got {w}");
+    }
+    if args.read_back && args.consumers == 0 {
+        bail!("--read-back needs consumers to read back: give --consumers N");
     }
     if !(args.baseline_seconds.is_finite() && args.baseline_seconds > 0.0) {
         bail!(
@@ -310,6 +370,20 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         password: args.password.clone(),
     };
     let (layout, replicas) = prepare(&target, args, replicas)?;
+    let ready = match cluster.as_mut() {
+        Some(cluster) => {
+            let waiting = std::time::Instant::now();
+            let what = cluster.wait_ready(args.partitions, READY_BOUND)?;
+            let waited_s = waiting.elapsed().as_secs_f64();
+            note(&format!("ready after {waited_s:.2} s: {what}"));
+            Some((what, waited_s))
+        }
+        None => None,
+    };
+    let warmup = Duration::from_secs_f64(args.warmup.unwrap_or(match args.spawn {
+        Some(_) => 0.0,
+        None => 1.0,
+    }));
     let workload = Workload {
         producers: args.producers,
         consumers: args.consumers,
@@ -321,14 +395,32 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             (None, Some(d)) => Stop::Duration(Duration::from_secs_f64(d)),
             (None, None) => Stop::Duration(Duration::from_secs(10)),
         },
-        rate: args.rate,
+        rate: match args.rate {
+            Some(RateArg::Fixed(r)) => Some(r),
+            _ => None,
+        },
+        rate_of_max: match args.rate {
+            Some(RateArg::OfMax(f)) => Some((f, Duration::from_secs_f64(args.probe_seconds))),
+            _ => None,
+        },
+        warmup,
+        read_back: args.read_back,
+        poll_batch: args.poll_batch.unwrap_or(args.batch),
     };
     let started_at_us = client::now_us();
+    let not_connected = |c: &cluster::Cluster| {
+        c.sum_over_nodes(
+            "strand_replica_send_dropped_total",
+            "reason=\"not_connected\"",
+        )
+    };
+    let dropped_before = cluster.as_ref().and_then(not_connected);
     let cpu_before = cluster.as_ref().and_then(|c| c.cpu_seconds());
     let outcome = with_progress(terminal, &workload, |progress| {
         load::run(&target, &workload, &layout, progress)
     })?;
     let cpu_after = cluster.as_ref().and_then(|c| c.cpu_seconds());
+    let dropped_after = cluster.as_ref().and_then(not_connected);
     if let Some(cluster) = cluster.as_mut()
         && !cluster.stop()
     {
@@ -349,6 +441,12 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             latency_us: Latency::of(&side.latency),
             messages: side.messages,
             ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),
+            latency_kind: if workload.read_back {
+                report::PER_POLL.to_string()
+            } else {
+                report::END_TO_END.to_string()
+            },
+            poll_batch: workload.poll_batch,
         }
     });
     let report = Report {
@@ -362,7 +460,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         producers: workload.producers,
         consumers: workload.consumers,
         partitions: workload.partitions,
-        rate_msgs_s: workload.rate,
+        rate_msgs_s: outcome.before.rate_msgs_s,
         duration_s: outcome.producer.elapsed.as_secs_f64(),
         messages: outcome.producer.messages,
         throughput_msgs_s: msgs_s,
@@ -380,6 +478,23 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         baseline,
         consumer,
         timeline: report::timeline(&outcome.timeline, workload.message_size),
+        read_back: workload.read_back,
+        before_clock: Some(report::BeforeClock {
+            waited_for: ready.as_ref().map(|r| r.0.clone()),
+            waited_s: ready.as_ref().map_or(0.0, |r| r.1),
+            warmup_s: warmup.as_secs_f64(),
+            probe_msgs_s: outcome.before.probe_msgs_s,
+            unrecorded_messages: outcome.before.messages,
+            unrecorded_s: outcome.before.seconds,
+        }),
+        replica_sends_dropped_not_connected: dropped_before
+            .zip(dropped_after)
+            .map(|(b, a)| a.saturating_sub(b)),
+        checks: Vec::new(),
+    };
+    let report = Report {
+        checks: report::checks(&report),
+        ..report
     };
     if let Some(dir) = &args.out {
         report::write(
@@ -605,13 +720,45 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
     if let Some(c) = &r.consumer {
         writeln!(
             out,
-            "consumers: {} msgs, {:.0} msgs/s, {:.1} MB/s (ratio to loopback {:.3}); end to end per batch {}",
+            "consumers{}: {} msgs, {:.0} msgs/s, {:.1} MB/s (ratio to loopback {:.3}); {} {}",
+            if r.read_back { " (read back)" } else { "" },
             c.messages,
             c.throughput_msgs_s,
             c.throughput_mb_s,
             c.ratio_to_loopback,
+            if c.latency_kind == report::PER_POLL {
+                format!("per poll of up to {} msgs", c.poll_batch)
+            } else {
+                "end to end per batch".to_string()
+            },
             lat(&c.latency_us)
         )?;
+    }
+    if let Some(b) = &r.before_clock {
+        let mut text = String::from("before the clock: ");
+        if let Some(what) = &b.waited_for {
+            text.push_str(&format!("waited {:.2} s for {what}; ", b.waited_s));
+        }
+        if let Some(max) = b.probe_msgs_s {
+            text.push_str(&format!("probe {max:.0} msgs/s; "));
+        }
+        text.push_str(&format!(
+            "warm-up {:.1} s; {} msgs in {:.2} s not recorded",
+            b.warmup_s, b.unrecorded_messages, b.unrecorded_s
+        ));
+        if let Some(rate) = r.rate_msgs_s {
+            text.push_str(&format!("; load at {rate:.0} msgs/s"));
+        }
+        writeln!(out, "{text}")?;
+    }
+    if let Some(d) = r.replica_sends_dropped_not_connected {
+        writeln!(
+            out,
+            "replica sends dropped as not connected during the load: {d}"
+        )?;
+    }
+    for c in &r.checks {
+        writeln!(out, "{}", report::check_line(c))?;
     }
     Ok(())
 }

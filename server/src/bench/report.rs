@@ -38,8 +38,18 @@ impl Latency {
     }
 }
 
+/// `ConsumerReport::latency_kind` of consumers beside the producers: from the batch's origin
+/// timestamp to the consumer having it.
+pub const END_TO_END: &str = "end_to_end";
+/// `ConsumerReport::latency_kind` of `--read-back`: one poll's round trip.
+pub const PER_POLL: &str = "per_poll";
+
+fn end_to_end() -> String {
+    END_TO_END.to_string()
+}
+
 /// The consumers' figures.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConsumerReport {
     /// Messages read per second.
     pub throughput_msgs_s: f64,
@@ -51,6 +61,47 @@ pub struct ConsumerReport {
     pub messages: u64,
     /// `throughput_mb_s` over the loopback baseline.
     pub ratio_to_loopback: f64,
+    /// What `latency_us` measures: [`END_TO_END`] or [`PER_POLL`].
+    #[serde(default = "end_to_end")]
+    pub latency_kind: String,
+    /// Messages asked for per poll.
+    #[serde(default)]
+    pub poll_batch: u32,
+}
+
+/// What happened before the clock started (decision 360).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BeforeClock {
+    /// With `--spawn`: the cluster state the harness waited for (from every node's
+    /// `/metrics`) after creating the topic.
+    pub waited_for: Option<String>,
+    /// Seconds that wait took.
+    pub waited_s: f64,
+    /// `--warmup`: seconds of load at the load's rate, not recorded.
+    pub warmup_s: f64,
+    /// `--rate P%`: what the as-fast-as-possible probe moved, messages/s.
+    pub probe_msgs_s: Option<f64>,
+    /// Messages acknowledged by the probe and the warm-up (not in `messages`).
+    pub unrecorded_messages: u64,
+    /// Seconds the probe and the warm-up took.
+    pub unrecorded_s: f64,
+}
+
+/// One of issue 12's targets checked against this run (decision 362).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    /// Short name.
+    pub name: String,
+    /// The target in words, with how the bound is derived.
+    pub target: String,
+    /// The measured value.
+    pub value: f64,
+    /// The bound it is held to.
+    pub bound: f64,
+    /// `"us"` or `"ratio"`.
+    pub unit: String,
+    /// `value <= bound` for latencies, `value >= bound` for ratios.
+    pub pass: bool,
 }
 
 /// One timeline point as written.
@@ -126,6 +177,132 @@ pub struct Report {
     pub consumer: Option<ConsumerReport>,
     /// Every 250 ms.
     pub timeline: Vec<TimelinePoint>,
+    /// `--read-back`: the consumers read after the producers were done.
+    #[serde(default)]
+    pub read_back: bool,
+    /// The wait, probe and warm-up before the clock started.
+    #[serde(default)]
+    pub before_clock: Option<BeforeClock>,
+    /// With `--spawn`: replica-plane sends dropped for want of a connection
+    /// (`strand_replica_send_dropped_total{reason="not_connected"}` over all nodes) while the
+    /// load ran; `null` against `--address`.
+    #[serde(default)]
+    pub replica_sends_dropped_not_connected: Option<u64>,
+    /// Issue 12's targets that apply to this run's shape, checked.
+    #[serde(default)]
+    pub checks: Vec<Check>,
+}
+
+/// Microseconds one SendMessages frame of the report's batch takes at the loopback baseline.
+pub fn batch_transfer_us(r: &Report) -> f64 {
+    let bytes = super::send_frame_size(r.message_size as u32, r.batch) as f64;
+    if r.baseline.loopback_mb_s > 0.0 {
+        bytes / r.baseline.loopback_mb_s
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Issue 12's targets (item 4) that apply to the shape of run `r`, each with the bound its
+/// same-run baselines give (decision 362):
+/// - a fixed load (`--rate`, the target's is `--rate 50%`, half the measured maximum):
+///   p99.9 within 3x p99, and p50 within 2 x (the batch's loopback transfer time x 3 + one
+///   `fdatasync` p50) when the disk was measured;
+/// - `--batch 1`: p50 within 3 x (the round trip p50 + one `fdatasync` p50);
+/// - `--read-back`: consumers at 0.5x loopback or more;
+/// - 1000-byte messages as fast as acknowledgements allow, acknowledged on disk:
+///   `ratio_to_ceiling` at least 0.6 for 1 replica, 0.5 for more.
+pub fn checks(r: &Report) -> Vec<Check> {
+    let mut out = Vec::new();
+    let us = |name: &str, target: String, value: u64, bound: f64| Check {
+        name: name.to_string(),
+        target,
+        value: value as f64,
+        bound,
+        unit: "us".to_string(),
+        pass: (value as f64) <= bound,
+    };
+    let fsync = r.baseline.fdatasync_us_p50;
+    if let Some(rate) = r.rate_msgs_s
+        && r.batch > 1
+    {
+        out.push(us(
+            "fixed_load_tail",
+            format!("at {rate:.0} msgs/s: per-batch p99.9 <= 3 x p99"),
+            r.latency_us.p999,
+            3.0 * r.latency_us.p99 as f64,
+        ));
+        if let Some(fsync) = fsync {
+            let transfer = batch_transfer_us(r);
+            out.push(us(
+                "fixed_load_p50",
+                format!(
+                    "at {rate:.0} msgs/s: per-batch p50 <= 2 x (3 x {transfer:.0} us loopback \
+                     transfer of the batch + {fsync:.0} us fdatasync)"
+                ),
+                r.latency_us.p50,
+                2.0 * (3.0 * transfer + fsync),
+            ));
+        }
+    }
+    if r.batch == 1
+        && let Some(fsync) = fsync
+    {
+        out.push(us(
+            "single_message_p50",
+            format!(
+                "single messages: p50 <= 3 x ({:.0} us round trip + {fsync:.0} us fdatasync)",
+                r.baseline.rtt_us_p50
+            ),
+            r.latency_us.p50,
+            3.0 * (r.baseline.rtt_us_p50 + fsync),
+        ));
+    }
+    if r.read_back
+        && let Some(c) = &r.consumer
+    {
+        out.push(Check {
+            name: "read_back".to_string(),
+            target: "consumers reading back: MB/s >= 0.5 x loopback".to_string(),
+            value: c.ratio_to_loopback,
+            bound: 0.5,
+            unit: "ratio".to_string(),
+            pass: c.ratio_to_loopback >= 0.5,
+        });
+    }
+    if r.rate_msgs_s.is_none()
+        && r.message_size == 1000
+        && r.batch > 1
+        && r.acked == "disk"
+        && let (Some(replicas), Some(ratio)) = (r.replicas, r.ratio_to_ceiling)
+    {
+        let bound = if replicas == 1 { 0.6 } else { 0.5 };
+        out.push(Check {
+            name: "throughput".to_string(),
+            target: format!("{replicas} replica(s), 1000 B: ratio_to_ceiling >= {bound}"),
+            value: ratio,
+            bound,
+            unit: "ratio".to_string(),
+            pass: ratio >= bound,
+        });
+    }
+    out
+}
+
+/// One check as a line of the summary.
+pub fn check_line(c: &Check) -> String {
+    let fmt = |v: f64| match c.unit.as_str() {
+        "us" => format!("{v:.0} us"),
+        _ => format!("{v:.3}"),
+    };
+    format!(
+        "target {}: {} (value {}, bound {}): {}",
+        c.name,
+        c.target,
+        fmt(c.value),
+        fmt(c.bound),
+        if c.pass { "PASS" } else { "FAIL" }
+    )
 }
 
 /// Messages and MB per second of a side.
@@ -528,6 +705,36 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
             c(a, &|c| f(&c.latency_us).to_string()),
             c(b, &|c| f(&c.latency_us).to_string()),
         );
+    }
+    row(
+        "replica_sends_dropped_not_connected",
+        a.replica_sends_dropped_not_connected
+            .map_or_else(|| "null".to_string(), |v| v.to_string()),
+        b.replica_sends_dropped_not_connected
+            .map_or_else(|| "null".to_string(), |v| v.to_string()),
+    );
+    // Each check either report has: value / bound and the verdict.
+    let mut names: Vec<&str> = a.checks.iter().map(|c| c.name.as_str()).collect();
+    for c in &b.checks {
+        if !names.contains(&c.name.as_str()) {
+            names.push(&c.name);
+        }
+    }
+    let verdict = |r: &Report, name: &str| {
+        r.checks.iter().find(|c| c.name == name).map_or_else(
+            || "null".to_string(),
+            |c| {
+                format!(
+                    "{} / {} {}",
+                    num(c.value),
+                    num(c.bound),
+                    if c.pass { "PASS" } else { "FAIL" }
+                )
+            },
+        )
+    };
+    for name in names {
+        row(&format!("check.{name}"), verdict(a, name), verdict(b, name));
     }
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
     let w1 = rows

@@ -176,6 +176,9 @@ pub struct Counters {
     pub adopted: AtomicU64,
     /// Dials started by the reconnect sweep.
     pub dials: AtomicU64,
+    /// Connections registered on this shard now (a gauge: up at establishment or adoption,
+    /// down at close), so a harness can tell from outside when the peers are connected.
+    pub open: AtomicU64,
 }
 
 impl Counters {

@@ -505,7 +505,9 @@ impl Plane {
             flush: Cell::new(true),
             writing: Cell::new(0),
         });
-        self.conns.borrow_mut().insert(key, conn.clone());
+        if self.conns.borrow_mut().insert(key, conn.clone()).is_none() {
+            Counters::add(&self.counters.open, 1);
+        }
         let established = if inbound {
             &self.counters.established_inbound
         } else {
@@ -544,6 +546,9 @@ impl Plane {
         let mut conns = self.conns.borrow_mut();
         if conns.get(&(peer, lane)).is_some_and(|c| c.id == conn.id) {
             conns.remove(&(peer, lane));
+            self.counters
+                .open
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
         drop(conns);
         self.sink.disconnected(conn.origin);
