@@ -417,6 +417,19 @@ impl ClientCore {
             .iter()
             .map(|g| g.messages.load(Ordering::Relaxed))
             .sum();
+        // This node's replicas (decision 380), as the reference reports its own partitions.
+        let partitions = &self.node.partitions;
+        stats.messages_size_bytes = partitions
+            .iter()
+            .map(|g| g.stored_bytes.load(Ordering::Relaxed))
+            .sum();
+        stats.segments_count = u32::try_from(
+            partitions
+                .iter()
+                .map(|g| g.segments.load(Ordering::Relaxed))
+                .sum::<u64>(),
+        )
+        .unwrap_or(u32::MAX);
         stats.os_name = std::env::consts::OS.to_owned();
         let mut out = Vec::new();
         stats.encode(&mut out);

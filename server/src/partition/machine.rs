@@ -353,6 +353,18 @@ impl PartitionStateMachine {
         self
     }
 
+    /// Bytes of every committed batch the partition holds, in memory or in its segments
+    /// (GetStats' `messages_size_bytes`, decision 380).
+    pub fn stored_bytes(&self) -> u64 {
+        self.log.len
+    }
+
+    /// Segment files the storage task last published for this group (GetStats'
+    /// `segments_count`, decision 380); 0 for a machine with no disk (in-memory storage).
+    pub fn segments_count(&self) -> usize {
+        self.disk.as_ref().map_or(0, |m| m.borrow().segments.len())
+    }
+
     /// Bytes of committed batches held in memory (`strand_partition_cache_bytes`).
     pub fn cache_bytes(&self) -> usize {
         self.tail_bytes
@@ -1202,6 +1214,10 @@ mod tests {
         m.apply(&header(Operation::SendMessages), &b1, &mut reply);
         assert_eq!(read_result(&reply).unwrap().map(|_| ()), Ok(()));
         assert_eq!(m.next_offset(), 3);
+        // GetStats' bytes (decision 380): each committed batch once, the replay not again.
+        let held = (b1.len() + b2.len()) as u64;
+        assert_eq!(m.stored_bytes(), held);
+        assert_eq!(m.segments_count(), 0, "no disk: no segment files");
         assert_eq!(poll(&m, PollingStrategy::Offset(1), 10), (2, 2));
         assert_eq!(poll(&m, PollingStrategy::First(0), 1), (1, 2));
         reply.clear();
@@ -1236,6 +1252,7 @@ mod tests {
         assert_eq!(other.batches, m.batches);
         assert_eq!(other.offsets, m.offsets);
         assert_eq!(other.next_offset(), 3);
+        assert_eq!(other.stored_bytes(), held, "a transfer's install");
         assert!(
             matches!(&other.take_storage()[..], [StorageWork::Install { batches, .. }] if batches.len() == 2)
         );
@@ -1249,6 +1266,7 @@ mod tests {
         let stored = [b1.clone(), b2.clone()].concat();
         let restored = PartitionStateMachine::restore(group(), &stored, m.offsets.clone()).unwrap();
         assert_eq!(restored.batches, m.batches);
+        assert_eq!(restored.stored_bytes(), held, "restored from the segments");
         assert!(
             PartitionStateMachine::restore(group(), &[b2, b1].concat(), OffsetTable::default())
                 .is_err()
