@@ -1089,20 +1089,29 @@ impl crate::metadata_group::Checkpointable for PartitionStateMachine {
 /// machine answers every op with a result section (deterministic, the same bytes on every
 /// replica and in the client table), but SendMessages replies are raw: a success carries the
 /// confirmations alone, and a rejection travels in the header `status` with an empty body (a
-/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success). Every
-/// other frame passes unchanged.
+/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success).
+/// StoreConsumerOffset and DeleteConsumerOffset refusals (InvalidOffset, ConsumerOffsetNotFound)
+/// travel in the header `status` with an empty body too, the channel client-plane.md §4.1 names
+/// for partition denials (the SDK reads a status-0 result section as success; decision 383);
+/// their successes pass unchanged. Every other frame passes unchanged.
 pub fn client_reply(frame: Frame) -> Frame {
     let Some(header) = frame.header_bytes().and_then(|h| ReplyHeader::view(h)) else {
         return frame;
     };
+    let offsets = [
+        Operation::StoreConsumerOffset.byte(),
+        Operation::DeleteConsumerOffset.byte(),
+    ];
+    let send = header.operation == Operation::SendMessages.byte();
     if frame.command() != Some(Command::Reply)
-        || header.operation != Operation::SendMessages.byte()
+        || !(send || offsets.contains(&header.operation))
         || header.status.get() != 0
     {
         return frame;
     }
     let (status, body) = match read_result(frame.body()) {
-        Ok(Ok(payload)) => (0, payload),
+        Ok(Ok(payload)) if send => (0, payload),
+        Ok(Ok(_)) => return frame,
         Ok(Err(code)) => (code, &[][..]),
         // Already raw (or empty: zero confirmations).
         Err(_) => return frame,
@@ -1370,7 +1379,8 @@ mod tests {
 
     /// A SendMessages reply reaches the client raw: the confirmations alone on success (they
     /// decode as the SDK reads them), the code in the header status on a committed rejection;
-    /// a StoreConsumerOffset reply keeps its result section.
+    /// a StoreConsumerOffset success keeps its result section, its refusal and a
+    /// DeleteConsumerOffset refusal go to the header status.
     #[test]
     fn send_replies_leave_raw_and_others_unchanged() {
         let mut m = PartitionStateMachine::new(group());
@@ -1401,5 +1411,24 @@ mod tests {
 
         let store = reply_frame(Operation::StoreConsumerOffset, &RESULT_OK);
         assert_eq!(client_reply(store.clone()).bytes(), store.bytes());
+        // Offset refusals go to the header (client-plane.md §4.1, decision 383).
+        for (operation, code) in [
+            (Operation::StoreConsumerOffset, status::INVALID_OFFSET),
+            (
+                Operation::DeleteConsumerOffset,
+                status::CONSUMER_OFFSET_NOT_FOUND,
+            ),
+        ] {
+            let out = client_reply(reply_frame(operation, &result_rejected(code)));
+            let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+            assert_eq!((h.status.get(), h.operation), (code, operation.byte()));
+            assert!(out.body().is_empty());
+            assert!(wire::decode::decode_reply(out.bytes(), 1 << 20).is_ok());
+        }
+        let other = reply_frame(
+            Operation::CreateStream,
+            &result_rejected(status::INVALID_COMMAND),
+        );
+        assert_eq!(client_reply(other.clone()).bytes(), other.bytes());
     }
 }
