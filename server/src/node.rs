@@ -157,6 +157,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let metadata_handle = machine.handle().clone();
     let client_counters = Arc::new(client_core::Counters::default());
     let node_info = NodeInfo {
+        addresses: Arc::default(),
         config: Arc::new(config.clone()),
         reader: machine.reader(),
         gauges: gauges.clone(),

@@ -22,6 +22,7 @@
 //! TransientNotCommitted (57), which makes the SDK resend the same request number; the
 //! metadata client table then answers a committed one from its cache.
 
+pub mod addresses;
 mod conn;
 pub mod frames;
 pub mod registry;
@@ -129,6 +130,8 @@ pub struct NodeInfo {
     pub started: SystemTime,
     /// The partition groups' gauges of every shard (GetStats' message count).
     pub partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>>,
+    /// The peer addresses of this node's client connections (GetClient(s), decision 384).
+    pub addresses: Arc<addresses::ClientAddresses>,
 }
 
 /// A partition read travelling to the group's shard.

@@ -159,6 +159,7 @@ impl Node {
         let partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>> =
             Arc::new((0..shards).map(|_| Arc::default()).collect());
         let info = NodeInfo {
+            addresses: Arc::default(),
             config: Arc::new(config.clone()),
             reader: reader.clone(),
             gauges: gauges.clone(),

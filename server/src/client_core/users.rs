@@ -151,11 +151,15 @@ impl ClientCore {
     /// GetMe, GetClient, GetClients from the committed sessions (decision 309).
     pub(super) fn clients(&self, header: &RequestHeader, query: ClientsQuery) -> Frame {
         let sessions = self.node.reader.sessions();
+        // The address when the client's connection is on this node, else empty (decision 384).
+        let addresses = &self.node.addresses;
         let record = |client: u128, user_id: u32| ClientRecord {
             client_id: client as u32,
             user_id,
             transport: TRANSPORT_TCP,
-            address: String::new(),
+            address: addresses
+                .get(client)
+                .map_or_else(String::new, |a| a.to_string()),
             consumer_groups_count: 0,
         };
         let mut out = Vec::new();

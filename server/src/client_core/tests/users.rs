@@ -609,6 +609,11 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     assert_eq!(record.client_id, dave.client as u32);
     assert_eq!((record.user_id, record.transport), (1, 1));
     assert_eq!(record.consumer_groups_count, 0);
+    // The peer address of dave's connection (decision 384).
+    assert_eq!(
+        record.address,
+        dave.stream.local_addr().unwrap().to_string()
+    );
     r.finish().unwrap();
     // Dave may not list clients; root may, and finds both.
     assert_eq!(dave.call(Operation::NonReplicated, 22, &[]).status(), 41);
@@ -616,6 +621,12 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     let mut ids: Vec<(u32, u32)> = all.iter().map(|c| (c.client_id, c.user_id)).collect();
     ids.sort();
     assert_eq!(ids, [(root.client as u32, 0), (dave.client as u32, 1)]);
+    let root_address = root.stream.local_addr().unwrap().to_string();
+    assert!(
+        all.iter()
+            .any(|c| c.client_id == root.client as u32 && c.address == root_address),
+        "{all:?}"
+    );
     let one = root.call(
         Operation::NonReplicated,
         21,
@@ -629,4 +640,16 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     );
     let none = root.call(Operation::NonReplicated, 21, &12345u32.to_le_bytes());
     assert_eq!((none.status(), none.body().len()), (0, 0));
+    // Dave's connection closes: his session stays (no Logout), his address goes with it.
+    drop(dave);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = decode_clients(root.call(Operation::NonReplicated, 22, &[]).body()).unwrap();
+        let dave = all.iter().find(|c| c.user_id == 1).expect("dave's session");
+        if dave.address.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{all:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
