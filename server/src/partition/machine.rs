@@ -359,10 +359,14 @@ impl PartitionStateMachine {
         self.log.len
     }
 
-    /// Segment files the storage task last published for this group (GetStats'
-    /// `segments_count`, decision 380); 0 for a machine with no disk (in-memory storage).
+    /// Segment files of this group (GetStats' `segments_count`, decision 380): those the
+    /// storage task last published with written batches, and at least the open one (a
+    /// partition on disk always has it, as the reference's always has a segment); 0 for a
+    /// machine with no disk (in-memory storage).
     pub fn segments_count(&self) -> usize {
-        self.disk.as_ref().map_or(0, |m| m.borrow().segments.len())
+        self.disk
+            .as_ref()
+            .map_or(0, |m| m.borrow().segments.len().max(1))
     }
 
     /// Bytes of committed batches held in memory (`strand_partition_cache_bytes`).
