@@ -150,6 +150,16 @@ async fn every_error_gets_its_code_and_only_evictions_close() {
         ),
     )
     .await;
+    // A StoreConsumerOffset past the partition's data is a partition denial: its code in the
+    // header status (client-plane.md §4.1, decision 383), not a status-0 result section the
+    // SDK would read as success.
+    refused(
+        &client,
+        "store an offset past the data (InvalidOffset, §4.1)",
+        4100,
+        client.store_consumer_offset(&consumer, &stream_id, &topic_id, Some(0), 1_000),
+    )
+    .await;
 
     // Duplicate names.
     refused(

@@ -373,6 +373,13 @@ async fn sdk_partitioning_polling_offsets_producer_consumer_stats() {
     assert_eq!(stats.topics_count, 3, "{stats:?}");
     assert_eq!(stats.partitions_count, 3 + 1 + 1, "{stats:?}");
     assert_eq!(stats.messages_count, 21 + 9 + 50, "{stats:?}");
+    // This node's replicas' committed batches (decision 380): headers on top of the payloads.
+    let payload: usize = sent.iter().map(String::len).sum();
+    assert!(
+        stats.messages_size_bytes.as_bytes_u64() > payload as u64,
+        "{stats:?}"
+    );
+    assert!(stats.segments_count >= 1, "{stats:?}");
     assert!(stats.clients_count >= 1, "{stats:?}");
 
     step("logout", client.logout_user()).await;

@@ -277,6 +277,7 @@ pub struct RawPartition {
     pub transfer_artifact_bytes_max: String,
     pub checkpoint_interval_ops: u64,
     pub read_cache_bytes: String,
+    pub wal_size: String,
 }
 
 defaults!(RawPartition {
@@ -289,6 +290,7 @@ defaults!(RawPartition {
     transfer_artifact_bytes_max: s("1088 MiB"),
     checkpoint_interval_ops: 1024,
     read_cache_bytes: s("16 MiB"),
+    wal_size: s("64 MiB"),
 });
 
 /// `[[partition.topic]]`: a per-topic ack override.
@@ -489,6 +491,13 @@ pub struct Metadata {
     pub root: crate::metadata::RootCredentials,
 }
 
+/// The smallest `partition.wal_size`: a file must hold one whole group-commit window
+/// (`journal::wal::WalConfig::window_bytes_max`, 4 MiB) and its tail marker; 8 MiB leaves a
+/// window's worth of records beside it (decision 382).
+pub const WAL_SIZE_MIN: u64 = 8 << 20;
+/// The largest `partition.wal_size` (a WAL file is read whole into memory at boot).
+pub const WAL_SIZE_MAX: u64 = 1 << 30;
+
 /// `[partition]`, validated.
 #[derive(Debug, Clone)]
 #[allow(missing_docs)]
@@ -504,6 +513,9 @@ pub struct Partition {
     pub checkpoint_interval_ops: u64,
     /// Each partition's in-memory tail of committed batches (decision 280).
     pub read_cache_bytes: u64,
+    /// Bytes of each file of a shard's partition WAL (decision 382): fixed for a data
+    /// directory's life (`crate::wal_size`).
+    pub wal_size: u64,
 }
 
 /// `[system]` with the command line applied.
@@ -1245,6 +1257,21 @@ impl RawConfig {
                 format!("{interval} must be 0 (off) or at least 8"),
             ));
         }
+        let wal_size = in_range(
+            "partition.wal_size",
+            size("partition.wal_size", &raw.wal_size)?,
+            WAL_SIZE_MIN,
+            WAL_SIZE_MAX,
+        )?;
+        if !wal_size.is_multiple_of(journal::storage::SECTOR as u64) {
+            return Err(ConfigError::new(
+                "partition.wal_size",
+                format!(
+                    "{wal_size} must be a multiple of the {} B sector",
+                    journal::storage::SECTOR
+                ),
+            ));
+        }
         Ok(Partition {
             ack: ack("partition.ack", &raw.ack)?,
             topic_ack,
@@ -1273,6 +1300,7 @@ impl RawConfig {
                 64 << 10,
                 4 << 30,
             )?,
+            wal_size,
         })
     }
 }

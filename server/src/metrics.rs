@@ -241,7 +241,7 @@ pub fn render(sources: &Sources) -> String {
         );
         let _ = writeln!(out, "# TYPE strand_client_connections_open gauge");
         let _ = writeln!(out, "strand_client_connections_open {}", read(&c.open));
-        let client_counters: [(&str, &AtomicU64); 14] = [
+        let client_counters: [(&str, &AtomicU64); 15] = [
             ("client_connections_total", &c.accepted),
             ("client_requests_total", &c.requests),
             ("client_closed_total{reason=\"framing\"}", &c.closed_framing),
@@ -262,6 +262,7 @@ pub fn render(sources: &Sources) -> String {
             ("client_remote_forgotten_total", &c.remote_forgotten),
             ("client_auto_commits_failed_total", &c.auto_commits_failed),
             ("client_poll_read_errors_total", &c.poll_read_errors),
+            ("client_group_sessions_ended_total", &c.group_sessions_ended),
         ];
         let mut typed = std::collections::HashSet::new();
         for (name, value) in client_counters {
@@ -402,12 +403,15 @@ mod tests {
             .collect();
         shards[1].wal_commits.store(7, Ordering::Relaxed);
         shards[0].dropped_full.store(3, Ordering::Relaxed);
+        let clients = Arc::new(crate::client_core::Counters::default());
+        clients.group_sessions_ended.store(2, Ordering::Relaxed);
         let text = render(&Sources {
             gauges: Arc::new(Gauges::default()),
             planes: vec![Arc::new(Counters::default())],
-            clients: Some(Arc::new(crate::client_core::Counters::default())),
+            clients: Some(clients),
             partitions: shards,
         });
+        assert!(text.contains("strand_client_group_sessions_ended_total 2"));
         assert!(text.contains("strand_wal_commits_total{plane=\"partition\",shard=\"1\"} 7"));
         assert!(text.contains(
             "strand_partition_inbox_dropped_total{reason=\"full\",plane=\"partition\",shard=\"0\"} 3"

@@ -100,6 +100,8 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     if boot::check_or_format(&data, &stamp)? {
         info!(data_dir = %data.display(), "formatted a fresh data directory");
     }
+    // Decision 382: the partition WAL's file size is the directory's for its whole life.
+    server::wal_size::check_or_record(&data, config.partition.wal_size)?;
     // Decision 240: the stamp, durable before any group boots, says whether this directory is
     // a rejoin; `--rejoin` only wrote it.
     let rejoin = boot::stamp_records_rejoin(&data)?;
@@ -155,6 +157,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let metadata_handle = machine.handle().clone();
     let client_counters = Arc::new(client_core::Counters::default());
     let node_info = NodeInfo {
+        addresses: Arc::default(),
         config: Arc::new(config.clone()),
         reader: machine.reader(),
         gauges: gauges.clone(),
@@ -605,7 +608,10 @@ impl Shard {
                         partitions: $parts,
                         wal: $wal,
                     },
-                    wal: journal::wal::WalConfig::default(),
+                    wal: journal::wal::WalConfig {
+                        file_size_max: self.node_info.config.partition.wal_size,
+                        ..journal::wal::WalConfig::default()
+                    },
                     metadata: self.metadata.clone(),
                     transport,
                     replies,

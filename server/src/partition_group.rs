@@ -180,6 +180,11 @@ pub struct PartitionGauges {
     /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
     /// start at 0 and nothing is deleted yet). GetStats' `messages_count` sums it over shards.
     pub messages: AtomicU64,
+    /// Bytes of committed batches the shard's partitions hold (GetStats'
+    /// `messages_size_bytes`, decision 380).
+    pub stored_bytes: AtomicU64,
+    /// Segment files of the shard's partitions (GetStats' `segments_count`, decision 380).
+    pub segments: AtomicU64,
     /// Groups removed because the committed metadata deleted them (decision 342).
     pub groups_removed: AtomicU64,
     /// Bytes of committed batches the groups' tails hold in memory (decision 280).
@@ -2337,6 +2342,16 @@ fn observe(host: &Host) {
         .map(|h| consensus::StateMachine::next_offset(h.replica.state_machine()))
         .sum();
     g.messages.store(messages, Ordering::Relaxed);
+    let stored: u64 = groups
+        .values()
+        .map(|h| h.replica.state_machine().stored_bytes())
+        .sum();
+    g.stored_bytes.store(stored, Ordering::Relaxed);
+    let segments: usize = groups
+        .values()
+        .map(|h| h.replica.state_machine().segments_count())
+        .sum();
+    g.segments.store(segments as u64, Ordering::Relaxed);
     let lost = groups
         .values()
         .filter(|h| h.replica.is_lost_state())

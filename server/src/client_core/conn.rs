@@ -49,6 +49,10 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
     core.next_conn.set(conn + 1);
     let mut header = [0u8; HEADER_SIZE];
     let mut seen = Seen::default();
+    // Decision 384: the client id this connection carries, with its peer address.
+    let addresses = core.node.addresses.clone();
+    let (token, peer) = (addresses.connection(), stream.peer_addr().ok());
+    let mut carried: Option<u128> = None;
     loop {
         if stream.read_exact(&mut header).await.is_err() {
             break; // closed by the peer (or reset)
@@ -77,6 +81,20 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         }
         Counters::add(&counters.requests);
         seen.note(&frame);
+        let client = frame
+            .get(128..144)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u128::from_le_bytes);
+        if let Some(peer) = peer
+            && client != 0
+            && carried != Some(client)
+        {
+            if let Some(old) = carried {
+                addresses.forget(old, token);
+            }
+            addresses.note(client, token, peer);
+            carried = Some(client);
+        }
         let Some(answer) = core.handle(conn, &frame).await else {
             Counters::add(&counters.closed_undecodable);
             break;
@@ -84,6 +102,9 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         if stream.write_all(answer.bytes()).await.is_err() {
             break;
         }
+    }
+    if let Some(client) = carried {
+        addresses.forget(client, token);
     }
     core.end_group_session(conn, &seen).await;
 }

@@ -22,6 +22,7 @@
 //! TransientNotCommitted (57), which makes the SDK resend the same request number; the
 //! metadata client table then answers a committed one from its cache.
 
+pub mod addresses;
 mod conn;
 pub mod frames;
 pub mod registry;
@@ -129,6 +130,8 @@ pub struct NodeInfo {
     pub started: SystemTime,
     /// The partition groups' gauges of every shard (GetStats' message count).
     pub partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>>,
+    /// The peer addresses of this node's client connections (GetClient(s), decision 384).
+    pub addresses: Arc<addresses::ClientAddresses>,
 }
 
 /// A partition read travelling to the group's shard.
@@ -417,6 +420,19 @@ impl ClientCore {
             .iter()
             .map(|g| g.messages.load(Ordering::Relaxed))
             .sum();
+        // This node's replicas (decision 380), as the reference reports its own partitions.
+        let partitions = &self.node.partitions;
+        stats.messages_size_bytes = partitions
+            .iter()
+            .map(|g| g.stored_bytes.load(Ordering::Relaxed))
+            .sum();
+        stats.segments_count = u32::try_from(
+            partitions
+                .iter()
+                .map(|g| g.segments.load(Ordering::Relaxed))
+                .sum::<u64>(),
+        )
+        .unwrap_or(u32::MAX);
         stats.os_name = std::env::consts::OS.to_owned();
         let mut out = Vec::new();
         stats.encode(&mut out);

@@ -131,6 +131,8 @@ struct Node {
     counters: Arc<Counters>,
     seen: Arc<Mutex<Seen>>,
     reader: MetadataReader,
+    /// The partition gauges GetStats sums (one per shard; no pump publishes them here).
+    partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>>,
 }
 
 impl Node {
@@ -154,13 +156,16 @@ impl Node {
         let counters = Arc::new(Counters::default());
         let gauges = Arc::new(Gauges::default());
         let seen = Arc::new(Mutex::new(Seen::default()));
+        let partitions: Arc<Vec<Arc<crate::partition_group::PartitionGauges>>> =
+            Arc::new((0..shards).map(|_| Arc::default()).collect());
         let info = NodeInfo {
+            addresses: Arc::default(),
             config: Arc::new(config.clone()),
             reader: reader.clone(),
             gauges: gauges.clone(),
             counters: counters.clone(),
             started: std::time::SystemTime::now(),
-            partitions: Arc::default(),
+            partitions: partitions.clone(),
         };
         let consensus = crate::wiring::metadata_config(&config).unwrap();
         let net = Arc::new(crate::wiring::net_config(&config).unwrap());
@@ -279,6 +284,7 @@ impl Node {
             counters,
             seen,
             reader,
+            partitions,
         }
     }
 
@@ -921,6 +927,24 @@ fn get_stats_and_cluster_metadata_answer_from_the_node() {
     assert_eq!(stats.process_id, std::process::id());
     assert_eq!(stats.threads_count, 2);
     assert!(stats.clients_count >= 1);
+    // Messages, bytes and segments are the sums of every shard's partition gauges
+    // (decision 380).
+    for (shard, (messages, bytes, segments)) in [(3, 700, 2), (4, 1100, 5)].into_iter().enumerate()
+    {
+        let g = &node.partitions[shard];
+        g.messages.store(messages, Ordering::Relaxed);
+        g.stored_bytes.store(bytes, Ordering::Relaxed);
+        g.segments.store(segments, Ordering::Relaxed);
+    }
+    let stats = Stats::decode(c.call(Operation::NonReplicated, 10, &[]).body()).unwrap();
+    assert_eq!(
+        (
+            stats.messages_count,
+            stats.messages_size_bytes,
+            stats.segments_count
+        ),
+        (7, 1800, 7)
+    );
     let answer = c.call(Operation::NonReplicated, 12, &[]);
     assert_eq!(answer.status(), 0);
     let roster = ClusterMetadata::decode(answer.body()).unwrap();

@@ -21,6 +21,38 @@ use crate::metadata::users::{random_bytes, token_hash};
 /// Bytes of randomness in a personal access token (shown as 64 hex digits).
 const TOKEN_BYTES: usize = 32;
 
+/// The key a token is derived under (decision 381): from `cluster.auth.shared_secret` when
+/// authentication is on, so every node of the cluster derives the same token for the same
+/// request; else a random key of this process, so a resend to this node does. `None` when the
+/// kernel gives no randomness.
+fn token_key(shared_secret: Option<&[u8]>) -> Option<[u8; 32]> {
+    static PROCESS_KEY: std::sync::OnceLock<Option<[u8; 32]>> = std::sync::OnceLock::new();
+    match shared_secret {
+        Some(secret) => Some(blake3::derive_key(
+            "strand 2026 personal access token key",
+            secret,
+        )),
+        None => *PROCESS_KEY.get_or_init(|| {
+            let mut key = [0u8; 32];
+            random_bytes(&mut key).ok().map(|_| key)
+        }),
+    }
+}
+
+/// A token's secret: the keyed hash of what identifies its request (client, session, request
+/// number, the client's body checksum, the name). A resend of the same request derives the
+/// same token, so the reply the client table kept (its hash) can be answered with it; any
+/// other request derives an unrelated one.
+fn token_secret(key: &[u8; 32], header: &RequestHeader, name: &Name) -> [u8; TOKEN_BYTES] {
+    let mut hasher = blake3::Hasher::new_keyed(key);
+    hasher.update(&header.client.get().to_le_bytes());
+    hasher.update(&header.session.get().to_le_bytes());
+    hasher.update(&header.request.get().to_le_bytes());
+    hasher.update(&header.request_checksum.get().to_le_bytes());
+    hasher.update(name.as_str().as_bytes());
+    *hasher.finalize().as_bytes()
+}
+
 impl ClientCore {
     /// The Argon2id cost of new hashes: the root user's (set from the node's genesis), so a
     /// cluster hashes every password at one configured cost.
@@ -83,11 +115,11 @@ impl ClientCore {
                 .encode()
             }
             Prepare::Token { name, expiry } => {
-                let mut secret = [0u8; TOKEN_BYTES];
-                if let Err(error) = random_bytes(&mut secret) {
-                    tracing::warn!(%error, "no randomness for a token");
+                let Some(key) = token_key(self.node.config.cluster.shared_secret.as_deref()) else {
+                    tracing::warn!("no randomness for the token key");
                     return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
-                }
+                };
+                let secret = token_secret(&key, &header, &name);
                 let text: String = secret.iter().map(|b| format!("{b:02x}")).collect();
                 let hash = token_hash(&text);
                 token = Some((text, hash));
@@ -108,8 +140,9 @@ impl ClientCore {
                 Name::new(&text).expect("64 hex digits").write(&mut body);
                 frames::reply(&header, 0, &body)
             }
-            // A committed token this attempt did not mint (the reply of an earlier attempt
-            // from the client table): its secret is not known here, never guess it.
+            // A committed token this node cannot derive (an earlier attempt's reply from the
+            // client table, minted under another key: another node without a shared secret,
+            // or before a restart or a secret rotation): never guess it.
             Ok(Ok(_)) => frames::refused(&header, status::PERSONAL_ACCESS_TOKEN_ALREADY_EXISTS),
             _ => answer,
         }
@@ -118,11 +151,15 @@ impl ClientCore {
     /// GetMe, GetClient, GetClients from the committed sessions (decision 309).
     pub(super) fn clients(&self, header: &RequestHeader, query: ClientsQuery) -> Frame {
         let sessions = self.node.reader.sessions();
+        // The address when the client's connection is on this node, else empty (decision 384).
+        let addresses = &self.node.addresses;
         let record = |client: u128, user_id: u32| ClientRecord {
             client_id: client as u32,
             user_id,
             transport: TRANSPORT_TCP,
-            address: String::new(),
+            address: addresses
+                .get(client)
+                .map_or_else(String::new, |a| a.to_string()),
             consumer_groups_count: 0,
         };
         let mut out = Vec::new();
@@ -152,5 +189,37 @@ impl ClientCore {
             }
         }
         frames::reply(header, 0, &out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nodes with one shared secret derive one key (so one token per request); without a
+    /// secret the process key is stable; different requests derive different tokens.
+    #[test]
+    fn tokens_derive_from_the_request_under_the_cluster_or_process_key() {
+        let a = token_key(Some(b"0123456789abcdef0123456789abcdef")).unwrap();
+        assert_eq!(
+            Some(a),
+            token_key(Some(b"0123456789abcdef0123456789abcdef"))
+        );
+        assert_ne!(
+            Some(a),
+            token_key(Some(b"0123456789abcdef0123456789abcdeF"))
+        );
+        let process = token_key(None).unwrap();
+        assert_eq!(Some(process), token_key(None));
+        assert_ne!(process, a);
+        let name = Name::new("ci").unwrap();
+        let mut h = <RequestHeader as wire::header::Layout>::zeroed();
+        h.request.set(3);
+        let t = token_secret(&a, &h, &name);
+        assert_eq!(t, token_secret(&a, &h, &name));
+        assert_ne!(t, token_secret(&process, &h, &name));
+        assert_ne!(t, token_secret(&a, &h, &Name::new("cj").unwrap()));
+        h.request.set(4);
+        assert_ne!(t, token_secret(&a, &h, &name));
     }
 }

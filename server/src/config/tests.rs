@@ -95,6 +95,7 @@ fn every_default() {
     assert_eq!(p.transfer_artifact_bytes_max, 1088 << 20);
     assert_eq!(p.checkpoint_interval_ops, 1024);
     assert_eq!(p.read_cache_bytes, 16 << 20);
+    assert_eq!(p.wal_size, 64 << 20);
     assert!(p.topic_ack.is_empty());
     let s = &config.system;
     assert_eq!(s.path, PathBuf::from("local_data"));
@@ -755,6 +756,24 @@ fn the_remaining_rules_name_their_keys() {
         refuse("[partition]\nread_cache_bytes = \"many\"")
             .starts_with("config key `partition.read_cache_bytes`")
     );
+    // Decision 382: sector-aligned, a window and more, read whole at boot.
+    assert_eq!(
+        refuse("[partition]\nwal_size = \"16781313\""),
+        "config key `partition.wal_size`: 16781313 must be a multiple of the 4096 B sector"
+    );
+    assert_eq!(
+        refuse("[partition]\nwal_size = \"4 MiB\""),
+        "config key `partition.wal_size`: 4194304 is outside 8388608..=1073741824"
+    );
+    assert_eq!(
+        refuse("[partition]\nwal_size = \"2 GiB\""),
+        "config key `partition.wal_size`: 2147483648 is outside 8388608..=1073741824"
+    );
+    assert!(
+        refuse("[partition]\nwal_size = \"big\"").starts_with("config key `partition.wal_size`")
+    );
+    let config = load_ok(&format!("{NODES}\n[partition]\nwal_size = \"16 MiB\"\n"));
+    assert_eq!(config.partition.wal_size, 16 << 20);
     assert_eq!(
         refuse("[system]\npath = \"\""),
         "config key `system.path`: must not be empty"

@@ -353,6 +353,22 @@ impl PartitionStateMachine {
         self
     }
 
+    /// Bytes of every committed batch the partition holds, in memory or in its segments
+    /// (GetStats' `messages_size_bytes`, decision 380).
+    pub fn stored_bytes(&self) -> u64 {
+        self.log.len
+    }
+
+    /// Segment files of this group (GetStats' `segments_count`, decision 380): those the
+    /// storage task last published with written batches, and at least the open one (a
+    /// partition on disk always has it, as the reference's always has a segment); 0 for a
+    /// machine with no disk (in-memory storage).
+    pub fn segments_count(&self) -> usize {
+        self.disk
+            .as_ref()
+            .map_or(0, |m| m.borrow().segments.len().max(1))
+    }
+
     /// Bytes of committed batches held in memory (`strand_partition_cache_bytes`).
     pub fn cache_bytes(&self) -> usize {
         self.tail_bytes
@@ -1077,20 +1093,29 @@ impl crate::metadata_group::Checkpointable for PartitionStateMachine {
 /// machine answers every op with a result section (deterministic, the same bytes on every
 /// replica and in the client table), but SendMessages replies are raw: a success carries the
 /// confirmations alone, and a rejection travels in the header `status` with an empty body (a
-/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success). Every
-/// other frame passes unchanged.
+/// result section `[1][0][code]` would read as one garbled confirmation, i.e. success).
+/// StoreConsumerOffset and DeleteConsumerOffset refusals (InvalidOffset, ConsumerOffsetNotFound)
+/// travel in the header `status` with an empty body too, the channel client-plane.md §4.1 names
+/// for partition denials (the SDK reads a status-0 result section as success; decision 383);
+/// their successes pass unchanged. Every other frame passes unchanged.
 pub fn client_reply(frame: Frame) -> Frame {
     let Some(header) = frame.header_bytes().and_then(|h| ReplyHeader::view(h)) else {
         return frame;
     };
+    let offsets = [
+        Operation::StoreConsumerOffset.byte(),
+        Operation::DeleteConsumerOffset.byte(),
+    ];
+    let send = header.operation == Operation::SendMessages.byte();
     if frame.command() != Some(Command::Reply)
-        || header.operation != Operation::SendMessages.byte()
+        || !(send || offsets.contains(&header.operation))
         || header.status.get() != 0
     {
         return frame;
     }
     let (status, body) = match read_result(frame.body()) {
-        Ok(Ok(payload)) => (0, payload),
+        Ok(Ok(payload)) if send => (0, payload),
+        Ok(Ok(_)) => return frame,
         Ok(Err(code)) => (code, &[][..]),
         // Already raw (or empty: zero confirmations).
         Err(_) => return frame,
@@ -1202,6 +1227,10 @@ mod tests {
         m.apply(&header(Operation::SendMessages), &b1, &mut reply);
         assert_eq!(read_result(&reply).unwrap().map(|_| ()), Ok(()));
         assert_eq!(m.next_offset(), 3);
+        // GetStats' bytes (decision 380): each committed batch once, the replay not again.
+        let held = (b1.len() + b2.len()) as u64;
+        assert_eq!(m.stored_bytes(), held);
+        assert_eq!(m.segments_count(), 0, "no disk: no segment files");
         assert_eq!(poll(&m, PollingStrategy::Offset(1), 10), (2, 2));
         assert_eq!(poll(&m, PollingStrategy::First(0), 1), (1, 2));
         reply.clear();
@@ -1236,6 +1265,7 @@ mod tests {
         assert_eq!(other.batches, m.batches);
         assert_eq!(other.offsets, m.offsets);
         assert_eq!(other.next_offset(), 3);
+        assert_eq!(other.stored_bytes(), held, "a transfer's install");
         assert!(
             matches!(&other.take_storage()[..], [StorageWork::Install { batches, .. }] if batches.len() == 2)
         );
@@ -1249,6 +1279,7 @@ mod tests {
         let stored = [b1.clone(), b2.clone()].concat();
         let restored = PartitionStateMachine::restore(group(), &stored, m.offsets.clone()).unwrap();
         assert_eq!(restored.batches, m.batches);
+        assert_eq!(restored.stored_bytes(), held, "restored from the segments");
         assert!(
             PartitionStateMachine::restore(group(), &[b2, b1].concat(), OffsetTable::default())
                 .is_err()
@@ -1352,7 +1383,8 @@ mod tests {
 
     /// A SendMessages reply reaches the client raw: the confirmations alone on success (they
     /// decode as the SDK reads them), the code in the header status on a committed rejection;
-    /// a StoreConsumerOffset reply keeps its result section.
+    /// a StoreConsumerOffset success keeps its result section, its refusal and a
+    /// DeleteConsumerOffset refusal go to the header status.
     #[test]
     fn send_replies_leave_raw_and_others_unchanged() {
         let mut m = PartitionStateMachine::new(group());
@@ -1383,5 +1415,24 @@ mod tests {
 
         let store = reply_frame(Operation::StoreConsumerOffset, &RESULT_OK);
         assert_eq!(client_reply(store.clone()).bytes(), store.bytes());
+        // Offset refusals go to the header (client-plane.md §4.1, decision 383).
+        for (operation, code) in [
+            (Operation::StoreConsumerOffset, status::INVALID_OFFSET),
+            (
+                Operation::DeleteConsumerOffset,
+                status::CONSUMER_OFFSET_NOT_FOUND,
+            ),
+        ] {
+            let out = client_reply(reply_frame(operation, &result_rejected(code)));
+            let h = ReplyHeader::view(out.header_bytes().unwrap()).unwrap();
+            assert_eq!((h.status.get(), h.operation), (code, operation.byte()));
+            assert!(out.body().is_empty());
+            assert!(wire::decode::decode_reply(out.bytes(), 1 << 20).is_ok());
+        }
+        let other = reply_frame(
+            Operation::CreateStream,
+            &result_rejected(status::INVALID_COMMAND),
+        );
+        assert_eq!(client_reply(other.clone()).bytes(), other.bytes());
     }
 }

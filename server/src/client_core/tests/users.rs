@@ -433,20 +433,99 @@ fn user_lifecycle_login_password_change_deactivation_and_delete() {
 fn pat_login(node: &Node, n: u128, token: &str) -> Answer {
     let mut c = node.connect(1);
     c.client = 0x0070_0000 + n;
+    c.exchange(&pat_login_frame(c.client, token))
+}
+
+fn pat_login_frame(client: u128, token: &str) -> Vec<u8> {
     let mut login = 0x2C00u32.to_le_bytes().to_vec();
     for text in ["rust-sdk", "0.11.0-edge.4", token] {
         login.push(text.len() as u8);
         login.extend_from_slice(text.as_bytes());
     }
     login.extend_from_slice(&0u32.to_le_bytes());
-    c.exchange(&request_frame(
-        c.client,
+    request_frame(client, Operation::Register, 0, 0, 0, &login)
+}
+
+/// A login resent with the same request number (the SDK's resend after a lost reply, on
+/// another connection) is a new login, with a token as with a password: a Register always
+/// opens a new session (its reply names the new session, never a refusal such as 51). Only
+/// CreatePersonalAccessToken's resend is refused 51 (decision 306; see decision 381).
+#[test]
+fn a_resent_login_is_a_new_session_with_a_token_as_with_a_password() {
+    let node = Node::start();
+    let mut root = login_as(&node, 0, 1, "iggy", "iggy");
+    let a = root.call(
+        Operation::CreatePersonalAccessToken,
+        0,
+        &body(&Request::CreatePersonalAccessToken {
+            name: nm("resend"),
+            expiry: 0,
+        }),
+    );
+    let payload = read_result(a.body()).unwrap().unwrap();
+    let token = std::str::from_utf8(&payload[1..]).unwrap().to_owned();
+    let password = request_frame(
+        0x0071_0001,
         Operation::Register,
         0,
         0,
         0,
-        &login,
-    ))
+        &login_body(0x2C00, "iggy", "iggy"),
+    );
+    let pat = pat_login_frame(0x0071_0002, &token);
+    for (what, frame) in [("token", pat), ("password", password)] {
+        let session = |answer: &Answer| {
+            assert_eq!((answer.is_reply(), answer.status()), (true, 0), "{what}");
+            let reply = read_result(answer.body()).unwrap().unwrap();
+            let login = crate::client::reply::LoginReply::decode(reply).unwrap();
+            assert_eq!(login.user_id, 0, "{what}");
+            u64::from_le_bytes(reply[4..12].try_into().unwrap())
+        };
+        let first = session(&node.connect(0).exchange(&frame));
+        let again = session(&node.connect(1).exchange(&frame));
+        assert!(
+            again > first,
+            "{what}: a new session, {again} after {first}"
+        );
+    }
+}
+
+/// A CreatePersonalAccessToken resent with the same request number (after a lost reply, on
+/// another connection) is answered from the client table with the original token, not 51:
+/// the token is derived from the request under the node's key (decision 381). A new request
+/// of the same name is still 51, and the token logs in.
+#[test]
+fn a_resent_token_creation_gets_the_original_token() {
+    let node = Node::start();
+    let mut root = login_as(&node, 0, 1, "iggy", "iggy");
+    let create = body(&Request::CreatePersonalAccessToken {
+        name: nm("resent"),
+        expiry: 0,
+    });
+    let number = root.request;
+    let first = root.call(Operation::CreatePersonalAccessToken, 0, &create);
+    assert_eq!(result_code(&first), 0);
+    let mut again = node.connect(1);
+    again.client = root.client;
+    again.session = root.session;
+    again.request = number;
+    let second = again.call(Operation::CreatePersonalAccessToken, 0, &create);
+    assert_eq!(second.body(), first.body(), "the original token");
+    assert_eq!(
+        decode_tokens(root.call(Operation::NonReplicated, 41, &[]).body())
+            .unwrap()
+            .len(),
+        1,
+        "committed once"
+    );
+    assert_eq!(
+        result_code(&root.call(Operation::CreatePersonalAccessToken, 0, &create)),
+        51
+    );
+    let token = std::str::from_utf8(&read_result(first.body()).unwrap().unwrap()[1..])
+        .unwrap()
+        .to_owned();
+    assert_eq!(result_code(&pat_login(&node, 9, &token)), 0);
 }
 
 #[test]
@@ -530,6 +609,11 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     assert_eq!(record.client_id, dave.client as u32);
     assert_eq!((record.user_id, record.transport), (1, 1));
     assert_eq!(record.consumer_groups_count, 0);
+    // The peer address of dave's connection (decision 384).
+    assert_eq!(
+        record.address,
+        dave.stream.local_addr().unwrap().to_string()
+    );
     r.finish().unwrap();
     // Dave may not list clients; root may, and finds both.
     assert_eq!(dave.call(Operation::NonReplicated, 22, &[]).status(), 41);
@@ -537,6 +621,12 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     let mut ids: Vec<(u32, u32)> = all.iter().map(|c| (c.client_id, c.user_id)).collect();
     ids.sort();
     assert_eq!(ids, [(root.client as u32, 0), (dave.client as u32, 1)]);
+    let root_address = root.stream.local_addr().unwrap().to_string();
+    assert!(
+        all.iter()
+            .any(|c| c.client_id == root.client as u32 && c.address == root_address),
+        "{all:?}"
+    );
     let one = root.call(
         Operation::NonReplicated,
         21,
@@ -550,4 +640,16 @@ fn get_me_get_client_and_get_clients_answer_from_the_sessions() {
     );
     let none = root.call(Operation::NonReplicated, 21, &12345u32.to_le_bytes());
     assert_eq!((none.status(), none.body().len()), (0, 0));
+    // Dave's connection closes: his session stays (no Logout), his address goes with it.
+    drop(dave);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = decode_clients(root.call(Operation::NonReplicated, 22, &[]).body()).unwrap();
+        let dave = all.iter().find(|c| c.user_id == 1).expect("dave's session");
+        if dave.address.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{all:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

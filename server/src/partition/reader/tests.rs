@@ -169,6 +169,15 @@ fn polls_below_the_tail_read_the_segments_and_equal_the_full_answers() {
         peak <= CACHE + 3 * 4 * 3 * 1024,
         "tail {peak} B for a budget of {CACHE} B"
     );
+    // GetStats' figures (decision 380): every committed byte, wherever it is, and the
+    // segment files the storage task published.
+    assert_eq!(rig.machine.stored_bytes(), total as u64);
+    // Nothing flushed yet still counts the open segment.
+    let fresh = PartitionStateMachine::new(group()).with_disk(Rc::new(RefCell::default()), CACHE);
+    assert_eq!(fresh.segments_count(), 1);
+    let segments = rig.map.borrow().segments.len();
+    assert!(segments >= 1);
+    assert_eq!(rig.machine.segments_count(), segments);
     let end = rig.next;
     let mut from_disk = 0;
     let mut strategies = vec![
