@@ -19,6 +19,7 @@ pub mod partition_group;
 pub mod rejoin_mark;
 pub mod routing;
 pub mod shard_msg;
+pub mod timeline;
 pub mod wiring;
 
 /// Exit status of a node stopped by a fatal failure (the core's `Effect::Fatal`, or a storage
