@@ -236,6 +236,9 @@ pub struct PartitionWal<S: Storage> {
     /// Commits between durable-end records (0: only at rotation, reclaim and open).
     end_every: u32,
     commits_since_end: u32,
+    /// When the last window's write returned (before its `fdatasync`): the node's timeline
+    /// splits a commit into write and sync with it.
+    last_written_at: Option<std::time::Instant>,
 }
 
 /// Commits between two durable-end records by default: one extra `fdatasync` per this many.
@@ -932,6 +935,7 @@ impl<S: Storage> PartitionWal<S> {
             floor,
             end_every: END_EVERY_DEFAULT,
             commits_since_end: 0,
+            last_written_at: None,
         };
         if let Some((kind, m)) = seal {
             let lost = WalDamage {
@@ -1155,6 +1159,11 @@ impl<S: Storage> PartitionWal<S> {
             && now_us.saturating_sub(self.window_started_us) >= self.config.window_us_max
     }
 
+    /// When the last committed window's write returned, before its `fdatasync`.
+    pub fn last_written_at(&self) -> Option<std::time::Instant> {
+        self.last_written_at
+    }
+
     /// The highest durable lsn.
     pub fn durable_lsn(&self) -> u64 {
         self.durable_lsn
@@ -1196,6 +1205,7 @@ impl<S: Storage> PartitionWal<S> {
         self.storage
             .write_at(&file.file, self.offset, self.window.sealed(&marker))
             .await?;
+        self.last_written_at = Some(std::time::Instant::now());
         if !cfg!(feature = "bug-ack-early") {
             self.storage.sync(&file.file).await?;
         }

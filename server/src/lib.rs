@@ -19,6 +19,7 @@ pub mod partition_group;
 pub mod rejoin_mark;
 pub mod routing;
 pub mod shard_msg;
+pub mod timeline;
 pub mod wal_size;
 pub mod wiring;
 

@@ -274,6 +274,7 @@ pub fn render(sources: &Sources) -> String {
         }
     }
     crate::partition_group::render_metrics(&mut out, &sources.partitions);
+    crate::timeline::render_metrics(&mut out);
     // The replica plane, per shard.
     let mut seen = std::collections::HashSet::new();
     for (shard, counters) in sources.planes.iter().enumerate() {

@@ -62,6 +62,7 @@ use crate::metadata::view::MetadataReader;
 use crate::partition::PollAnswer;
 use crate::partition::machine::{PartitionStateMachine, StorageWork};
 use crate::partition::reader::{self, SegmentFiles, SegmentMap, SharedMap, StorageFiles};
+use crate::timeline::Timeline;
 
 /// Events one pump turn handles before it yields. One `Replica::step` costs microseconds to
 /// tens of microseconds; 64 keep a turn well inside the 10 ms tick however many groups the
@@ -88,6 +89,12 @@ const COPY_FORWARD_RATIO: u64 = 8;
 
 /// Durable lsns between two reclaim passes when no checkpoint asks for one.
 const RECLAIM_EVERY_LSNS: u64 = 256;
+
+/// How long the storage task must find no work before it vouches for the last window with a
+/// durable-end record (decision 90 "idle", decision 351): a producer waiting for its reply leaves
+/// the WAL idle between two of its batches, and an end record written in that gap is a write and
+/// an `fdatasync` the next batch's window waits behind.
+const END_IDLE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// When a group holding the WAL back is acted on (decision 164).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,7 +448,7 @@ pub struct BootedGroup {
 /// The pump's inbox, filled by the replica plane's sink, the mesh, the client core and the
 /// storage task on the same shard.
 pub struct Inbox {
-    events: RefCell<VecDeque<Event>>,
+    events: RefCell<VecDeque<(Instant, Event)>>,
     frames: Cell<usize>,
     waker: Cell<Option<Waker>>,
     gauges: Arc<PartitionGauges>,
@@ -470,17 +477,18 @@ impl Inbox {
             }
             self.frames.set(self.frames.get() + 1);
         }
-        self.events.borrow_mut().push_back(event);
+        self.events.borrow_mut().push_back((Instant::now(), event));
         self.wake();
         true
     }
 
-    fn pop(&self) -> Option<Event> {
-        let event = self.events.borrow_mut().pop_front()?;
+    /// The oldest event and when it was pushed.
+    fn pop(&self) -> Option<(Instant, Event)> {
+        let (at, event) = self.events.borrow_mut().pop_front()?;
         if matches!(event, Event::Frame { .. } | Event::Request { .. }) {
             self.frames.set(self.frames.get() - 1);
         }
-        Some(event)
+        Some((at, event))
     }
 
     fn wake(&self) {
@@ -682,6 +690,8 @@ struct StorageTask<S: Storage> {
     metadata: MetadataReader,
     /// Each group's in-memory tail budget (decision 280).
     read_cache_bytes: usize,
+    /// Where each op's time goes (decision 350).
+    timeline: Rc<Timeline>,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -763,7 +773,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             {
                 self.reclaim().await;
             }
-            if self.queues.is_idle() && self.wal.end_lag() > 0 {
+            if self.queues.is_idle() && self.wal.end_lag() > 0 && self.stays_idle().await {
                 // Idle: vouch for the last window (decision 90).
                 if let Err(e) = self.wal.record_end().await {
                     warn!(error = %e, "recording the WAL's durable end failed");
@@ -771,6 +781,23 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             }
         }
         self.shutdown().await;
+    }
+
+    /// Whether no work came for [`END_IDLE`] (`false` at once when work comes or the queues
+    /// close).
+    async fn stays_idle(&self) -> bool {
+        let queues = self.queues.clone();
+        futures_lite::future::or(
+            async move {
+                queues.ready().await;
+                false
+            },
+            async {
+                glommio::timer::sleep(END_IDLE).await;
+                true
+            },
+        )
+        .await
     }
 
     /// The leading appends of every group's queue, in one WAL window (group commit); each
@@ -845,6 +872,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             match submitted {
                 Ok(lsn) => {
                     add(&self.gauges.wal_bytes, frame.bytes().len() as u64);
+                    self.timeline.windowed(group, op, Instant::now());
                     window.push((group, op, lsn, frame));
                 }
                 Err(e) => {
@@ -897,16 +925,20 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let wal = &mut self.wal;
         let gauges = &self.gauges;
         let inbox = &self.inbox;
+        let timeline = &self.timeline;
         let entries: &[(u64, u64, u64, Frame)] = window;
         let commit = async move {
             let started = Instant::now();
             wal.commit().await?;
+            let synced = Instant::now();
             add(&gauges.wal_commits, 1);
             add(
                 &gauges.wal_commit_ns,
                 u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             );
+            let written = wal.last_written_at().unwrap_or(synced);
             for (group, op, _, frame) in entries {
+                timeline.synced(*group, *op, written, synced);
                 add(&gauges.appends, 1);
                 let checksum = identity_of(frame.bytes());
                 inbox.push(Event::Done {
@@ -956,7 +988,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         }
         // One write and one fdatasync for every group's appends.
         self.commit_window().await?;
+        let synced = Instant::now();
+        let written = self.wal.last_written_at().unwrap_or(synced);
         for (group, op, lsn, frame) in window.drain(..) {
+            self.timeline.synced(group, op, written, synced);
             self.guard.note(lsn, group, frame.bytes());
             let checksum = identity_of(frame.bytes());
             if let Some(disk) = self.groups.get_mut(&group) {
@@ -1621,6 +1656,8 @@ pub struct Host {
     /// The committed metadata, once the pump runs: a hosted incarnation it proves dead (a
     /// purge or delete applied, the pump's tick not yet) serves no client (decision 346).
     metadata: RefCell<Option<MetadataReader>>,
+    /// Where each op's time goes (decision 350).
+    pub timeline: Rc<Timeline>,
 }
 
 /// Reads, lock-free, the view in which this node's metadata replica is the Normal primary
@@ -1710,6 +1747,7 @@ impl Host {
             gauges,
             metadata_lead: RefCell::default(),
             metadata: RefCell::default(),
+            timeline: Rc::default(),
         })
     }
 
@@ -2033,6 +2071,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         rejoin,
         metadata: metadata.clone(),
         read_cache_bytes: host.read_cache_bytes.get(),
+        timeline: host.timeline.clone(),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -2045,6 +2084,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         queues: queues.clone(),
         fatal: fatal.clone(),
         pending_replies: Vec::new(),
+        timeline: host.timeline.clone(),
     };
     let outcome = loop {
         if stop() {
@@ -2122,7 +2162,9 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         }
         let mut handled = 0;
         while handled < TURN_EVENTS_MAX {
-            let Some(event) = host.inbox.pop() else { break };
+            let Some((arrived, event)) = host.inbox.pop() else {
+                break;
+            };
             handled += 1;
             if let Event::Removed { group } = event {
                 // Booted again if the metadata wants this key (a later incarnation).
@@ -2130,6 +2172,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 rescan = true;
                 continue;
             }
+            host.timeline.stepping(arrived, is_prepare(&event));
             handle(
                 &host,
                 &core,
@@ -2139,6 +2182,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 now(ticks),
                 &mut out,
             );
+            host.timeline.stepped();
             exec.deliver(&host);
             if fatal.borrow().is_some() {
                 break;
@@ -2213,6 +2257,9 @@ fn handle(
             }
         }
         Event::Done { group, completion } => {
+            if let Completion::Appended { op, .. } = completion {
+                host.timeline.fed(group, op);
+            }
             if let Some(h) = groups.get_mut(&group) {
                 let _ = h.replica.step(at, Input::Done(completion), out);
                 exec.run(group, &h.replica, out);
@@ -2292,6 +2339,17 @@ fn handle(
             groups.insert(group, hosted);
         }
     }
+}
+
+/// A replica Prepare (a backup's op starts with it, decision 350).
+fn is_prepare(event: &Event) -> bool {
+    matches!(event, Event::Frame { bytes, .. } if bytes.get(60) == Some(&wire::Command::Prepare.byte()))
+}
+
+/// The committed op a reply frame names (its header's `op`, 0 on a denial).
+fn reply_op(frame: &[u8]) -> Option<u64> {
+    let op = u64::from_le_bytes(frame.get(176..184)?.try_into().ok()?);
+    (op != 0).then_some(op)
 }
 
 fn now(ticks: u64) -> Now {
@@ -2387,6 +2445,7 @@ struct Executor {
     /// Replies are delivered after the groups' borrow ends (the sink may call back in), with
     /// the group that sent them.
     pending_replies: Vec<(u64, u128, Frame)>,
+    timeline: Rc<Timeline>,
 }
 
 impl Executor {
@@ -2407,9 +2466,11 @@ impl Executor {
                     self.transport.send(to.0, gid, &bytes);
                 }
                 Effect::Append { op, frame } => {
+                    self.timeline.appending(group, op);
                     self.queues.push(group, StorageOp::Append { op, frame });
                 }
                 Effect::Truncate { from_op } => {
+                    self.timeline.forget(group, from_op);
                     self.queues.push(group, StorageOp::Truncate { from_op });
                 }
                 Effect::PersistVsrState(state) => {
@@ -2432,6 +2493,9 @@ impl Executor {
                     );
                 }
                 Effect::Reply { client, frame } => {
+                    if let Some(op) = reply_op(frame.bytes()) {
+                        self.timeline.committed(group, op);
+                    }
                     self.pending_replies.push((group, client.0, frame));
                 }
                 Effect::Fatal(reason) => {
@@ -2445,6 +2509,7 @@ impl Executor {
     }
 
     fn deliver(&mut self, host: &Host) {
+        let delivered = !self.pending_replies.is_empty();
         for (group, client, frame) in self.pending_replies.drain(..) {
             if let Some(hosted) = host.groups.borrow_mut().get_mut(&group)
                 && let Some(waiting) = hosted.waiting.get(&client)
@@ -2453,6 +2518,9 @@ impl Executor {
                 hosted.waiting.remove(&client);
             }
             self.replies.reply(client, frame);
+        }
+        if delivered {
+            self.timeline.delivered();
         }
     }
 
@@ -2571,6 +2639,7 @@ mod tests {
             rejoin: false,
             metadata,
             read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
+            timeline: Rc::default(),
         };
         TestTask {
             task,
@@ -2691,7 +2760,7 @@ mod tests {
                     ends.push(log.next_offset());
                 }
                 let mut events = Vec::new();
-                while let Some(e) = inbox.pop() {
+                while let Some((_, e)) = inbox.pop() {
                     events.push(e);
                 }
                 // A booted group's machine shares its segment map (`Rc`): the events stay
@@ -2779,5 +2848,75 @@ mod tests {
             run_appends_with(2, 4, true, |wal| wal.fail_next(FailOp::Sync));
         assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
         assert_eq!(events, Vec::new(), "no Appended before the sync");
+    }
+
+    /// The durable-end record of an idle WAL (decision 90) waits until no work came for
+    /// [`END_IDLE`] (decision 351): the window's `fdatasync` is the only one while its producer
+    /// turns around, a next append within that time finds no end record before its window,
+    /// and a WAL left idle is vouched for.
+    #[test]
+    fn the_idle_end_record_waits_for_a_quiet_wal() {
+        let out = Arc::new(std::sync::Mutex::new(None));
+        let result = out.clone();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
+                let TestTask {
+                    task,
+                    queues,
+                    inbox,
+                    fatal,
+                    ..
+                } = test_task(&wal_disk, &parts, MetadataReader::default()).await;
+                queues.boot(group(0), FlushPolicy::default());
+                let storage = glommio::spawn_local(task.run());
+                let appended = |inbox: &Inbox| {
+                    let mut n = 0;
+                    while let Some((_, e)) = inbox.pop() {
+                        n += appended(&[e]).len();
+                    }
+                    n
+                };
+                let mut syncs = Vec::new();
+                for op in 1..=2 {
+                    let before = wal_disk.counts().1;
+                    queues.push(
+                        group(0),
+                        StorageOp::Append {
+                            op,
+                            frame: prepare(group(0), op),
+                        },
+                    );
+                    let mut seen = 0;
+                    while seen == 0 {
+                        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                        seen = appended(&inbox);
+                    }
+                    // Turned around well inside END_IDLE: the next append comes now.
+                    syncs.push(wal_disk.counts().1 - before);
+                }
+                let before = wal_disk.counts().1;
+                glommio::timer::sleep(END_IDLE * 3).await;
+                let quiet = wal_disk.counts().1 - before;
+                queues.closed.set(true);
+                queues.wake();
+                storage.await;
+                *result.lock().unwrap() = Some((syncs, quiet, fatal.borrow().clone()));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let (syncs, quiet, fatal) = out.lock().unwrap().take().unwrap();
+        assert_eq!(fatal, None);
+        assert_eq!(
+            syncs,
+            vec![1, 1],
+            "one fdatasync per append while appends keep coming (no end record between them)"
+        );
+        assert_eq!(
+            quiet, 1,
+            "the quiet WAL's end record: one write and fdatasync"
+        );
     }
 }

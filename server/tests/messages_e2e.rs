@@ -305,6 +305,39 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                 partition_sum(&m, "strand_wal_commits_total"),
             );
         }
+        // Where the batches' time went (decision 350): the new primary followed its ops
+        // through every stage and its client connections their requests; a backup its
+        // Prepares up to their PrepareOk.
+        let stage = |i: usize, name: &str| {
+            let m = common::scrape(nodes[i].http).unwrap();
+            m.get(&format!("strand_batch_stage_count{{stage=\"{name}\"}}"))
+                .copied()
+                .unwrap_or(0)
+        };
+        for name in [
+            "queued",
+            "prepared",
+            "windowed",
+            "written",
+            "synced",
+            "fed",
+            "committed",
+            "delivered",
+            "read",
+            "routed",
+            "waited",
+            "wrote",
+        ] {
+            assert!(
+                stage(new_pp, name) > 0,
+                "n{new_pp}: no op through stage {name}"
+            );
+        }
+        let received: u64 = survivors.iter().map(|&i| stage(i, "received")).sum();
+        assert!(
+            received > 0,
+            "no backup followed a Prepare to its PrepareOk"
+        );
     });
 }
 

@@ -2,6 +2,7 @@
 
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use consensus::ClientRequest;
 use consensus::Frame;
@@ -22,6 +23,7 @@ use crate::client::route::{NodeQuery, Route, route};
 use crate::client::status;
 use crate::partition::last_polled_offset;
 use crate::shard_msg::ShardMsg;
+use crate::timeline;
 
 /// Decrements a count when dropped (open connections, logins in flight).
 struct Open<'a>(&'a std::sync::atomic::AtomicU64);
@@ -57,6 +59,7 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         if stream.read_exact(&mut header).await.is_err() {
             break; // closed by the peer (or reset)
         }
+        let header_at = Instant::now();
         let size = match wire::framer::frame_size(&header, core.max_message_size) {
             Ok(Some(size)) => size,
             Ok(None) => unreachable!("a whole header is in"),
@@ -79,6 +82,10 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         if stream.read_exact(&mut frame[HEADER_SIZE..]).await.is_err() {
             break;
         }
+        let stamps = timeline::RequestStamps {
+            header: header_at,
+            read: Instant::now(),
+        };
         Counters::add(&counters.requests);
         seen.note(&frame);
         let client = frame
@@ -101,6 +108,9 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         };
         if stream.write_all(answer.bytes()).await.is_err() {
             break;
+        }
+        if let Some((submitted, replied)) = core.partition_calls.borrow_mut().remove(&conn) {
+            timeline::request_done(stamps, Some(submitted), Some(replied), Instant::now());
         }
     }
     if let Some(client) = carried {
@@ -426,7 +436,12 @@ impl ClientCore {
                 return frames::refused(&header, TRANSIENT_NOT_ACCEPTED);
             }
         }
-        self.await_reply(conn, &header, &slot).await
+        let submitted = Instant::now();
+        let reply = self.await_reply(conn, &header, &slot).await;
+        self.partition_calls
+            .borrow_mut()
+            .insert(conn, (submitted, Instant::now()));
+        reply
     }
 
     /// Auto-commit of a poll (client-plane.md §8.2; decision 213): stores `offset`, the last

@@ -177,6 +177,10 @@ pub struct ClientCore {
     logins: Cell<usize>,
     round_robin: Cell<u64>,
     next_conn: Cell<u64>,
+    /// Per connection, the submit and reply instants of its last partition write (decision
+    /// 350), taken when its reply is written.
+    partition_calls:
+        RefCell<std::collections::HashMap<u64, (std::time::Instant, std::time::Instant)>>,
 }
 
 impl ClientCore {
@@ -205,6 +209,7 @@ impl ClientCore {
             logins: Cell::new(0),
             round_robin: Cell::new(0),
             next_conn: Cell::new(0),
+            partition_calls: RefCell::default(),
         });
         let weak = Rc::downgrade(&core);
         core.registry

@@ -98,7 +98,7 @@ async fn life(
     }
     queues.closed.set(true);
     task.run().await;
-    while let Some(e) = inbox.pop() {
+    while let Some((_, e)) = inbox.pop() {
         match e {
             Event::Booted(b) => life.booted.push((b.incarnation, b.recovered.frames.len())),
             Event::Removed { .. } => life.removed += 1,

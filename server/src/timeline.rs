@@ -1,0 +1,419 @@
+//! Where a batch's time goes (decision 350): monotonic stamps of one partition op's life on a
+//! node, from the client request's read to its reply's write, summed per stage into process-wide
+//! counters shown on `/metrics` (`strand_batch_stage_us_total{stage}` and
+//! `strand_batch_stage_count{stage}`: the mean of each stage) and, at `debug` level of the
+//! `strand::timeline` target, one event per op with every stage of it.
+//!
+//! Stages of a primary's op (each from the end of the previous one):
+//! `queued` (request in the pump's inbox), `prepared` (the core's step that builds the prepare),
+//! `windowed` (waiting for the storage task to take the append into a WAL window), `written`
+//! (the window's write), `synced` (its `fdatasync`), `fed` (`Appended` waiting in the inbox),
+//! `committed` (from `Appended` to the reply effect: with backups, the wait for a quorum's
+//! PrepareOk), `delivered` (the reply handed to the connection).
+//! A backup's op: `received` (the Prepare in the inbox), then `prepared` .. `fed` as above, the
+//! PrepareOk leaving in the step that feeds `Appended`.
+//! The client connection adds `read` (the frame's body after its header), `routed` (decode and
+//! routing up to the submit), `waited` (submit to reply), `wrote` (the reply's write).
+//!
+//! Cheap by construction: a few `Instant::now()` per op and one small map per shard, bounded
+//! (an op never answered, a view change, is dropped when the map is full).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// One stage of an op's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Request in the pump's inbox.
+    Queued,
+    /// Prepare received by a backup, in the pump's inbox.
+    Received,
+    /// The core's step up to the `Append` effect.
+    Prepared,
+    /// `Append` queued until the storage task put it in a WAL window.
+    Windowed,
+    /// The window's write.
+    Written,
+    /// The window's `fdatasync`.
+    Synced,
+    /// `Appended` in the pump's inbox.
+    Fed,
+    /// `Appended` fed until the reply effect (the quorum's PrepareOk on 3 replicas).
+    Committed,
+    /// Reply effect until handed to the connection's registry.
+    Delivered,
+    /// Client connection: the frame's body read after its header.
+    Read,
+    /// Client connection: decode and route until the submit.
+    Routed,
+    /// Client connection: submit until the reply.
+    Waited,
+    /// Client connection: the reply's write.
+    Wrote,
+}
+
+impl Stage {
+    /// Every stage, in order.
+    pub const ALL: [Stage; 13] = [
+        Stage::Queued,
+        Stage::Received,
+        Stage::Prepared,
+        Stage::Windowed,
+        Stage::Written,
+        Stage::Synced,
+        Stage::Fed,
+        Stage::Committed,
+        Stage::Delivered,
+        Stage::Read,
+        Stage::Routed,
+        Stage::Waited,
+        Stage::Wrote,
+    ];
+
+    /// The `stage` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Queued => "queued",
+            Stage::Received => "received",
+            Stage::Prepared => "prepared",
+            Stage::Windowed => "windowed",
+            Stage::Written => "written",
+            Stage::Synced => "synced",
+            Stage::Fed => "fed",
+            Stage::Committed => "committed",
+            Stage::Delivered => "delivered",
+            Stage::Read => "read",
+            Stage::Routed => "routed",
+            Stage::Waited => "waited",
+            Stage::Wrote => "wrote",
+        }
+    }
+}
+
+struct Sum {
+    us: AtomicU64,
+    count: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: Sum = Sum {
+    us: AtomicU64::new(0),
+    count: AtomicU64::new(0),
+};
+
+static SUMS: [Sum; Stage::ALL.len()] = [ZERO; Stage::ALL.len()];
+
+/// Adds one op's `us` in `stage` to the process-wide sums.
+pub fn record(stage: Stage, us: u64) {
+    let sum = &SUMS[stage as usize];
+    sum.us.fetch_add(us, Ordering::Relaxed);
+    sum.count.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The sums of `stage`: total microseconds and ops.
+pub fn sums(stage: Stage) -> (u64, u64) {
+    let sum = &SUMS[stage as usize];
+    (
+        sum.us.load(Ordering::Relaxed),
+        sum.count.load(Ordering::Relaxed),
+    )
+}
+
+/// Appends the stage sums to a Prometheus text exposition.
+pub fn render_metrics(out: &mut String) {
+    out.push_str(
+        "# HELP strand_batch_stage_us_total time partition ops spent in each stage of their life \
+         on this node (decision 350)\n# TYPE strand_batch_stage_us_total counter\n",
+    );
+    for stage in Stage::ALL {
+        let _ = writeln!(
+            out,
+            "strand_batch_stage_us_total{{stage=\"{}\"}} {}",
+            stage.name(),
+            sums(stage).0
+        );
+    }
+    out.push_str(
+        "# HELP strand_batch_stage_count ops that went through each stage\n\
+         # TYPE strand_batch_stage_count counter\n",
+    );
+    for stage in Stage::ALL {
+        let _ = writeln!(
+            out,
+            "strand_batch_stage_count{{stage=\"{}\"}} {}",
+            stage.name(),
+            sums(stage).1
+        );
+    }
+}
+
+fn micros(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Ops followed at once per shard; beyond it new ops are not followed.
+const OPEN_MAX: usize = 4096;
+
+/// The stamps of one op.
+#[derive(Debug, Clone, Copy)]
+struct Stamps {
+    /// Pushed into the inbox (request or prepare).
+    arrived: Instant,
+    /// Popped by the pump.
+    popped: Instant,
+    /// A backup's op (arrived as a Prepare).
+    backup: bool,
+    prepared: Option<Instant>,
+    windowed: Option<Instant>,
+    written: Option<Instant>,
+    synced: Option<Instant>,
+    fed: Option<Instant>,
+    committed: Option<Instant>,
+}
+
+/// One shard's open ops, shared by its partition pump and storage task.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    open: RefCell<HashMap<(u64, u64), Stamps>>,
+    /// The event the pump is stepping: (arrived, popped, backup).
+    stepping: Cell<Option<(Instant, Instant, bool)>>,
+}
+
+impl Timeline {
+    /// The pump pops an event that arrived at `arrived`; `backup` for a Prepare frame.
+    pub fn stepping(&self, arrived: Instant, backup: bool) {
+        self.stepping.set(Some((arrived, Instant::now(), backup)));
+    }
+
+    /// The pump's step is over.
+    pub fn stepped(&self) {
+        self.stepping.set(None);
+    }
+
+    /// The step being run emitted `Append` of `op`: the op is followed from the event that
+    /// caused it.
+    pub fn appending(&self, group: u64, op: u64) {
+        let Some((arrived, popped, backup)) = self.stepping.get() else {
+            return;
+        };
+        let mut open = self.open.borrow_mut();
+        if open.len() >= OPEN_MAX {
+            return;
+        }
+        open.insert(
+            (group, op),
+            Stamps {
+                arrived,
+                popped,
+                backup,
+                prepared: Some(Instant::now()),
+                windowed: None,
+                written: None,
+                synced: None,
+                fed: None,
+                committed: None,
+            },
+        );
+    }
+
+    fn stamp(&self, group: u64, op: u64, f: impl FnOnce(&mut Stamps)) {
+        if let Some(s) = self.open.borrow_mut().get_mut(&(group, op)) {
+            f(s);
+        }
+    }
+
+    /// The storage task put the op in a WAL window.
+    pub fn windowed(&self, group: u64, op: u64, at: Instant) {
+        self.stamp(group, op, |s| s.windowed = Some(at));
+    }
+
+    /// The op's window was written at `written` and synced at `synced`.
+    pub fn synced(&self, group: u64, op: u64, written: Instant, synced: Instant) {
+        self.stamp(group, op, |s| {
+            s.written = Some(written);
+            s.synced = Some(synced);
+        });
+    }
+
+    /// The pump feeds the op's `Appended`. A backup's op ends here (its PrepareOk leaves in
+    /// this step).
+    pub fn fed(&self, group: u64, op: u64) {
+        let now = Instant::now();
+        let backup = {
+            let mut open = self.open.borrow_mut();
+            let Some(s) = open.get_mut(&(group, op)) else {
+                return;
+            };
+            s.fed = Some(now);
+            s.backup
+        };
+        if backup {
+            self.close(group, op, now);
+        }
+    }
+
+    /// The primary emitted the reply of `op`.
+    pub fn committed(&self, group: u64, op: u64) {
+        self.stamp(group, op, |s| s.committed = Some(Instant::now()));
+    }
+
+    /// The replies of the step were handed over: ops committed and not closed end now.
+    pub fn delivered(&self) {
+        let now = Instant::now();
+        let done: Vec<(u64, u64)> = self
+            .open
+            .borrow()
+            .iter()
+            .filter(|(_, s)| s.committed.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        for (group, op) in done {
+            self.close(group, op, now);
+        }
+    }
+
+    /// Forgets every op of `group` at or above `from_op` (a truncation) or all of it.
+    pub fn forget(&self, group: u64, from_op: u64) {
+        self.open
+            .borrow_mut()
+            .retain(|(g, op), _| *g != group || *op < from_op);
+    }
+
+    fn close(&self, group: u64, op: u64, end: Instant) {
+        let Some(s) = self.open.borrow_mut().remove(&(group, op)) else {
+            return;
+        };
+        let first = if s.backup {
+            Stage::Received
+        } else {
+            Stage::Queued
+        };
+        let steps = [
+            (first, Some(s.arrived), Some(s.popped)),
+            (Stage::Prepared, Some(s.popped), s.prepared),
+            (Stage::Windowed, s.prepared, s.windowed),
+            (Stage::Written, s.windowed, s.written),
+            (Stage::Synced, s.written, s.synced),
+            (Stage::Fed, s.synced, s.fed),
+            (Stage::Committed, s.fed, s.committed),
+            (
+                Stage::Delivered,
+                s.committed,
+                s.committed.map(|_| end).filter(|_| !s.backup),
+            ),
+        ];
+        let mut us = [0u64; 8];
+        for (i, (stage, from, to)) in steps.into_iter().enumerate() {
+            if let (Some(from), Some(to)) = (from, to) {
+                us[i] = micros(from, to);
+                record(stage, us[i]);
+            }
+        }
+        tracing::debug!(
+            target: "strand::timeline",
+            group = format!("{group:#x}"),
+            op,
+            backup = s.backup,
+            total_us = micros(s.arrived, end),
+            queued_us = us[0],
+            prepared_us = us[1],
+            windowed_us = us[2],
+            written_us = us[3],
+            synced_us = us[4],
+            fed_us = us[5],
+            committed_us = us[6],
+            delivered_us = us[7],
+            "op timeline"
+        );
+    }
+
+    /// Ops followed now.
+    pub fn open_ops(&self) -> usize {
+        self.open.borrow().len()
+    }
+}
+
+/// A client connection's stamps of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestStamps {
+    /// Header read.
+    pub header: Instant,
+    /// Whole frame read.
+    pub read: Instant,
+}
+
+/// A client connection's request ends: `submitted` and `replied` are the partition call's
+/// (`None` for requests that are not partition writes, which are not recorded).
+pub fn request_done(
+    stamps: RequestStamps,
+    submitted: Option<Instant>,
+    replied: Option<Instant>,
+    written: Instant,
+) {
+    let (Some(submitted), Some(replied)) = (submitted, replied) else {
+        return;
+    };
+    let read = micros(stamps.header, stamps.read);
+    let routed = micros(stamps.read, submitted);
+    let waited = micros(submitted, replied);
+    let wrote = micros(replied, written);
+    record(Stage::Read, read);
+    record(Stage::Routed, routed);
+    record(Stage::Waited, waited);
+    record(Stage::Wrote, wrote);
+    tracing::debug!(
+        target: "strand::timeline",
+        read_us = read,
+        routed_us = routed,
+        waited_us = waited,
+        wrote_us = wrote,
+        "request timeline"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A primary's op goes through every stage in order and is closed at delivery; a backup's
+    /// at `fed`; the sums count each stage once per op.
+    #[test]
+    fn ops_are_followed_from_arrival_to_delivery() {
+        let t = Timeline::default();
+        let before = sums(Stage::Committed).1;
+        let before_received = sums(Stage::Received).1;
+        t.stepping(Instant::now(), false);
+        t.appending(7, 1);
+        t.stepped();
+        // Not stepping: an Append of a replay or a repair is not followed.
+        t.appending(7, 2);
+        assert_eq!(t.open_ops(), 1);
+        let now = Instant::now();
+        t.windowed(7, 1, now);
+        t.synced(7, 1, now, now);
+        t.fed(7, 1);
+        assert_eq!(t.open_ops(), 1, "a primary's op waits for its reply");
+        t.delivered();
+        assert_eq!(t.open_ops(), 1, "not committed yet");
+        t.committed(7, 1);
+        t.delivered();
+        assert_eq!(t.open_ops(), 0);
+        assert!(sums(Stage::Committed).1 > before);
+
+        t.stepping(Instant::now(), true);
+        t.appending(7, 3);
+        t.stepped();
+        t.fed(7, 3);
+        assert_eq!(t.open_ops(), 0, "a backup's op ends at its PrepareOk");
+        assert!(sums(Stage::Received).1 > before_received);
+
+        t.stepping(Instant::now(), false);
+        t.appending(7, 4);
+        t.appending(8, 4);
+        t.forget(7, 4);
+        assert_eq!(t.open_ops(), 1, "a truncation forgets its ops");
+    }
+}
