@@ -92,6 +92,9 @@ struct MemState {
     writes: u64,
     syncs: u64,
     lying_sync: bool,
+    /// Syncs of the file of this name wait until released (a slow device, held by a test).
+    held: Option<String>,
+    held_wakers: Vec<std::task::Waker>,
 }
 
 /// The in-memory disk. Cloning shares it.
@@ -201,6 +204,22 @@ impl MemStorage {
     /// makes nothing durable (a crash loses every write since). For checker self-tests.
     pub fn set_lying_sync(&self, on: bool) {
         self.state.borrow_mut().lying_sync = on;
+    }
+
+    /// Holds every `sync` of the file `name` (issued now or later) until
+    /// [`MemStorage::release_syncs`]: a device whose flush of that file does not return.
+    pub fn hold_syncs(&self, name: &str) {
+        self.state.borrow_mut().held = Some(name.to_owned());
+    }
+
+    /// Lets the held syncs go on.
+    pub fn release_syncs(&self) {
+        let wakers = {
+            let mut state = self.state.borrow_mut();
+            state.held = None;
+            std::mem::take(&mut state.held_wakers)
+        };
+        wakers.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// Makes the next call of `op` fail with [`StorageError::Injected`] (queued in order).
@@ -365,6 +384,15 @@ impl Storage for MemStorage {
                 name: file.0.clone(),
             });
         }
+        std::future::poll_fn(|cx| {
+            let mut state = self.state.borrow_mut();
+            if state.held.as_deref() == Some(file.0.as_str()) {
+                state.held_wakers.push(cx.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
         self.state.borrow_mut().syncs += 1;
         if self.state.borrow().lying_sync {
             return self.with_file(&file.0, |_| ());

@@ -17,6 +17,8 @@
 //! entries past the log end, and sweeps `.staging` files of an interrupted state transfer.
 
 use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -96,8 +98,9 @@ struct Segment<F> {
     end_offset: u64,
     len: u64,
     index: Vec<IndexEntry>,
-    log: F,
-    idx: F,
+    /// Shared with a [`SealJob`] syncing the segment apart from the flushes.
+    log: Rc<F>,
+    idx: Rc<F>,
 }
 
 /// What opening a partition's segments found.
@@ -136,6 +139,8 @@ pub struct PartitionLog<S: Storage> {
     /// byte offset of the sector, its bytes)`. The next flush rewrites that sector with more
     /// data after it, and takes its head from here instead of reading it back from the disk.
     tail: Option<(u64, u64, Box<[u8; SECTOR]>)>,
+    /// Sealing apart from the flushes (decision 355) and the timings of segment syncs.
+    seal: seal::SealState,
 }
 
 /// Name of a segment's log file.
@@ -260,8 +265,8 @@ impl<S: Storage> PartitionLog<S> {
                 end_offset,
                 len: at as u64,
                 index,
-                log,
-                idx,
+                log: Rc::new(log),
+                idx: Rc::new(idx),
             });
         }
         // A segment starts where the previous one ends. An empty later segment after a lost
@@ -296,6 +301,7 @@ impl<S: Storage> PartitionLog<S> {
             synced_offset: data_end,
             scratch: AlignedBuf::zeroed(0),
             tail: None,
+            seal: seal::SealState::default(),
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
@@ -339,8 +345,8 @@ impl<S: Storage> PartitionLog<S> {
             end_offset: base,
             len: 0,
             index: Vec::new(),
-            log,
-            idx,
+            log: Rc::new(log),
+            idx: Rc::new(idx),
         });
         Ok(())
     }
@@ -414,7 +420,8 @@ impl<S: Storage> PartitionLog<S> {
     /// both files when the policy enforces fsync, and rotates a full segment. On error the
     /// batches stay held for a retry (the caller fail-stops in practice).
     pub async fn flush(&mut self) -> Result<(), SegmentError> {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() || self.seal.sealing.is_some() {
+            // While a sealed segment syncs apart, the batches stay held (decision 355).
             return Ok(());
         }
         if self.segments.is_empty() {
@@ -470,9 +477,13 @@ impl<S: Storage> PartitionLog<S> {
         self.storage
             .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
             .await?;
+        self.seal.dirty += self.pending_bytes;
         if self.policy.enforce_fsync {
+            let started = Instant::now();
             self.storage.sync(&seg.log).await?;
             self.storage.sync(&seg.idx).await?;
+            let bytes = self.seal.dirty;
+            self.seal.timed(started.elapsed(), bytes);
         }
         let last = self.pending.back().expect("non-empty").0;
         let seg = self.segments.last_mut().expect("a segment");
@@ -497,10 +508,13 @@ impl<S: Storage> PartitionLog<S> {
             // data after a hole (once per segment, whatever the policy).
             let next = seg.end_offset;
             if !self.policy.enforce_fsync {
-                let seg = self.segments.last().expect("a segment");
-                self.storage.sync(&seg.log).await?;
-                self.storage.sync(&seg.idx).await?;
-                self.synced_offset = next;
+                if self.seal.apart {
+                    // The sync runs as a [`SealJob`]; the next segment is created when it is
+                    // done (decision 355).
+                    self.seal.sealing = Some(next);
+                    return Ok(());
+                }
+                self.sync_sealed().await?;
             }
             self.start_segment(next).await?;
         }
@@ -510,11 +524,22 @@ impl<S: Storage> PartitionLog<S> {
     /// Syncs the active segment's files (a forced flush point: shutdown, a state-transfer
     /// offer, WAL reclamation) and returns the synced offset.
     pub async fn sync(&mut self) -> Result<u64, SegmentError> {
+        if let Some(next) = self.seal.sealing {
+            // A forced point does not wait for the job: the seal is finished here, the job's
+            // later answer is stale and ignored.
+            self.sync_sealed().await?;
+            self.seal.sealing = None;
+            self.seal.job = None;
+            self.start_segment(next).await?;
+        }
         self.flush().await?;
+        let started = Instant::now();
+        let unsynced = self.unsynced_bytes();
         for seg in self.segments.iter().rev().take(2) {
             self.storage.sync(&seg.log).await?;
             self.storage.sync(&seg.idx).await?;
         }
+        self.seal.timed(started.elapsed(), unsynced);
         self.synced_offset = self.segments.last().map_or(0, |s| s.end_offset);
         Ok(self.synced_offset)
     }
@@ -622,8 +647,10 @@ impl<S: Storage> PartitionLog<S> {
 
 mod extents;
 mod install;
+mod seal;
 pub use extents::Extent;
 pub use install::install_from_file;
+pub use seal::{SealDone, SealJob, SyncTiming};
 
 #[cfg(test)]
 mod tests;

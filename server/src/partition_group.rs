@@ -196,6 +196,13 @@ pub struct PartitionGauges {
     pub groups_removed: AtomicU64,
     /// Bytes of committed batches the groups' tails hold in memory (decision 280).
     pub cache_bytes: AtomicU64,
+    /// Segment syncs (a seal, a forced sync, an `enforce_fsync` flush), their total time and
+    /// their count per bucket of [`seals::SYNC_BUCKETS`] (decision 355).
+    pub segment_syncs: AtomicU64,
+    /// Nanoseconds in segment syncs.
+    pub segment_sync_ns: AtomicU64,
+    /// Segment syncs per upper bound of [`seals::SYNC_BUCKETS`] (not cumulative).
+    pub segment_sync_buckets: [AtomicU64; seals::SYNC_BUCKETS.len()],
 }
 
 /// Publishes that `group`'s own superblock is durable on this shard (decision 290).
@@ -389,6 +396,7 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             }
         }
     }
+    seals::render_metrics(out, shards);
 }
 
 /// One input for the pump.
@@ -574,6 +582,8 @@ struct Queues {
     /// A submission was refused `Busy`: run a reclaim pass even without new WAL records (the
     /// refused group cannot write, so nothing else would).
     recheck: Cell<bool>,
+    /// Segment seals finished apart from the task (decision 355), to apply.
+    seals: RefCell<Vec<(u64, journal::segment::SealDone)>>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
@@ -609,6 +619,7 @@ impl Queues {
 
     fn is_idle(&self) -> bool {
         !self.recheck.get()
+            && self.seals.borrow().is_empty()
             && self.removals.borrow().is_empty()
             && self.boots.borrow().is_empty()
             && self.groups.borrow().values().all(VecDeque::is_empty)
@@ -736,6 +747,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.queues.removals.borrow_mut().clear();
                 continue;
             }
+            self.apply_seals().await;
             let removals: Vec<_> = self.queues.removals.borrow_mut().drain(..).collect();
             for group in removals {
                 self.remove_group(group).await;
@@ -767,6 +779,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
             self.queues.groups.borrow_mut().retain(|_, q| !q.is_empty());
+            self.spawn_seals();
             if self.queues.recheck.replace(false)
                 || checkpointed
                 || self.wal.durable_lsn() >= self.last_reclaim_at + RECLAIM_EVERY_LSNS
@@ -1213,6 +1226,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .await
                 .map_err(|e| e.to_string())?;
         disk.log = log;
+        seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
             .write(&table, true)
@@ -1243,6 +1257,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         .await
         .map_err(|e| e.to_string())?;
         disk.log = log;
+        seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
             .write(offsets, true)
@@ -1350,7 +1365,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// §4: WAL reclamation).
     async fn sync_segments(&mut self) -> Result<(), String> {
         for (group, disk) in self.groups.iter_mut() {
-            if disk.log.synced_offset() < disk.log.next_offset() {
+            // A group whose seal runs apart is synced when it is done (decision 355); its
+            // synced offset holds the WAL meanwhile.
+            if disk.log.synced_offset() < disk.log.next_offset() && !disk.log.is_sealing() {
                 disk.log
                     .sync()
                     .await
@@ -1514,11 +1531,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             rejoin_lost,
             "partition group recovered"
         );
+        let mut log = boot.log;
+        seals::apart(&mut log);
         let disk = GroupDisk {
             prefix,
             policy,
             superblock: boot.superblock,
-            log: boot.log,
+            log,
             offset_store: boot.offset_store,
             frames: replayed
                 .range(checkpoint_op..)
@@ -2584,6 +2603,9 @@ mod affinity_tests {
 #[cfg(test)]
 #[path = "partition/removal_tests.rs"]
 mod removal_tests;
+
+#[path = "partition/seals.rs"]
+mod seals;
 
 #[cfg(test)]
 mod tests {

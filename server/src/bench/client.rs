@@ -541,13 +541,22 @@ impl Connection {
         stream: u32,
         name: &str,
         partitions: u32,
+        segment_size: Option<u64>,
     ) -> Result<(u32, Vec<u32>)> {
         let name = Name::new(name).ok_or_else(|| malformed(Operation::CreateTopic, "name"))?;
+        let mut options = Options::default();
+        if let Some(size) = segment_size {
+            let value = crate::client::codec::OptionValue {
+                kind: crate::client::codec::kind::U64,
+                bytes: size.to_le_bytes().to_vec(),
+            };
+            options.0.insert(String::from("segment_size"), value);
+        }
         let payload = self.call_result(&Request::CreateTopic(CreateTopic {
             stream: Identifier::Numeric(stream),
             partitions_count: partitions,
             name,
-            options: Options::default(),
+            options,
         }))?;
         let details =
             TopicDetails::decode(&payload).map_err(|e| malformed(Operation::CreateTopic, e))?;

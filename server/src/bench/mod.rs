@@ -94,6 +94,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub message_size: u32,
+    /// The benchmark topic's `segment_size` option (bytes, a multiple of 512 in 1 MiB..=1 GiB;
+    /// default the node's, 1 GiB): a run crosses segment seals with little disk.
+    #[arg(long, value_name = "BYTES")]
+    pub segment_size: Option<u64>,
     /// Messages per SendMessages batch.
     #[arg(long, value_name = "N", default_value_t = 1000,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -544,7 +548,7 @@ fn prepare(
         .create_stream(&name)
         .with_context(|| format!("creating stream {name}"))?;
     let (topic, partitions) = conn
-        .create_topic(stream, "load", args.partitions)
+        .create_topic(stream, "load", args.partitions, args.segment_size)
         .with_context(|| format!("creating topic load with {} partitions", args.partitions))?;
     if conn.foreign_echoes() > 0 {
         note(
