@@ -160,3 +160,85 @@ fn a_member_on_a_killed_backup_is_removed_and_the_survivor_takes_every_partition
         );
     });
 }
+
+#[test]
+fn a_restarted_backup_ends_the_sessions_of_its_earlier_life_before_any_bound() {
+    let _serial = common::serial();
+    let dir = common::scratch("groups-restart");
+    let ports = common::free_ports(9);
+    let config_path = dir.join("strand.toml");
+    // A bound no test reaches: only the restart rule can end the session.
+    write_config(&config_path, "groups-restart", &ports, "1h");
+    let logs = dir.join("nodes.log");
+    let mut nodes = common::nodes(&dir, 3, &ports);
+    for node in nodes.iter_mut() {
+        common::spawn_plain(&config_path, node, &logs, 1);
+    }
+    common::run_killed(&mut nodes, &logs, &dir, |nodes| {
+        let mp = common::metadata_primary(nodes, &[0, 1, 2], &logs);
+        let backup = (mp + 1) % 3;
+        let mut admin = Client::connect(nodes[mp].tcp, 0xAD);
+        admin.login();
+        create_group(&mut admin);
+        let (_a_login, _a) = member(&nodes[mp], &nodes[mp], 0xA1);
+        let (_b_login, _b_join) = member(&nodes[backup], &nodes[mp], 0xB2);
+        assert_eq!(members(&mut admin).map(|m| m.len()), Some(2));
+        eprintln!("metadata primary n{mp}; SIGKILL and restart of backup n{backup}");
+        common::kill(&mut nodes[backup]);
+        common::spawn_plain(&config_path, &mut nodes[backup], &logs, 1);
+        eventually(
+            "the restarted backup's old member is removed",
+            &logs,
+            || {
+                let now = members(&mut admin)?;
+                (now == vec![(0, (0..PARTITIONS).collect())]).then_some(())
+            },
+        );
+        let ended = common::log_lines(&logs, "ending a session whose node is gone");
+        assert!(
+            !ended.is_empty() && ended.iter().all(|l| l.contains("StaleOwn")),
+            "{ended:?}"
+        );
+    });
+}
+
+#[test]
+fn a_new_primary_ends_the_sessions_of_the_killed_primary() {
+    let _serial = common::serial();
+    let dir = common::scratch("groups-dead-primary");
+    let ports = common::free_ports(9);
+    let config_path = dir.join("strand.toml");
+    write_config(&config_path, "groups-dead-primary", &ports, "1s");
+    let logs = dir.join("nodes.log");
+    let mut nodes = common::nodes(&dir, 3, &ports);
+    for node in nodes.iter_mut() {
+        common::spawn_plain(&config_path, node, &logs, 1);
+    }
+    common::run_killed(&mut nodes, &logs, &dir, |nodes| {
+        let mp = common::metadata_primary(nodes, &[0, 1, 2], &logs);
+        let backup = (mp + 1) % 3;
+        let mut admin = Client::connect(nodes[mp].tcp, 0xAD);
+        admin.login();
+        create_group(&mut admin);
+        // Member 0 lives on the primary, member 1 on a backup (watching from there).
+        let (_a_login, _a) = member(&nodes[mp], &nodes[mp], 0xA1);
+        let (mut b_login, _b_join) = member(&nodes[backup], &nodes[mp], 0xB2);
+        eventually("the backup knows both members", &logs, || {
+            (members(&mut b_login)?.len() == 2).then_some(())
+        });
+        eprintln!("SIGKILL of metadata primary n{mp}");
+        common::kill(&mut nodes[mp]);
+        let live: Vec<usize> = (0..3).filter(|&i| i != mp).collect();
+        let new = common::metadata_primary(nodes, &live, &logs);
+        eprintln!("new metadata primary n{new}");
+        eventually("the dead primary's member is removed", &logs, || {
+            let now = members(&mut b_login)?;
+            (now == vec![(1, (0..PARTITIONS).collect())]).then_some(())
+        });
+        let ended = common::log_lines(&logs, "ending a session whose node is gone");
+        assert!(
+            ended.iter().any(|l| l.contains(&format!("PeerDown({mp})"))),
+            "{ended:?}"
+        );
+    });
+}
