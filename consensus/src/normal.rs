@@ -298,7 +298,17 @@ impl<S: StateMachine> Replica<S> {
         // The frame's bytes: the header's room, then the body, in one buffer that becomes the
         // frame without another copy (decision 261).
         let (operation, frame_bytes) = match self.plane() {
-            Plane::Metadata if matches!(operation, Operation::Register | Operation::Logout) => {
+            Plane::Metadata if operation == Operation::Register => {
+                // The session's origin: the backup that forwarded it, else this replica.
+                let origin = self
+                    .forwards
+                    .proposals
+                    .get(&request.header.client.get())
+                    .map_or(self.id, |(origin, _, _)| *origin);
+                let body = self.sm.project_register(origin, &request.body);
+                (operation, frames::with_header_room(&body))
+            }
+            Plane::Metadata if operation == Operation::Logout => {
                 (operation, frames::with_header_room(&request.body))
             }
             Plane::Metadata => {
@@ -970,6 +980,7 @@ impl<S: StateMachine> Replica<S> {
                     self.sm.end_session(evicted);
                 }
                 self.sm.end_session(client);
+                self.sm.begin_session(&header, body);
                 // Success body: [0] user_id, session, protocol version, server version.
                 self.reply_buf.extend_from_slice(&0u32.to_le_bytes());
                 self.reply_buf

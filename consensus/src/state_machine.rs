@@ -101,6 +101,24 @@ pub trait StateMachine {
         let _ = client;
     }
 
+    /// Metadata plane, primary only: the body of the Register prepare for a session whose
+    /// client connection is on replica `origin` (this replica, or the backup that forwarded
+    /// it, §13). A machine that records where sessions come from writes `origin` into the body
+    /// it returns. Default: the request's body unchanged.
+    fn project_register(&mut self, origin: ReplicaId, body: &[u8]) -> Vec<u8> {
+        let _ = origin;
+        body.to_vec()
+    }
+
+    /// Metadata plane: the Register of `header.client` committed (after the session it
+    /// replaces ended, [`StateMachine::end_session`]), in the same step as the client table's
+    /// change, on every replica alike; `body` is the prepare's, as
+    /// [`StateMachine::project_register`] wrote it. Untrusted like every body. Default:
+    /// nothing is keyed by sessions.
+    fn begin_session(&mut self, header: &PrepareHeader, body: &[u8]) {
+        let _ = (header, body);
+    }
+
     /// [`StateMachine::apply`] with the whole journaled frame: a machine that keeps the body
     /// can share the frame's bytes (`frame.shared().slice(HEADER_SIZE..)`) instead of copying
     /// them. The core calls this one; the default applies `frame.body()`.
@@ -184,6 +202,17 @@ pub trait WholeArtifacts {
         let _ = client;
     }
 
+    /// See [`StateMachine::project_register`].
+    fn project_register(&mut self, origin: ReplicaId, body: &[u8]) -> Vec<u8> {
+        let _ = origin;
+        body.to_vec()
+    }
+
+    /// See [`StateMachine::begin_session`].
+    fn begin_session(&mut self, header: &PrepareHeader, body: &[u8]) {
+        let _ = (header, body);
+    }
+
     /// The state as artifacts at the current applied op (`commit_op`).
     fn artifacts(&mut self, commit_op: u64) -> Vec<Artifact>;
 
@@ -262,6 +291,14 @@ impl<M: WholeArtifacts> StateMachine for Buffered<M> {
 
     fn end_session(&mut self, client: u128) {
         self.machine.end_session(client);
+    }
+
+    fn project_register(&mut self, origin: ReplicaId, body: &[u8]) -> Vec<u8> {
+        self.machine.project_register(origin, body)
+    }
+
+    fn begin_session(&mut self, header: &PrepareHeader, body: &[u8]) {
+        self.machine.begin_session(header, body);
     }
 
     fn offer(

@@ -120,6 +120,7 @@ pub struct RawCluster {
     pub repair_retry_interval: String,
     pub repair_chunk_max: u64,
     pub superblock_wedged_fatal_timeout: String,
+    pub dead_node_session_timeout: String,
     pub auth: RawAuth,
     pub tls: RawTls,
     pub coordinator: RawCoordinator,
@@ -140,6 +141,7 @@ defaults!(RawCluster {
     repair_retry_interval: s("1s"),
     repair_chunk_max: 128,
     superblock_wedged_fatal_timeout: s("2m"),
+    dead_node_session_timeout: s("10s"),
     auth: RawAuth::default(),
     tls: RawTls::default(),
     coordinator: RawCoordinator::default(),
@@ -445,6 +447,9 @@ pub struct Cluster {
     pub repair_chunk_max: u32,
     /// `None` when disabled (`"0"`).
     pub superblock_wedged_fatal_timeout: Option<Duration>,
+    /// How long the metadata primary sees a node down before it ends the sessions that node
+    /// registered (decision 372); `None` when disabled (`"0"`).
+    pub dead_node_session_timeout: Option<Duration>,
     /// `None` when authentication is off.
     pub shared_secret: Option<Vec<u8>>,
     pub previous_shared_secret: Option<Vec<u8>>,
@@ -965,6 +970,19 @@ impl RawConfig {
             ));
         }
 
+        let dead_node = duration(
+            "cluster.dead_node_session_timeout",
+            &raw.dead_node_session_timeout,
+        )?;
+        if !dead_node.is_zero()
+            && !(Duration::from_millis(500)..=Duration::from_secs(3600)).contains(&dead_node)
+        {
+            return Err(ConfigError::new(
+                "cluster.dead_node_session_timeout",
+                "must be \"0\" (disabled) or between 500ms and 1h",
+            ));
+        }
+
         // Authentication: the environment overrides the file's secret.
         let (secret_key, secret_value) = match &overrides.shared_secret_env {
             Some(value) => (SHARED_SECRET_ENV, value.as_str()),
@@ -1051,6 +1069,7 @@ impl RawConfig {
             )?,
             repair_chunk_max: repair_chunk_max as u32,
             superblock_wedged_fatal_timeout: (!wedged.is_zero()).then_some(wedged),
+            dead_node_session_timeout: (!dead_node.is_zero()).then_some(dead_node),
             shared_secret,
             previous_shared_secret,
             tls,

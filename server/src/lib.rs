@@ -18,6 +18,7 @@ pub mod partition;
 pub mod partition_group;
 pub mod rejoin_mark;
 pub mod routing;
+pub mod session_reaper;
 pub mod shard_msg;
 pub mod timeline;
 pub mod wal_size;

@@ -57,6 +57,13 @@ pub trait Checkpointable: StateMachine {
         commit_op: u64,
         artifacts: &[consensus::Artifact],
     ) -> Result<(), consensus::InstallError>;
+
+    /// The origin replica of `client`'s committed session (decision 370); `None` for a
+    /// machine that records none.
+    fn session_origin(&self, client: u128) -> Option<u8> {
+        let _ = client;
+        None
+    }
 }
 
 impl Checkpointable for consensus::DigestStateMachine {
@@ -504,7 +511,13 @@ pub struct Pump<S: Storage, M: StateMachine> {
     /// Where the committed sessions are published for every shard's session check (decision
     /// 126), whenever they change at a commit.
     pub sessions: Option<Arc<crate::metadata::view::MetadataHandle>>,
+    /// `cluster.dead_node_session_timeout`: the sessions of a peer down this long are ended
+    /// by the primary, and this node's stale own sessions always (decision 372); `None`: off.
+    pub dead_node_sessions: Option<Duration>,
 }
+
+/// Ticks between two scans of the session reaper (100 ms).
+const REAP_EVERY_TICKS: u64 = 10;
 
 /// The environment variable that turns on [`Pump::test_register_ticks`] (milliseconds). Only
 /// the end-to-end tests set it: there is no client plane yet, and the core proposes no op of
@@ -547,6 +560,7 @@ where
         superblock_wedged,
         replies,
         sessions,
+        dead_node_sessions,
     } = pump;
     let self_id = config.raw().replica;
     let replica_count = config.raw().replica_count;
@@ -577,8 +591,13 @@ where
     let mut ticks = 0u64;
     let mut replica = Replica::new(config, boot.recovered, boot.state_machine, &mut out);
     exec.run(&replica, &mut out);
+    let mut reaper = dead_node_sessions
+        .map(|bound| crate::session_reaper::Reaper::new(self_id.0, replica_count, bound, start));
     // Down peers are reported at boot; the sink reports each later change.
     for peer in (0..replica_count).filter(|&p| p != self_id.0) {
+        if let Some(reaper) = &mut reaper {
+            reaper.peer(peer, exec.plane.is_connected(peer, 0), Instant::now());
+        }
         if !exec.plane.is_connected(peer, 0) {
             gauges.set_peer(peer, false);
             let input = Input::PeerConnection {
@@ -616,6 +635,9 @@ where
                 && replica.status() == Status::Normal
             {
                 let client = 0x7e57_0000_u128 + u128::from(self_id.0);
+                if let Some(reaper) = &mut reaper {
+                    reaper.registered(client, Instant::now());
+                }
                 let request = consensus::ClientRequest::new(
                     client,
                     wire::Operation::Register,
@@ -625,6 +647,12 @@ where
                 );
                 let result = replica.step(now(start, ticks), Input::Request(request), &mut out);
                 debug!(?result, op = replica.op(), "test hook: Register submitted");
+                exec.run(&replica, &mut out);
+            }
+            if let Some(reaper) = &mut reaper
+                && ticks.is_multiple_of(REAP_EVERY_TICKS)
+            {
+                end_dead_sessions(reaper, &mut replica, now(start, ticks), &mut out);
                 exec.run(&replica, &mut out);
             }
             gauges.observe(&replica);
@@ -663,6 +691,11 @@ where
                 Event::Request(request) => {
                     let client = request.header.client.get();
                     let header = request.header;
+                    if let Some(reaper) = &mut reaper
+                        && header.operation == wire::Operation::Register.byte()
+                    {
+                        reaper.registered(client, Instant::now());
+                    }
                     let result = replica.step(at, Input::Request(*request), &mut out);
                     // Every request gets an answer: when the core neither took it nor
                     // answered it, the client hears why (decision 154): a full request queue
@@ -693,6 +726,9 @@ where
                 }
                 Event::Peer { peer, connected } => {
                     gauges.set_peer(peer, connected);
+                    if let Some(reaper) = &mut reaper {
+                        reaper.peer(peer, connected, Instant::now());
+                    }
                     replica.step(
                         at,
                         Input::PeerConnection {
@@ -732,6 +768,55 @@ where
     match fatal.borrow().clone() {
         Some(cause) => Outcome::Fatal(cause),
         None => outcome,
+    }
+}
+
+/// One scan of the session reaper (decision 372): a Logout for each session it picks,
+/// submitted to the core as a client's would be (a backup forwards it to the primary).
+fn end_dead_sessions<M: Checkpointable>(
+    reaper: &mut crate::session_reaper::Reaper,
+    replica: &mut Replica<M>,
+    at: Now,
+    out: &mut Outbox,
+) {
+    let primary = replica.is_primary();
+    let normal = replica.status() == Status::Normal;
+    let sessions: Vec<crate::session_reaper::Session> = replica
+        .sessions()
+        .map(|(client, epoch, user)| crate::session_reaper::Session {
+            client: client.0,
+            epoch,
+            user,
+            origin: replica.state_machine().session_origin(client.0),
+        })
+        .collect();
+    for (session, reason) in reaper.due(Instant::now(), primary && normal, normal, sessions) {
+        info!(
+            client = session.client,
+            session = session.epoch,
+            ?reason,
+            "ending a session whose node is gone"
+        );
+        // Numbered past any request the session may have made: the table check takes it as
+        // new; the Logout's reply finds no connection and is dropped.
+        let mut request = consensus::ClientRequest::new(
+            session.client,
+            wire::Operation::Logout,
+            session.epoch,
+            u64::MAX,
+            Vec::new(),
+        );
+        request
+            .header
+            .request_checksum
+            .set(u128::from(xxhash_rust::xxh3::xxh3_64(&[])));
+        request.header.user_id.set(session.user);
+        let result = replica.step(at, Input::Request(request), out);
+        debug!(
+            ?result,
+            client = session.client,
+            "session-ending Logout submitted"
+        );
     }
 }
 

@@ -557,6 +557,7 @@ impl Shard {
             superblock_wedged: self.superblock_wedged,
             replies: Some(core.reply_sink()),
             sessions: Some(self.metadata_handle.clone()),
+            dead_node_sessions: self.node_info.config.cluster.dead_node_session_timeout,
         });
         let fatal = self.fatal.clone();
         glommio::spawn_local(async move {

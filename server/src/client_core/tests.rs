@@ -258,6 +258,7 @@ impl Node {
                             superblock_wedged: None,
                             replies: Some(core.reply_sink()),
                             sessions: Some(handle),
+                            dead_node_sessions: None,
                         })));
                     }
                     let listener = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -64,6 +64,7 @@ fn every_default() {
         c.superblock_wedged_fatal_timeout,
         Some(Duration::from_secs(120))
     );
+    assert_eq!(c.dead_node_session_timeout, Some(Duration::from_secs(10)));
     assert_eq!((c.shared_secret.clone(), c.tls.clone()), (None, None));
     assert!(c.skip_shard_zero_for_replicas && !c.skip_shard_zero_for_clients);
     assert_eq!(c.nodes.len(), 2);
@@ -451,6 +452,29 @@ fn timer_and_size_rules() {
     )
     .unwrap();
     assert_eq!(off.cluster.superblock_wedged_fatal_timeout, None);
+    assert_eq!(
+        refuse_cluster("dead_node_session_timeout = \"100ms\""),
+        "config key `cluster.dead_node_session_timeout`: must be \"0\" (disabled) or between 500ms and 1h"
+    );
+    assert_eq!(
+        refuse_cluster("dead_node_session_timeout = \"2h\""),
+        "config key `cluster.dead_node_session_timeout`: must be \"0\" (disabled) or between 500ms and 1h"
+    );
+    let off = load(
+        &with_cluster("dead_node_session_timeout = \"0\""),
+        &overrides(),
+    )
+    .unwrap();
+    assert_eq!(off.cluster.dead_node_session_timeout, None);
+    let short = load(
+        &with_cluster("dead_node_session_timeout = \"750ms\""),
+        &overrides(),
+    )
+    .unwrap();
+    assert_eq!(
+        short.cluster.dead_node_session_timeout,
+        Some(std::time::Duration::from_millis(750))
+    );
     assert_eq!(
         refuse("[message_bus]\nmax_batch = 513"),
         "config key `message_bus.max_batch`: 513 is outside 1..=512"

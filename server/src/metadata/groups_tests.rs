@@ -351,7 +351,10 @@ fn snapshot_sections_that_break_the_rules_are_refused() {
     let mut bare = good.clone();
     bare.consumer_groups.clear();
     let encoded = bare.encode();
-    let old = seal(encoded[..encoded.len() - 8 - 4].to_vec());
+    // (A version-2 one: no origins section either, decision 371.)
+    let mut old = encoded[..encoded.len() - 8 - 4 - 4].to_vec();
+    old[4] = 2;
+    let old = seal(old);
     assert_eq!(State::decode(&old).unwrap(), bare);
 
     let broken = |edit: &dyn Fn(&mut State)| {
@@ -488,4 +491,139 @@ fn an_operation_mix_never_panics_and_replays_identically() {
         }
     }
     let _ = Operation::JoinConsumerGroup;
+}
+
+// ---- session origins (decisions 370-372) ----------------------------------------------------
+
+/// A committed Register of `client` whose connection is on replica `origin`, as the core runs
+/// it: the session it replaces ends, then the new one begins with the body the primary wrote.
+fn register(d: &mut Driver, client: u128, origin: u8) {
+    d.op += 1;
+    let mut h = PrepareHeader::zeroed();
+    h.op.set(d.op);
+    h.operation = Operation::Register.byte();
+    h.user_id.set(ROOT_USER_ID);
+    h.client.set(client);
+    let body =
+        d.sm.project_register(consensus::ReplicaId(origin), b"login body");
+    d.sm.end_session(client);
+    d.sm.begin_session(&h, &body);
+}
+
+#[test]
+fn a_dead_nodes_sessions_end_and_its_members_partitions_move_alike_everywhere() {
+    use crate::session_reaper::{Reaper, Reason, Session};
+    use std::time::{Duration, Instant};
+    let (mut one, mut two) = (setup(4), setup(4));
+    for d in [&mut one, &mut two] {
+        register(d, A, 0);
+        register(d, B, 1);
+        register(d, C, 1);
+        // An older build's Register (untagged body): a session without an origin.
+        d.op += 1;
+        let mut h = PrepareHeader::zeroed();
+        h.op.set(d.op);
+        h.client.set(0xD4);
+        d.sm.begin_session(&h, &0x2C00u32.to_le_bytes());
+        for client in [A, B, C] {
+            d.ok(client, &Request::JoinConsumerGroup(target()));
+        }
+    }
+    assert_eq!(one.sm.session_origin(A), Some(0));
+    assert_eq!(one.sm.session_origin(B), Some(1));
+    assert_eq!(one.sm.session_origin(0xD4), None);
+    assert_eq!(sync(&one, A), Some((3, vec![0, 3])));
+    // The snapshot carries the origins: a restore gives the same state.
+    let restored = State::decode(&one.sm.snapshot()).unwrap();
+    assert_eq!(&restored, one.sm.state());
+    assert_eq!(restored.session_origins.len(), 3);
+
+    // The primary (node 0) has seen node 1 down past the bound: B and C are due.
+    let t0 = Instant::now();
+    let bound = Duration::from_secs(2);
+    let mut reaper = Reaper::new(0, 3, bound, t0);
+    reaper.peer(2, true, t0);
+    reaper.registered(A, t0);
+    let sessions: Vec<Session> = [A, B, C, 0xD4]
+        .into_iter()
+        .map(|client| Session {
+            client,
+            epoch: 1,
+            user: ROOT_USER_ID,
+            origin: one.sm.session_origin(client),
+        })
+        .collect();
+    let due = reaper.due(t0 + bound, true, true, sessions);
+    let ended: Vec<(u128, Reason)> = due.iter().map(|(s, r)| (s.client, *r)).collect();
+    assert_eq!(ended, [(B, Reason::PeerDown(1)), (C, Reason::PeerDown(1))]);
+    // Their Logouts commit: every replica ends them in op order, alike.
+    for d in [&mut one, &mut two] {
+        for (session, _) in &due {
+            d.sm.end_session(session.client);
+        }
+    }
+    assert_eq!(one.sm.snapshot(), two.sm.snapshot());
+    assert_eq!(sync(&one, A), Some((5, vec![0, 1, 2, 3])));
+    assert_eq!(sync(&one, B), None);
+    assert_eq!(
+        one.sm
+            .state()
+            .session_origins
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        [A],
+        "the untagged session has no origin to end it by"
+    );
+}
+
+#[test]
+fn the_origins_section_is_version_3_and_older_snapshots_load_without_it() {
+    let mut d = setup(2);
+    let empty = d.sm.snapshot();
+    register(&mut d, A, 2);
+    register(&mut d, B, 0);
+    let state = State::decode(&d.sm.snapshot()).unwrap();
+    assert_eq!(state.session_origins.get(&A), Some(&2));
+    // A version-2 snapshot (no origins section): the same bytes before the section.
+    let content = &empty[..empty.len() - 8];
+    assert_eq!(content[4], 3);
+    assert_eq!(
+        &content[content.len() - 4..],
+        &[0, 0, 0, 0],
+        "no origins yet"
+    );
+    let mut v2 = content[..content.len() - 4].to_vec();
+    v2[4] = 2;
+    let trailer = xxhash_rust::xxh3::xxh3_64(&v2);
+    v2.extend_from_slice(&trailer.to_le_bytes());
+    let old = State::decode(&v2).unwrap();
+    assert!(old.session_origins.is_empty());
+    assert_eq!(old.streams, state.streams);
+    // Untrusted: a zero client, clients out of order and a cut section are refused.
+    let forged = |entries: &[(u128, u8)], count: u32| {
+        let mut bytes = content[..content.len() - 4].to_vec();
+        bytes.extend_from_slice(&count.to_le_bytes());
+        for (client, origin) in entries {
+            bytes.extend_from_slice(&client.to_le_bytes());
+            bytes.push(*origin);
+        }
+        let trailer = xxhash_rust::xxh3::xxh3_64(&bytes);
+        bytes.extend_from_slice(&trailer.to_le_bytes());
+        State::decode(&bytes)
+    };
+    assert!(forged(&[(5, 1), (9, 0)], 2).is_ok());
+    assert!(matches!(
+        forged(&[(0, 1)], 1),
+        Err(SnapshotError::Content(_))
+    ));
+    assert!(matches!(
+        forged(&[(9, 1), (5, 0)], 2),
+        Err(SnapshotError::Content(_))
+    ));
+    assert!(forged(&[(5, 1)], 2).is_err(), "a count past the entries");
+    assert!(
+        forged(&[(5, 1), (9, 0)], 1).is_err(),
+        "bytes past the count"
+    );
 }

@@ -17,6 +17,7 @@
 pub mod groups;
 pub mod lifecycle;
 pub mod password;
+pub mod sessions;
 pub mod state;
 pub mod topic;
 pub mod users;
@@ -215,6 +216,11 @@ impl MetadataStateMachine {
 
     fn publish(&self) {
         self.handle.publish(self.view.clone());
+    }
+
+    /// The origin replica of `client`'s session (decision 370), from the applied state.
+    pub fn session_origin(&self, client: u128) -> Option<u8> {
+        self.view.state.session_origins.get(&client).copied()
     }
 
     /// Business checks of a decoded request against the applied state, shared by the
@@ -639,8 +645,27 @@ impl WholeArtifacts for MetadataStateMachine {
     /// A session ended (Logout, a new Register under its client id, an eviction from the
     /// client table): its memberships end in the same step, on every replica (decision 317).
     fn end_session(&mut self, client: u128) {
+        // The origins are read on shard 0 from this machine (the session reaper), so they
+        // change without a publish of their own: the next one carries them.
+        self.view.state.session_origins.remove(&client);
         if self.view.state.remove_member_everywhere(client) {
             self.publish();
+        }
+    }
+
+    /// The Register prepare carries the session's origin replica (decision 370).
+    fn project_register(&mut self, origin: consensus::ReplicaId, body: &[u8]) -> Vec<u8> {
+        sessions::register_body(origin.0, body)
+    }
+
+    /// A session began at a committed Register: record its origin, when its body names one.
+    fn begin_session(&mut self, header: &PrepareHeader, body: &[u8]) {
+        let client = header.client.get();
+        match sessions::origin_of(body) {
+            Some(origin) if client != 0 => {
+                self.view.state.session_origins.insert(client, origin);
+            }
+            _ => tracing::debug!(client, "a Register without a session origin"),
         }
     }
 
@@ -691,5 +716,9 @@ impl crate::metadata_group::Checkpointable for consensus::Buffered<MetadataState
     /// The snapshot [`Self::checkpoint_artifacts`] wrote, installed as a transfer would.
     fn restore(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
         self.machine.install(commit_op, artifacts)
+    }
+
+    fn session_origin(&self, client: u128) -> Option<u8> {
+        self.machine.session_origin(client)
     }
 }

@@ -91,6 +91,9 @@ pub struct State {
     /// `consensus_group_id` (the incarnation) that was deleted (decision 342): a node removes
     /// a group's files only when this state proves that incarnation dead.
     pub retired: BTreeMap<u64, u64>,
+    /// Each live session's origin replica by client id (decision 370); a session of an older
+    /// build's Register has no entry.
+    pub session_origins: super::sessions::Origins,
 }
 
 impl Stream {
@@ -169,9 +172,9 @@ pub fn free_topic_id(stream: &Stream) -> Option<u32> {
 
 /// Magic of the snapshot encoding.
 pub const MAGIC: [u8; 4] = *b"SMD1";
-/// Version byte after the magic (2 adds the retired groups after the streams; 1 is still
-/// read, with none).
-pub const VERSION: u8 = 2;
+/// Version byte after the magic (2 adds the retired groups after the streams; 3 appends the
+/// session origins after the accounts, decision 371; 1 and 2 are still read, with none).
+pub const VERSION: u8 = 3;
 
 /// Why a snapshot does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -248,6 +251,8 @@ impl State {
             out.extend_from_slice(&id.to_le_bytes());
             account.write(&mut out);
         }
+        // Version 3 (decision 371): the session origins, after the accounts.
+        super::sessions::encode_section(self, &mut out);
         let trailer = xxh3_64(&out);
         out.extend_from_slice(&trailer.to_le_bytes());
         out
@@ -402,6 +407,10 @@ impl State {
                 }
                 state.accounts.insert(id, account);
             }
+        }
+        // Older versions end before the origins: their sessions have none.
+        if version >= 3 {
+            super::sessions::decode_section(&mut r, &mut state)?;
         }
         r.finish()?;
         if group_ids
