@@ -186,7 +186,7 @@ mod tests {
     }
 
     fn appended(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>) {
-        while let Some(e) = inbox.pop() {
+        while let Some((_, e)) = inbox.pop() {
             if let Event::Done {
                 group,
                 completion: Completion::Appended { op, .. },
