@@ -7,7 +7,7 @@
 //!   report, the 10 ms tick (re-armed after it fires), then at most [`TURN_EVENTS_MAX`] events
 //!   from the [`Inbox`] (replica-plane frames from the [`MetadataSink`], storage completions,
 //!   connection reports) before yielding; it turns every effect into a peer send on the
-//!   replica plane, or a [`StorageOp`] queued for
+//!   replica plane, or a [`MetadataStorageOp`] queued for
 //! - the **storage task**, which owns the journal, superblock and snapshot store and executes
 //!   the queue strictly one operation at a time in emission order. That one rule gives every
 //!   ordering the core demands: completions come back in emission order, a `Truncate` lands
@@ -220,8 +220,14 @@ impl Sink for ForeignSink {
 }
 
 /// A storage effect, in the storage task's queue.
+///
+/// Not the partition plane's [`crate::partition_group::PartitionStorageOp`]: both carry the core's
+/// `Append`, `Truncate`, `PersistVsrState` and `Read` alike, but a metadata checkpoint writes a
+/// state-machine [`Snapshot`] and later records the prepare identity it lacked
+/// (`CheckpointIdentity`), where a partition checkpoint records its offsets table and frontier
+/// in the group's superblock and the group also queues its machine's segment work.
 #[derive(Debug)]
-pub enum StorageOp {
+pub enum MetadataStorageOp {
     /// `Effect::Append`.
     Append {
         /// The op.
@@ -265,13 +271,13 @@ pub enum StorageOp {
 
 #[derive(Default)]
 struct StorageQueue {
-    ops: RefCell<VecDeque<StorageOp>>,
+    ops: RefCell<VecDeque<MetadataStorageOp>>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
 
 impl StorageQueue {
-    fn push(&self, op: StorageOp) {
+    fn push(&self, op: MetadataStorageOp) {
         self.ops.borrow_mut().push_back(op);
         if let Some(waker) = self.waker.take() {
             waker.wake();
@@ -285,7 +291,7 @@ impl StorageQueue {
         }
     }
 
-    fn next(&self) -> impl Future<Output = Option<StorageOp>> + '_ {
+    fn next(&self) -> impl Future<Output = Option<MetadataStorageOp>> + '_ {
         poll_fn(|cx| {
             if let Some(op) = self.ops.borrow_mut().pop_front() {
                 return Poll::Ready(Some(op));
@@ -342,7 +348,7 @@ async fn storage_task<S: Storage>(
             continue; // the node is stopping: write nothing more
         }
         match op {
-            StorageOp::Append { op, frame } => {
+            MetadataStorageOp::Append { op, frame } => {
                 let started = Instant::now();
                 let checksum = identity_of(frame.bytes());
                 let done = match disk.journal.append(frame.bytes()).await {
@@ -359,7 +365,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(done));
             }
-            StorageOp::Truncate { from_op } => {
+            MetadataStorageOp::Truncate { from_op } => {
                 if last_persist_failed {
                     fail(format!(
                         "metadata journal truncate from op {from_op} refused: the superblock \
@@ -371,7 +377,7 @@ async fn storage_task<S: Storage>(
                     fail(format!("metadata journal truncate from op {from_op}: {e}"));
                 }
             }
-            StorageOp::Persist(state) => {
+            MetadataStorageOp::Persist(state) => {
                 // Exactly what the core carries (decisions 50-52): the view headers replace the
                 // superblock's in the same generation as `log_view`.
                 let (written, headers) = persisted_state(
@@ -414,7 +420,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(done));
             }
-            StorageOp::Read { op, checksum } => {
+            MetadataStorageOp::Read { op, checksum } => {
                 let frame = match disk.journal.read(op).await {
                     Ok(bytes) if identity_of(&bytes) == checksum => Some(Frame::new(bytes)),
                     Ok(_) => None,
@@ -425,7 +431,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(Completion::Read { op, frame }));
             }
-            StorageOp::CheckpointIdentity { op, prepare } => {
+            MetadataStorageOp::CheckpointIdentity { op, prepare } => {
                 let Some(base) = disk.superblock.state().copied() else {
                     continue;
                 };
@@ -443,7 +449,7 @@ async fn storage_task<S: Storage>(
                     warn!(op, error = %e, "recording the checkpoint's prepare identity failed");
                 }
             }
-            StorageOp::Checkpoint { snapshot, prepare } => {
+            MetadataStorageOp::Checkpoint { snapshot, prepare } => {
                 let op = snapshot.op;
                 let base = disk
                     .superblock
@@ -655,7 +661,7 @@ where
                         let prepare = replica.snapshot_identity(op);
                         if prepare.0 != 0 {
                             exec.queue
-                                .push(StorageOp::CheckpointIdentity { op, prepare });
+                                .push(MetadataStorageOp::CheckpointIdentity { op, prepare });
                         }
                     }
                     replica.step(at, Input::Done(done), &mut out)
@@ -812,10 +818,18 @@ impl Executor {
                             .hold(to.0, bytes, Instant::now() + self.forward_timeout);
                     }
                 }
-                Effect::Append { op, frame } => self.queue.push(StorageOp::Append { op, frame }),
-                Effect::Truncate { from_op } => self.queue.push(StorageOp::Truncate { from_op }),
-                Effect::PersistVsrState(state) => self.queue.push(StorageOp::Persist(state)),
-                Effect::Read { op, checksum } => self.queue.push(StorageOp::Read { op, checksum }),
+                Effect::Append { op, frame } => {
+                    self.queue.push(MetadataStorageOp::Append { op, frame })
+                }
+                Effect::Truncate { from_op } => {
+                    self.queue.push(MetadataStorageOp::Truncate { from_op })
+                }
+                Effect::PersistVsrState(state) => {
+                    self.queue.push(MetadataStorageOp::Persist(state))
+                }
+                Effect::Read { op, checksum } => {
+                    self.queue.push(MetadataStorageOp::Read { op, checksum })
+                }
                 Effect::Checkpoint { op } => {
                     // Only what the replica itself knows (decision 52): its journal, the
                     // view's headers, the described head, or the parent of the op above.
@@ -832,7 +846,7 @@ impl Executor {
                         &replica.client_table_encoded(),
                         &replica.state_machine().checkpoint_artifacts(op),
                     );
-                    self.queue.push(StorageOp::Checkpoint {
+                    self.queue.push(MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot { op, payload },
                         prepare,
                     });
@@ -920,31 +934,31 @@ mod tests {
             let p3 = prepare(3, identity_of(&p2), 3);
             let p2b = prepare(2, identity_of(&p1), 9);
             let ops = vec![
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 1,
                     frame: Frame::new(p1.clone()),
                 },
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 2,
                     frame: Frame::new(p2.clone()),
                 },
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 3,
                     frame: Frame::new(p3.clone()),
                 },
-                StorageOp::Truncate { from_op: 2 },
-                StorageOp::Append {
+                MetadataStorageOp::Truncate { from_op: 2 },
+                MetadataStorageOp::Append {
                     op: 2,
                     frame: Frame::new(p2b.clone()),
                 },
-                StorageOp::Persist(consensus::VsrState {
+                MetadataStorageOp::Persist(consensus::VsrState {
                     view: 1,
                     log_view: 1,
                     commit_max: 1,
                     lost_state: false,
                     ..consensus::VsrState::default()
                 }),
-                StorageOp::Checkpoint {
+                MetadataStorageOp::Checkpoint {
                     snapshot: Snapshot {
                         op: 1,
                         payload: encode_snapshot(
@@ -1013,7 +1027,7 @@ mod tests {
 
     /// Runs `ops` through the storage task (the executor's write path) on `disk`, booted,
     /// and returns what it completed.
-    async fn execute(disk: &MemStorage, ops: Vec<StorageOp>) -> Vec<Completion> {
+    async fn execute(disk: &MemStorage, ops: Vec<MetadataStorageOp>) -> Vec<Completion> {
         let booted = boot(disk).await;
         let gauges = Arc::new(Gauges::default());
         let queue = Rc::new(StorageQueue::default());
@@ -1077,17 +1091,17 @@ mod tests {
             let done = execute(
                 &disk,
                 vec![
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 1,
                         frame: Frame::new(p1.clone()),
                     },
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 2,
                         frame: Frame::new(p2.clone()),
                     },
                     // A checkpoint whose prepare identity the replica did not know yet (a
                     // transferred snapshot before the op above it arrived).
-                    StorageOp::Checkpoint {
+                    MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot {
                             op: 1,
                             payload: encode_snapshot(
@@ -1099,8 +1113,8 @@ mod tests {
                         },
                         prepare: (0, 0),
                     },
-                    StorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
-                    StorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
+                    MetadataStorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
+                    MetadataStorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
                 ],
             )
             .await;
@@ -1126,11 +1140,11 @@ mod tests {
             let done = execute(
                 &learned,
                 vec![
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 1,
                         frame: Frame::new(p1.clone()),
                     },
-                    StorageOp::Checkpoint {
+                    MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot {
                             op: 1,
                             payload: encode_snapshot(
@@ -1142,15 +1156,15 @@ mod tests {
                         },
                         prepare: (0, 0),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 2,
                         prepare: (0xbad, 7),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 1,
                         prepare: (identity_of(&p1), 1_001),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 1,
                         prepare: (0xbad, 7),
                     },
@@ -1179,7 +1193,7 @@ mod tests {
             drop(boot(&other).await);
             let done = execute(
                 &other,
-                vec![StorageOp::Persist(consensus::VsrState::default())],
+                vec![MetadataStorageOp::Persist(consensus::VsrState::default())],
             )
             .await;
             assert_eq!(done.len(), 1, "{done:?}");
@@ -1198,8 +1212,8 @@ mod wedged_tests {
     use journal::mem::FailOp;
     use journal::{JournalConfig, MemStorage};
 
-    fn persist() -> StorageOp {
-        StorageOp::Persist(consensus::VsrState {
+    fn persist() -> MetadataStorageOp {
+        MetadataStorageOp::Persist(consensus::VsrState {
             view: 1,
             log_view: 1,
             commit_max: 0,
@@ -1212,7 +1226,7 @@ mod wedged_tests {
     /// flagged) and returns what it sent back and the fatal cause, if any.
     fn run(
         wedged_after: Option<Duration>,
-        ops: Vec<(bool, StorageOp)>,
+        ops: Vec<(bool, MetadataStorageOp)>,
     ) -> (Vec<Event>, Option<String>) {
         let result = std::sync::Arc::new(std::sync::Mutex::new(None));
         let out = result.clone();
@@ -1300,7 +1314,7 @@ mod wedged_tests {
     /// truncation carries what makes the truncation safe): the node stops instead.
     #[test]
     fn a_truncate_after_a_failed_superblock_write_stops_the_node() {
-        let truncate = || StorageOp::Truncate { from_op: 1 };
+        let truncate = || MetadataStorageOp::Truncate { from_op: 1 };
         let (_, fatal) = run(None, vec![(false, persist()), (false, truncate())]);
         assert_eq!(fatal, None);
         let (_, fatal) = run(None, vec![(true, persist()), (false, truncate())]);
