@@ -204,21 +204,6 @@ impl Sink for MetadataSink {
     }
 }
 
-/// The sink of every shard but 0: no group is hosted there yet, so every frame is counted
-/// (`foreign_group`) and dropped.
-pub struct ForeignSink {
-    /// Where the drops are counted.
-    pub gauges: Arc<Gauges>,
-}
-
-impl Sink for ForeignSink {
-    fn frame(&self, _: Origin, _: &wire::Message<'_>, _: &[u8]) {
-        self.gauges
-            .inbox_dropped_foreign
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// A storage effect, in the storage task's queue.
 ///
 /// Not the partition plane's [`crate::partition_group::PartitionStorageOp`]: both carry the core's
