@@ -387,14 +387,16 @@ async fn storage_task<S: Storage>(
                     Err(e) => {
                         warn!(view = state.view, error = %e, "superblock write failed");
                         last_persist_failed = true;
-                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        // One clock reading: the first failure has failed for exactly zero,
+                        // however long the thread is descheduled here.
+                        let now = Instant::now();
+                        let failing_for = now - *failing_since.get_or_insert(now);
                         if let Some(bound) = wedged_after
-                            && since.elapsed() >= bound
+                            && failing_for >= bound
                         {
                             fail(format!(
-                                "superblock writes failing for {:?} \
-                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}",
-                                since.elapsed()
+                                "superblock writes failing for {failing_for:?} \
+                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}"
                             ));
                         }
                         Completion::VsrStatePersistFailed {
@@ -1270,6 +1272,8 @@ mod wedged_tests {
 
     /// A failed superblock write goes back to the core (which retries); once writes have failed
     /// for `superblock_wedged_fatal_timeout` the node stops. A success resets the clock.
+    /// Deterministic: the ops are at least 5 ms apart (a timer never fires early), and a first
+    /// failure counts as failing for zero however late the task runs (one clock reading).
     #[test]
     fn failing_superblock_writes_stop_the_node_after_the_timeout() {
         let (events, fatal) = run(None, vec![(true, persist()), (true, persist())]);
