@@ -117,6 +117,23 @@ async fn until_accepting(c: &Cluster, partition: u32) {
     panic!("partition {partition} never accepted a request");
 }
 
+/// Waits until all three replicas host both groups and replica 0 commits requests on both.
+async fn until_ready(c: &Cluster) {
+    until("both groups hosted everywhere", || {
+        (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+    })
+    .await;
+    until_accepting(c, 0).await;
+    until_accepting(c, 1).await;
+}
+
+/// Stops all three replicas cleanly (each pump reports `Stopped`).
+async fn stop_all(c: &mut Cluster) {
+    for r in 0..3 {
+        assert_eq!(c.stop(r).await, Outcome::Stopped);
+    }
+}
+
 /// Sends `batches` SendMessages of two messages to each of `partitions` at the primary
 /// (replica 0) at once, and waits for every reply.
 async fn send_burst(c: &Cluster, partitions: u32, first: usize, batches: usize) {
@@ -152,12 +169,7 @@ async fn send_burst(c: &Cluster, partitions: u32, first: usize, batches: usize) 
 fn three_replicas_replicate_poll_recover_and_catch_up() {
     run(|| async {
         let mut c = Cluster::new("replicate", 3, view(2, 4));
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         // A backup refuses submissions and names the primary.
         assert_eq!(
             c.host(1).submit(group(0), send(5, 1, 0, &[b"x"])),
@@ -286,9 +298,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
             "the install survived a restart",
         );
         c.net.cut.borrow_mut().clear();
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -298,12 +308,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
 fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
     run(|| async {
         let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 8);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 10).await;
         until("replica 2 applied them", || {
             (0..2).all(|p| next_offset(c.host(2), p) >= 20)
@@ -386,9 +391,7 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
             );
         }
         c.net.cut.borrow_mut().clear();
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -401,12 +404,7 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
 fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum() {
     run(|| async {
         let mut c = Cluster::new_with("rejoin", 3, view(2, 1_000_000), 8);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 10).await;
         until("replica 2 applied them", || {
             (0..2).all(|p| next_offset(c.host(2), p) >= 20)
@@ -491,9 +489,7 @@ fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum()
         for p in 0..2 {
             assert_eq!(c.host(2).is_lost_state(group(p)), Some(false));
         }
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -503,12 +499,7 @@ fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum()
 fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
     run(|| async {
         let mut c = Cluster::new_with("crash", 3, view(2, 1_000_000), 1_000);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 20).await;
         // One more op per group whose prepare carries the commit point of the 20 above.
         send_burst(&c, 2, 20, 1).await;
@@ -537,9 +528,7 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
                 "the recovered messages are the committed ones",
             );
         }
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -549,16 +538,9 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
 fn a_clean_stop_flushes_committed_messages_to_the_segments() {
     run(|| async {
         let mut c = Cluster::new_with("flush", 3, view(2, 1_000_000), 1_000);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 20).await;
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
         let parts = storage(&c.dirs[0], "partitions");
         for p in 0..2 {
             let (log, _) = journal::PartitionLog::open(
