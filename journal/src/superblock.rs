@@ -537,6 +537,32 @@ impl<S: Storage> Superblock<S> {
     }
 }
 
+/// The consensus core's durable state as this superblock holds it (decisions 50-52): `view`,
+/// `log_view`, `commit_max`, `lost_state`, the view headers written with `log_view`, the
+/// truncation ceiling and the checkpoint's prepare identity. `None` without a state. One
+/// mapping for the server's boot and the simulator's disks (`tests/src/storage.rs`).
+#[cfg(feature = "consensus")]
+pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::VsrState> {
+    use wire::header::{Layout, PrepareHeader};
+    let s = superblock.state()?;
+    let view_headers = superblock
+        .view_headers()
+        .iter()
+        .filter_map(|bytes| PrepareHeader::view(&bytes[..]).copied())
+        .collect();
+    Some(consensus::VsrState {
+        view: s.view,
+        log_view: s.log_view,
+        commit_max: s.commit_max,
+        lost_state: s.lost_state,
+        view_headers,
+        held_ceiling: s.truncation_ceiling,
+        snapshot_op: s.checkpoint_op,
+        snapshot_checksum: s.checkpoint_prepare_checksum,
+        snapshot_timestamp: s.checkpoint_timestamp,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

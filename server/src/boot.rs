@@ -565,29 +565,9 @@ pub fn incarnation() -> u128 {
     u128::from_le_bytes(bytes).max(1)
 }
 
-/// The core's durable state as this node's superblock holds it (decisions 50-52): `view`,
-/// `log_view`, `commit_max`, `lost_state`, the view headers, the truncation ceiling and the
-/// checkpoint's prepare identity. `None` without a state. The simulator's adapter
-/// (`tests/src/storage.rs`, `core_state`) maps the same fields the same way.
-pub fn core_state<S: Storage>(superblock: &Superblock<S>) -> Option<consensus::VsrState> {
-    let s = superblock.state()?;
-    let view_headers = superblock
-        .view_headers()
-        .iter()
-        .filter_map(|bytes| PrepareHeader::view(&bytes[..]).copied())
-        .collect();
-    Some(consensus::VsrState {
-        view: s.view,
-        log_view: s.log_view,
-        commit_max: s.commit_max,
-        lost_state: s.lost_state,
-        view_headers,
-        held_ceiling: s.truncation_ceiling,
-        snapshot_op: s.checkpoint_op,
-        snapshot_checksum: s.checkpoint_prepare_checksum,
-        snapshot_timestamp: s.checkpoint_timestamp,
-    })
-}
+/// The core's durable state as this node's superblock holds it (decisions 50-52; the mapping
+/// is the journal's, shared with the simulator's disks).
+pub use journal::superblock::core_state;
 
 /// Recovers the metadata group from `storage` (the metadata directory `path`) through
 /// `journal::boot::boot_metadata` (format of a fresh directory, journal geometry check,

@@ -7,7 +7,7 @@
 //!   report, the 10 ms tick (re-armed after it fires), then at most [`TURN_EVENTS_MAX`] events
 //!   from the [`Inbox`] (replica-plane frames from the [`MetadataSink`], storage completions,
 //!   connection reports) before yielding; it turns every effect into a peer send on the
-//!   replica plane, or a [`StorageOp`] queued for
+//!   replica plane, or a [`MetadataStorageOp`] queued for
 //! - the **storage task**, which owns the journal, superblock and snapshot store and executes
 //!   the queue strictly one operation at a time in emission order. That one rule gives every
 //!   ordering the core demands: completions come back in emission order, a `Truncate` lands
@@ -211,24 +211,15 @@ impl Sink for MetadataSink {
     }
 }
 
-/// The sink of every shard but 0: no group is hosted there yet, so every frame is counted
-/// (`foreign_group`) and dropped.
-pub struct ForeignSink {
-    /// Where the drops are counted.
-    pub gauges: Arc<Gauges>,
-}
-
-impl Sink for ForeignSink {
-    fn frame(&self, _: Origin, _: &wire::Message<'_>, _: &[u8]) {
-        self.gauges
-            .inbox_dropped_foreign
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// A storage effect, in the storage task's queue.
+///
+/// Not the partition plane's [`crate::partition_group::PartitionStorageOp`]: both carry the core's
+/// `Append`, `Truncate`, `PersistVsrState` and `Read` alike, but a metadata checkpoint writes a
+/// state-machine [`Snapshot`] and later records the prepare identity it lacked
+/// (`CheckpointIdentity`), where a partition checkpoint records its offsets table and frontier
+/// in the group's superblock and the group also queues its machine's segment work.
 #[derive(Debug)]
-pub enum StorageOp {
+pub enum MetadataStorageOp {
     /// `Effect::Append`.
     Append {
         /// The op.
@@ -272,13 +263,13 @@ pub enum StorageOp {
 
 #[derive(Default)]
 struct StorageQueue {
-    ops: RefCell<VecDeque<StorageOp>>,
+    ops: RefCell<VecDeque<MetadataStorageOp>>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
 
 impl StorageQueue {
-    fn push(&self, op: StorageOp) {
+    fn push(&self, op: MetadataStorageOp) {
         self.ops.borrow_mut().push_back(op);
         if let Some(waker) = self.waker.take() {
             waker.wake();
@@ -292,7 +283,7 @@ impl StorageQueue {
         }
     }
 
-    fn next(&self) -> impl Future<Output = Option<StorageOp>> + '_ {
+    fn next(&self) -> impl Future<Output = Option<MetadataStorageOp>> + '_ {
         poll_fn(|cx| {
             if let Some(op) = self.ops.borrow_mut().pop_front() {
                 return Poll::Ready(Some(op));
@@ -349,7 +340,7 @@ async fn storage_task<S: Storage>(
             continue; // the node is stopping: write nothing more
         }
         match op {
-            StorageOp::Append { op, frame } => {
+            MetadataStorageOp::Append { op, frame } => {
                 let started = Instant::now();
                 let checksum = identity_of(frame.bytes());
                 let done = match disk.journal.append(frame.bytes()).await {
@@ -366,7 +357,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(done));
             }
-            StorageOp::Truncate { from_op } => {
+            MetadataStorageOp::Truncate { from_op } => {
                 if last_persist_failed {
                     fail(format!(
                         "metadata journal truncate from op {from_op} refused: the superblock \
@@ -378,7 +369,7 @@ async fn storage_task<S: Storage>(
                     fail(format!("metadata journal truncate from op {from_op}: {e}"));
                 }
             }
-            StorageOp::Persist(state) => {
+            MetadataStorageOp::Persist(state) => {
                 // Exactly what the core carries (decisions 50-52): the view headers replace the
                 // superblock's in the same generation as `log_view`.
                 let (written, headers) = persisted_state(
@@ -403,14 +394,16 @@ async fn storage_task<S: Storage>(
                     Err(e) => {
                         warn!(view = state.view, error = %e, "superblock write failed");
                         last_persist_failed = true;
-                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        // One clock reading: the first failure has failed for exactly zero,
+                        // however long the thread is descheduled here.
+                        let now = Instant::now();
+                        let failing_for = now - *failing_since.get_or_insert(now);
                         if let Some(bound) = wedged_after
-                            && since.elapsed() >= bound
+                            && failing_for >= bound
                         {
                             fail(format!(
-                                "superblock writes failing for {:?} \
-                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}",
-                                since.elapsed()
+                                "superblock writes failing for {failing_for:?} \
+                                 (cluster.superblock_wedged_fatal_timeout {bound:?}): {e}"
                             ));
                         }
                         Completion::VsrStatePersistFailed {
@@ -421,7 +414,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(done));
             }
-            StorageOp::Read { op, checksum } => {
+            MetadataStorageOp::Read { op, checksum } => {
                 let frame = match disk.journal.read(op).await {
                     Ok(bytes) if identity_of(&bytes) == checksum => Some(Frame::new(bytes)),
                     Ok(_) => None,
@@ -432,7 +425,7 @@ async fn storage_task<S: Storage>(
                 };
                 inbox.push(Event::Done(Completion::Read { op, frame }));
             }
-            StorageOp::CheckpointIdentity { op, prepare } => {
+            MetadataStorageOp::CheckpointIdentity { op, prepare } => {
                 let Some(base) = disk.superblock.state().copied() else {
                     continue;
                 };
@@ -450,7 +443,7 @@ async fn storage_task<S: Storage>(
                     warn!(op, error = %e, "recording the checkpoint's prepare identity failed");
                 }
             }
-            StorageOp::Checkpoint { snapshot, prepare } => {
+            MetadataStorageOp::Checkpoint { snapshot, prepare } => {
                 let op = snapshot.op;
                 let base = disk
                     .superblock
@@ -683,7 +676,7 @@ where
                         let prepare = replica.snapshot_identity(op);
                         if prepare.0 != 0 {
                             exec.queue
-                                .push(StorageOp::CheckpointIdentity { op, prepare });
+                                .push(MetadataStorageOp::CheckpointIdentity { op, prepare });
                         }
                     }
                     replica.step(at, Input::Done(done), &mut out)
@@ -897,10 +890,18 @@ impl Executor {
                             .hold(to.0, bytes, Instant::now() + self.forward_timeout);
                     }
                 }
-                Effect::Append { op, frame } => self.queue.push(StorageOp::Append { op, frame }),
-                Effect::Truncate { from_op } => self.queue.push(StorageOp::Truncate { from_op }),
-                Effect::PersistVsrState(state) => self.queue.push(StorageOp::Persist(state)),
-                Effect::Read { op, checksum } => self.queue.push(StorageOp::Read { op, checksum }),
+                Effect::Append { op, frame } => {
+                    self.queue.push(MetadataStorageOp::Append { op, frame })
+                }
+                Effect::Truncate { from_op } => {
+                    self.queue.push(MetadataStorageOp::Truncate { from_op })
+                }
+                Effect::PersistVsrState(state) => {
+                    self.queue.push(MetadataStorageOp::Persist(state))
+                }
+                Effect::Read { op, checksum } => {
+                    self.queue.push(MetadataStorageOp::Read { op, checksum })
+                }
                 Effect::Checkpoint { op } => {
                     // Only what the replica itself knows (decision 52): its journal, the
                     // view's headers, the described head, or the parent of the op above.
@@ -917,7 +918,7 @@ impl Executor {
                         &replica.client_table_encoded(),
                         &replica.state_machine().checkpoint_artifacts(op),
                     );
-                    self.queue.push(StorageOp::Checkpoint {
+                    self.queue.push(MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot { op, payload },
                         prepare,
                     });
@@ -1005,31 +1006,31 @@ mod tests {
             let p3 = prepare(3, identity_of(&p2), 3);
             let p2b = prepare(2, identity_of(&p1), 9);
             let ops = vec![
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 1,
                     frame: Frame::new(p1.clone()),
                 },
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 2,
                     frame: Frame::new(p2.clone()),
                 },
-                StorageOp::Append {
+                MetadataStorageOp::Append {
                     op: 3,
                     frame: Frame::new(p3.clone()),
                 },
-                StorageOp::Truncate { from_op: 2 },
-                StorageOp::Append {
+                MetadataStorageOp::Truncate { from_op: 2 },
+                MetadataStorageOp::Append {
                     op: 2,
                     frame: Frame::new(p2b.clone()),
                 },
-                StorageOp::Persist(consensus::VsrState {
+                MetadataStorageOp::Persist(consensus::VsrState {
                     view: 1,
                     log_view: 1,
                     commit_max: 1,
                     lost_state: false,
                     ..consensus::VsrState::default()
                 }),
-                StorageOp::Checkpoint {
+                MetadataStorageOp::Checkpoint {
                     snapshot: Snapshot {
                         op: 1,
                         payload: encode_snapshot(
@@ -1098,7 +1099,7 @@ mod tests {
 
     /// Runs `ops` through the storage task (the executor's write path) on `disk`, booted,
     /// and returns what it completed.
-    async fn execute(disk: &MemStorage, ops: Vec<StorageOp>) -> Vec<Completion> {
+    async fn execute(disk: &MemStorage, ops: Vec<MetadataStorageOp>) -> Vec<Completion> {
         let booted = boot(disk).await;
         let gauges = Arc::new(Gauges::default());
         let queue = Rc::new(StorageQueue::default());
@@ -1162,17 +1163,17 @@ mod tests {
             let done = execute(
                 &disk,
                 vec![
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 1,
                         frame: Frame::new(p1.clone()),
                     },
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 2,
                         frame: Frame::new(p2.clone()),
                     },
                     // A checkpoint whose prepare identity the replica did not know yet (a
                     // transferred snapshot before the op above it arrived).
-                    StorageOp::Checkpoint {
+                    MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot {
                             op: 1,
                             payload: encode_snapshot(
@@ -1184,8 +1185,8 @@ mod tests {
                         },
                         prepare: (0, 0),
                     },
-                    StorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
-                    StorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
+                    MetadataStorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
+                    MetadataStorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
                 ],
             )
             .await;
@@ -1211,11 +1212,11 @@ mod tests {
             let done = execute(
                 &learned,
                 vec![
-                    StorageOp::Append {
+                    MetadataStorageOp::Append {
                         op: 1,
                         frame: Frame::new(p1.clone()),
                     },
-                    StorageOp::Checkpoint {
+                    MetadataStorageOp::Checkpoint {
                         snapshot: Snapshot {
                             op: 1,
                             payload: encode_snapshot(
@@ -1227,15 +1228,15 @@ mod tests {
                         },
                         prepare: (0, 0),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 2,
                         prepare: (0xbad, 7),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 1,
                         prepare: (identity_of(&p1), 1_001),
                     },
-                    StorageOp::CheckpointIdentity {
+                    MetadataStorageOp::CheckpointIdentity {
                         op: 1,
                         prepare: (0xbad, 7),
                     },
@@ -1264,7 +1265,7 @@ mod tests {
             drop(boot(&other).await);
             let done = execute(
                 &other,
-                vec![StorageOp::Persist(consensus::VsrState::default())],
+                vec![MetadataStorageOp::Persist(consensus::VsrState::default())],
             )
             .await;
             assert_eq!(done.len(), 1, "{done:?}");
@@ -1283,8 +1284,8 @@ mod wedged_tests {
     use journal::mem::FailOp;
     use journal::{JournalConfig, MemStorage};
 
-    fn persist() -> StorageOp {
-        StorageOp::Persist(consensus::VsrState {
+    fn persist() -> MetadataStorageOp {
+        MetadataStorageOp::Persist(consensus::VsrState {
             view: 1,
             log_view: 1,
             commit_max: 0,
@@ -1297,7 +1298,7 @@ mod wedged_tests {
     /// flagged) and returns what it sent back and the fatal cause, if any.
     fn run(
         wedged_after: Option<Duration>,
-        ops: Vec<(bool, StorageOp)>,
+        ops: Vec<(bool, MetadataStorageOp)>,
     ) -> (Vec<Event>, Option<String>) {
         let result = std::sync::Arc::new(std::sync::Mutex::new(None));
         let out = result.clone();
@@ -1356,6 +1357,8 @@ mod wedged_tests {
 
     /// A failed superblock write goes back to the core (which retries); once writes have failed
     /// for `superblock_wedged_fatal_timeout` the node stops. A success resets the clock.
+    /// Deterministic: the ops are at least 5 ms apart (a timer never fires early), and a first
+    /// failure counts as failing for zero however late the task runs (one clock reading).
     #[test]
     fn failing_superblock_writes_stop_the_node_after_the_timeout() {
         let (events, fatal) = run(None, vec![(true, persist()), (true, persist())]);
@@ -1385,7 +1388,7 @@ mod wedged_tests {
     /// truncation carries what makes the truncation safe): the node stops instead.
     #[test]
     fn a_truncate_after_a_failed_superblock_write_stops_the_node() {
-        let truncate = || StorageOp::Truncate { from_op: 1 };
+        let truncate = || MetadataStorageOp::Truncate { from_op: 1 };
         let (_, fatal) = run(None, vec![(false, persist()), (false, truncate())]);
         assert_eq!(fatal, None);
         let (_, fatal) = run(None, vec![(true, persist()), (false, truncate())]);

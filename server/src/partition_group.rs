@@ -10,7 +10,7 @@
 //!   [`TURN_EVENTS_MAX`] inbox events (replica-plane frames, storage completions, connection
 //!   reports, client requests, booted groups) before it yields. Effects become peer sends
 //!   (one `Bytes` per frame, shared by every peer queue), replies through the shard's
-//!   [`ReplySink`], or [`StorageOp`]s queued per group;
+//!   [`ReplySink`], or [`PartitionStorageOp`]s queued per group;
 //! - the **storage task** owns the shard's partition WAL and every group's superblock,
 //!   segments and offsets file. Each group's queue runs in emission order; across groups the
 //!   leading appends of every queue go into one WAL window, committed with one write and one
@@ -532,9 +532,10 @@ impl Transport for PlaneTransport {
     }
 }
 
-/// A storage effect of one group, in its queue.
+/// A storage effect of one group, in its queue (its checkpoint and machine work differ from
+/// the metadata plane's [`crate::metadata_group::MetadataStorageOp`]).
 #[derive(Debug)]
-pub enum StorageOp {
+pub enum PartitionStorageOp {
     /// `Effect::Append`.
     Append {
         /// The op.
@@ -575,7 +576,7 @@ pub enum StorageOp {
 
 #[derive(Default)]
 struct Queues {
-    groups: RefCell<BTreeMap<u64, VecDeque<StorageOp>>>,
+    groups: RefCell<BTreeMap<u64, VecDeque<PartitionStorageOp>>>,
     boots: RefCell<VecDeque<(u64, FlushPolicy)>>,
     /// Groups whose deletion committed, to remove before the next boots (decision 342).
     removals: RefCell<VecDeque<u64>>,
@@ -589,7 +590,7 @@ struct Queues {
 }
 
 impl Queues {
-    fn push(&self, group: u64, op: StorageOp) {
+    fn push(&self, group: u64, op: PartitionStorageOp) {
         self.groups
             .borrow_mut()
             .entry(group)
@@ -766,12 +767,12 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                         let Some(q) = queues.get_mut(&group) else {
                             break;
                         };
-                        if matches!(q.front(), None | Some(StorageOp::Append { .. })) {
+                        if matches!(q.front(), None | Some(PartitionStorageOp::Append { .. })) {
                             break;
                         }
                         q.pop_front().expect("non-empty")
                     };
-                    checkpointed |= matches!(op, StorageOp::Checkpoint { .. });
+                    checkpointed |= matches!(op, PartitionStorageOp::Checkpoint { .. });
                     self.execute(group, op).await;
                     if self.fatal.borrow().is_some() {
                         break;
@@ -826,9 +827,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             let next = {
                 let mut queues = self.queues.groups.borrow_mut();
                 queues.iter_mut().find_map(|(group, q)| match q.front() {
-                    Some(StorageOp::Append { .. } | StorageOp::Machine(StorageWork::Batch(_))) => {
-                        q.pop_front().map(|op| (*group, op))
-                    }
+                    Some(
+                        PartitionStorageOp::Append { .. }
+                        | PartitionStorageOp::Machine(StorageWork::Batch(_)),
+                    ) => q.pop_front().map(|op| (*group, op)),
                     _ => None,
                 })
             };
@@ -836,8 +838,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 break;
             };
             let (op, frame) = match next {
-                StorageOp::Append { op, frame } => (op, frame),
-                StorageOp::Machine(StorageWork::Batch(bytes)) => {
+                PartitionStorageOp::Append { op, frame } => (op, frame),
+                PartitionStorageOp::Machine(StorageWork::Batch(bytes)) => {
                     match self.hold_batch(group, bytes) {
                         Ok(true) => {
                             flush.insert(group);
@@ -1016,14 +1018,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         Ok(())
     }
 
-    async fn execute(&mut self, group: u64, op: StorageOp) {
+    async fn execute(&mut self, group: u64, op: PartitionStorageOp) {
         let identity = self.identity;
         let Some(disk) = self.groups.get_mut(&group) else {
             return;
         };
         match op {
-            StorageOp::Append { .. } => unreachable!("appends run in windows"),
-            StorageOp::Truncate { from_op } => {
+            PartitionStorageOp::Append { .. } => unreachable!("appends run in windows"),
+            PartitionStorageOp::Truncate { from_op } => {
                 if disk.last_persist_failed {
                     self.fail(format!(
                         "group {group:#x}: truncate from op {from_op} refused: the superblock \
@@ -1046,7 +1048,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
                 self.guard.note(lsn, group, &[]);
             }
-            StorageOp::Persist(state) => {
+            PartitionStorageOp::Persist(state) => {
                 let op_head = disk.frames.keys().next_back().copied().unwrap_or(0);
                 let (written, headers) =
                     persisted_state(disk.superblock.state(), identity, &state, op_head);
@@ -1074,7 +1076,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 };
                 self.done(group, done);
             }
-            StorageOp::Read { op, checksum } => {
+            PartitionStorageOp::Read { op, checksum } => {
                 let frame = disk
                     .frames
                     .get(&op)
@@ -1082,7 +1084,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     .map(|(_, f)| f.clone());
                 self.done(group, Completion::Read { op, frame });
             }
-            StorageOp::Machine(StorageWork::Batch(bytes)) => {
+            PartitionStorageOp::Machine(StorageWork::Batch(bytes)) => {
                 let flushed = match self.hold_batch(group, bytes) {
                     Ok(true) => self.flush_segments(&BTreeSet::from([group])).await,
                     Ok(false) => Ok(()),
@@ -1092,7 +1094,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     self.fail(e);
                 }
             }
-            StorageOp::Machine(StorageWork::Offsets(table)) => {
+            PartitionStorageOp::Machine(StorageWork::Offsets(table)) => {
                 if let Err(e) = disk
                     .offset_store
                     .write(&table, disk.policy.enforce_fsync)
@@ -1101,7 +1103,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     self.fail(format!("group {group:#x}: offsets: {e}"));
                 }
             }
-            StorageOp::Machine(StorageWork::Install {
+            PartitionStorageOp::Machine(StorageWork::Install {
                 offsets,
                 staged: Some(staged),
                 ..
@@ -1110,14 +1112,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     self.fail(format!("group {group:#x}: installing a transfer: {e}"));
                 }
             }
-            StorageOp::Machine(StorageWork::Install {
+            PartitionStorageOp::Machine(StorageWork::Install {
                 batches, offsets, ..
             }) => {
                 if let Err(e) = self.install(group, &batches, &offsets).await {
                     self.fail(format!("group {group:#x}: installing a transfer: {e}"));
                 }
             }
-            StorageOp::Checkpoint {
+            PartitionStorageOp::Checkpoint {
                 op,
                 prepare,
                 offsets,
@@ -2472,7 +2474,7 @@ impl Executor {
         // What the applies and installs of this step recorded comes first: a checkpoint
         // emitted in the same step covers them.
         for work in replica.state_machine().take_storage() {
-            self.queues.push(group, StorageOp::Machine(work));
+            self.queues.push(group, PartitionStorageOp::Machine(work));
         }
         let gid = GroupId(group);
         for effect in out.drain() {
@@ -2486,23 +2488,26 @@ impl Executor {
                 }
                 Effect::Append { op, frame } => {
                     self.timeline.appending(group, op);
-                    self.queues.push(group, StorageOp::Append { op, frame });
+                    self.queues
+                        .push(group, PartitionStorageOp::Append { op, frame });
                 }
                 Effect::Truncate { from_op } => {
                     self.timeline.forget(group, from_op);
-                    self.queues.push(group, StorageOp::Truncate { from_op });
+                    self.queues
+                        .push(group, PartitionStorageOp::Truncate { from_op });
                 }
                 Effect::PersistVsrState(state) => {
-                    self.queues.push(group, StorageOp::Persist(state));
+                    self.queues.push(group, PartitionStorageOp::Persist(state));
                 }
                 Effect::Read { op, checksum } => {
-                    self.queues.push(group, StorageOp::Read { op, checksum });
+                    self.queues
+                        .push(group, PartitionStorageOp::Read { op, checksum });
                 }
                 Effect::Checkpoint { op } => {
                     let m = replica.state_machine();
                     self.queues.push(
                         group,
-                        StorageOp::Checkpoint {
+                        PartitionStorageOp::Checkpoint {
                             op,
                             prepare: replica.snapshot_identity(op),
                             offsets: m.offsets().clone(),
@@ -2758,12 +2763,12 @@ mod tests {
                 for op in 1..=appends {
                     for p in 0..groups {
                         let frame = prepare(group(p), op);
-                        queues.push(group(p), StorageOp::Append { op, frame });
+                        queues.push(group(p), PartitionStorageOp::Append { op, frame });
                         if batches {
                             let base = (op - 1) * 1024;
                             let batch = journal::batch::build(u64::from(p), base, op, &payloads);
                             let work = StorageWork::Batch(Bytes::from(batch));
-                            queues.push(group(p), StorageOp::Machine(work));
+                            queues.push(group(p), PartitionStorageOp::Machine(work));
                         }
                     }
                 }
@@ -2905,7 +2910,7 @@ mod tests {
                     let before = wal_disk.counts().1;
                     queues.push(
                         group(0),
-                        StorageOp::Append {
+                        PartitionStorageOp::Append {
                             op,
                             frame: prepare(group(0), op),
                         },

@@ -1,313 +1,27 @@
 //! Partition groups end to end on real disks: three nodes' partition hosts
 //! (`server::partition_group`) on one glommio executor, each with its own temporary data
 //! directory (WAL and group files through `journal::FileStorage`, fdatasync'ed), joined by an
-//! in-process network. Groups come from a committed metadata view published into a
-//! `MetadataHandle`, as the metadata state machine would publish it.
+//! in-process network (`partition_cluster`). Groups come from a committed metadata view
+//! published into a `MetadataHandle`, as the metadata state machine would publish it.
 
-use std::cell::RefCell;
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::rc::Rc;
+mod partition_cluster;
+
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use consensus::{ClientRequest, Frame, RawConfig, ReplicaId};
-use journal::FileStorage;
-use journal::wal::WalConfig;
-use server::client::codec::{Consumer, Identifier, Name, Options, PollingStrategy};
+use consensus::ClientRequest;
+use server::client::codec::{Consumer, Identifier, PollingStrategy};
 use server::client::reply::{PollHead, decode_send_reply, read_result};
 use server::client::request::{OffsetTarget, PollMessages, Request, StoreConsumerOffset};
-use server::groups::{Partitions, Refused, ReplySink};
-use server::metadata::state::{Partition, State, Stream, Topic};
-use server::metadata::topic::{TopicSettings, derive};
-use server::metadata::view::{MetadataHandle, MetadataReader, MetadataView};
-use server::partition_group::{
-    self as pg, Event, Host, Outcome, PartitionGauges, Pump, ReclaimLimits, ShardDisk, Transport,
-};
-use wire::{GroupId, Operation};
+use server::groups::{Partitions, Refused};
+use server::metadata::view::{MetadataHandle, MetadataReader};
+use server::partition_group::{self as pg, Event, Host, Outcome, ReclaimLimits};
+use wire::GroupId;
 
-const LANES: u16 = 16;
-const CLUSTER: u128 = 0xC1;
-
-/// The in-process network: frames go straight into the peer's inbox; a cut node neither
-/// sends nor receives.
-#[derive(Default)]
-struct Net {
-    hosts: RefCell<Vec<Option<Rc<Host>>>>,
-    cut: RefCell<BTreeSet<u8>>,
-}
-
-struct Link {
-    net: Rc<Net>,
-    me: u8,
-}
-
-impl Transport for Link {
-    fn send(&self, peer: u8, group: GroupId, frame: &Bytes) {
-        if !self.connected(peer, group) {
-            return;
-        }
-        let host = self.net.hosts.borrow()[peer as usize].clone();
-        if let Some(host) = host {
-            host.inbox.push(Event::Frame {
-                from: self.me,
-                group: group.0,
-                bytes: frame.clone(),
-            });
-        }
-    }
-    fn connected(&self, peer: u8, _: GroupId) -> bool {
-        let cut = self.net.cut.borrow();
-        !cut.contains(&self.me)
-            && !cut.contains(&peer)
-            && self.net.hosts.borrow()[peer as usize].is_some()
-    }
-}
-
-#[derive(Default)]
-struct Replies(RefCell<Vec<(u128, Frame)>>);
-
-impl ReplySink for Replies {
-    fn reply(&self, client: u128, frame: Frame) {
-        self.0.borrow_mut().push((client, frame));
-    }
-}
-
-struct Node {
-    host: Rc<Host>,
-    stop: Rc<std::cell::Cell<bool>>,
-    task: glommio::task::JoinHandle<Outcome>,
-    replies: Rc<Replies>,
-}
-
-struct Cluster {
-    n: u8,
-    net: Rc<Net>,
-    dirs: Vec<PathBuf>,
-    handle: Arc<MetadataHandle>,
-    reader: MetadataReader,
-    nodes: Vec<Option<Node>>,
-    wal: WalConfig,
-    limits: ReclaimLimits,
-    checkpoint_interval: u64,
-    /// Replicas whose data directory's stamp records a rejoin (decision 240).
-    rejoined: BTreeSet<u8>,
-}
-
-fn group(partition: u32) -> GroupId {
-    GroupId::partition(wire::PartitionKey {
-        stream: 0,
-        topic: 0,
-        partition,
-    })
-    .unwrap()
-}
-
-/// A committed view with one stream and one topic of `partitions` partitions whose segments
-/// flush every `flush_messages` messages.
-fn view(partitions: u32, flush_messages: u32) -> MetadataView {
-    let explicit = Options::default();
-    let derived = derive(&explicit);
-    let settings = TopicSettings {
-        messages_required_to_save: flush_messages,
-        ..TopicSettings::DEFAULT
-    };
-    let topic = Topic {
-        id: 0,
-        name: Name::new("t").unwrap(),
-        created_at: 1,
-        explicit,
-        derived,
-        settings,
-        partitions: (0..partitions)
-            .map(|id| Partition {
-                id,
-                created_at: 1,
-                consensus_group_id: u64::from(id) + 1,
-            })
-            .collect(),
-    };
-    let stream = Stream {
-        id: 0,
-        name: Name::new("s").unwrap(),
-        created_at: 1,
-        topics: [(0, topic)].into_iter().collect(),
-    };
-    MetadataView {
-        op: 7,
-        state: State {
-            streams: [(0, stream)].into_iter().collect(),
-            ..State::default()
-        },
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("strand-partitions-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn storage(dir: &Path, sub: &str) -> FileStorage {
-    let dir = dir.join(sub);
-    std::fs::create_dir_all(&dir).unwrap();
-    FileStorage::new(&dir, false).unwrap()
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for dir in &self.dirs {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl Cluster {
-    fn new(name: &str, n: u8, view: MetadataView) -> Cluster {
-        Cluster::new_with(name, n, view, 8)
-    }
-
-    fn new_with(name: &str, n: u8, view: MetadataView, checkpoint_interval: u64) -> Cluster {
-        let handle = Arc::new(MetadataHandle::default());
-        handle.publish(view);
-        let net = Rc::new(Net::default());
-        *net.hosts.borrow_mut() = vec![None; n as usize];
-        let mut c = Cluster {
-            n,
-            net,
-            dirs: (0..n).map(|r| temp_dir(&format!("{name}-{r}"))).collect(),
-            reader: MetadataReader::new(handle.clone()),
-            handle,
-            nodes: (0..n).map(|_| None).collect(),
-            wal: WalConfig {
-                file_size_max: 64 * 1024,
-                window_bytes_max: 16 * 1024,
-                window_us_max: 500,
-            },
-            limits: ReclaimLimits::default(),
-            checkpoint_interval,
-            rejoined: BTreeSet::new(),
-        };
-        for r in 0..n {
-            c.start(r);
-        }
-        c
-    }
-
-    fn start(&mut self, r: u8) {
-        let gauges = Arc::new(PartitionGauges::default());
-        let host = Host::new(0, 1, LANES, gauges);
-        let mut core = RawConfig::new(CLUSTER, ReplicaId(r), self.n, group(0));
-        core.checkpoint_interval_ops = self.checkpoint_interval;
-        let stop = Rc::new(std::cell::Cell::new(false));
-        let replies = Rc::new(Replies::default());
-        let dir = &self.dirs[r as usize];
-        let flag = stop.clone();
-        let task = glommio::spawn_local(pg::run(Pump {
-            host: host.clone(),
-            core,
-            identity: journal::Identity {
-                cluster: CLUSTER,
-                replica_id: r,
-                replica_count: self.n,
-            },
-            disk: ShardDisk {
-                partitions: storage(dir, "partitions"),
-                wal: storage(dir, "wal"),
-            },
-            wal: self.wal,
-            metadata: self.reader.clone(),
-            transport: Rc::new(Link {
-                net: self.net.clone(),
-                me: r,
-            }),
-            replies: replies.clone(),
-            stop: Box::new(move || flag.get()),
-            limits: self.limits,
-            ack_overrides: Default::default(),
-            rejoin: self.rejoined.contains(&r),
-        }))
-        .detach();
-        self.net.hosts.borrow_mut()[r as usize] = Some(host.clone());
-        self.nodes[r as usize] = Some(Node {
-            host,
-            stop,
-            task,
-            replies,
-        });
-    }
-
-    async fn stop(&mut self, r: u8) -> Outcome {
-        self.net.hosts.borrow_mut()[r as usize] = None;
-        let node = self.nodes[r as usize].take().expect("running");
-        node.stop.set(true);
-        node.task.await.expect("the pump ends")
-    }
-
-    /// Ends `r`'s pump and storage task wherever they are (no shutdown flush): what its disk
-    /// holds is what the next start recovers.
-    async fn crash(&mut self, r: u8) {
-        self.net.hosts.borrow_mut()[r as usize] = None;
-        let node = self.nodes[r as usize].take().expect("running");
-        node.task.cancel();
-        let _ = node.task.await;
-    }
-
-    fn host(&self, r: u8) -> &Rc<Host> {
-        &self.nodes[r as usize].as_ref().expect("running").host
-    }
-
-    fn gauges(&self, r: u8) -> &PartitionGauges {
-        &self.host(r).gauges
-    }
-
-    /// Reports every lane's connections to `r` up again (the sink does it in a node).
-    fn reconnect(&self, r: u8, groups: &[GroupId]) {
-        for peer in (0..self.n).filter(|&p| p != r) {
-            for g in groups {
-                for (a, b) in [(r, peer), (peer, r)] {
-                    self.host(a).inbox.push(Event::Peer {
-                        peer: b,
-                        lane: shard::mapping::lane(*g, LANES),
-                        connected: true,
-                    });
-                }
-            }
-        }
-    }
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..3000 {
-        if f() {
-            return;
-        }
-        glommio::timer::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .io_memory(1 << 20)
-        .spawn(f)
-        .unwrap()
-        .join()
-        .unwrap();
-}
-
-fn send(client: u128, number: u64, partition: u32, payloads: &[&[u8]]) -> ClientRequest {
-    let batch = consensus::build_batch(payloads);
-    let body = consensus::build_send_messages_request(&batch, partition);
-    ClientRequest::new(client, Operation::SendMessages, 0, number, body)
-}
+use partition_cluster::{Cluster, LANES, group, run, send, storage, until, view};
 
 fn consumer() -> Consumer {
     Consumer {
@@ -329,7 +43,13 @@ fn store(client: u128, number: u64, partition: u32, offset: u64) -> ClientReques
         quorum: true,
     })
     .encode(&mut body);
-    ClientRequest::new(client, Operation::StoreConsumerOffset, 0, number, body)
+    ClientRequest::new(
+        client,
+        wire::Operation::StoreConsumerOffset,
+        0,
+        number,
+        body,
+    )
 }
 
 fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
@@ -397,6 +117,23 @@ async fn until_accepting(c: &Cluster, partition: u32) {
     panic!("partition {partition} never accepted a request");
 }
 
+/// Waits until all three replicas host both groups and replica 0 commits requests on both.
+async fn until_ready(c: &Cluster) {
+    until("both groups hosted everywhere", || {
+        (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
+    })
+    .await;
+    until_accepting(c, 0).await;
+    until_accepting(c, 1).await;
+}
+
+/// Stops all three replicas cleanly (each pump reports `Stopped`).
+async fn stop_all(c: &mut Cluster) {
+    for r in 0..3 {
+        assert_eq!(c.stop(r).await, Outcome::Stopped);
+    }
+}
+
 /// Sends `batches` SendMessages of two messages to each of `partitions` at the primary
 /// (replica 0) at once, and waits for every reply.
 async fn send_burst(c: &Cluster, partitions: u32, first: usize, batches: usize) {
@@ -432,12 +169,7 @@ async fn send_burst(c: &Cluster, partitions: u32, first: usize, batches: usize) 
 fn three_replicas_replicate_poll_recover_and_catch_up() {
     run(|| async {
         let mut c = Cluster::new("replicate", 3, view(2, 4));
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         // A backup refuses submissions and names the primary.
         assert_eq!(
             c.host(1).submit(group(0), send(5, 1, 0, &[b"x"])),
@@ -566,9 +298,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
             "the install survived a restart",
         );
         c.net.cut.borrow_mut().clear();
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -578,12 +308,7 @@ fn three_replicas_replicate_poll_recover_and_catch_up() {
 fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
     run(|| async {
         let mut c = Cluster::new_with("cut", 3, view(2, 1_000_000), 8);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 10).await;
         until("replica 2 applied them", || {
             (0..2).all(|p| next_offset(c.host(2), p) >= 20)
@@ -666,9 +391,7 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
             );
         }
         c.net.cut.borrow_mut().clear();
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -681,12 +404,7 @@ fn a_cut_wal_file_makes_the_groups_rejoin_in_lost_state() {
 fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum() {
     run(|| async {
         let mut c = Cluster::new_with("rejoin", 3, view(2, 1_000_000), 8);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 10).await;
         until("replica 2 applied them", || {
             (0..2).all(|p| next_offset(c.host(2), p) >= 20)
@@ -771,9 +489,7 @@ fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum()
         for p in 0..2 {
             assert_eq!(c.host(2).is_lost_state(group(p)), Some(false));
         }
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -783,12 +499,7 @@ fn a_rejoined_replica_boots_its_partition_groups_lost_and_never_helps_a_quorum()
 fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
     run(|| async {
         let mut c = Cluster::new_with("crash", 3, view(2, 1_000_000), 1_000);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 20).await;
         // One more op per group whose prepare carries the commit point of the 20 above.
         send_burst(&c, 2, 20, 1).await;
@@ -817,9 +528,7 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
                 "the recovered messages are the committed ones",
             );
         }
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
     });
 }
 
@@ -829,16 +538,9 @@ fn a_crashed_replica_recovers_unflushed_messages_from_its_wal() {
 fn a_clean_stop_flushes_committed_messages_to_the_segments() {
     run(|| async {
         let mut c = Cluster::new_with("flush", 3, view(2, 1_000_000), 1_000);
-        until("both groups hosted everywhere", || {
-            (0..3).all(|r| (0..2).all(|p| c.host(r).hosts(group(p).0)))
-        })
-        .await;
-        until_accepting(&c, 0).await;
-        until_accepting(&c, 1).await;
+        until_ready(&c).await;
         send_burst(&c, 2, 0, 20).await;
-        for r in 0..3 {
-            assert_eq!(c.stop(r).await, Outcome::Stopped);
-        }
+        stop_all(&mut c).await;
         let parts = storage(&c.dirs[0], "partitions");
         for p in 0..2 {
             let (log, _) = journal::PartitionLog::open(
@@ -1071,30 +773,12 @@ impl Cluster {
     /// A one-replica cluster with two groups, WAL files of 64 KiB, copy-forward off and a
     /// small Busy bound.
     fn new_solo(name: &str) -> Cluster {
-        let handle = Arc::new(MetadataHandle::default());
-        handle.publish(view(2, 4));
-        let net = Rc::new(Net::default());
-        *net.hosts.borrow_mut() = vec![None];
-        let mut c = Cluster {
-            n: 1,
-            net,
-            dirs: vec![temp_dir(name)],
-            reader: MetadataReader::new(handle.clone()),
-            handle,
-            nodes: vec![None],
-            wal: WalConfig {
-                file_size_max: 64 * 1024,
-                window_bytes_max: 16 * 1024,
-                window_us_max: 500,
-            },
-            limits: ReclaimLimits {
-                warn_lsns: 40,
-                busy_lsns: 60,
-                copy_forward: false,
-            },
-            checkpoint_interval: 8,
-            rejoined: BTreeSet::new(),
+        let limits = ReclaimLimits {
+            warn_lsns: 40,
+            busy_lsns: 60,
+            copy_forward: false,
         };
+        let mut c = Cluster::unstarted(name, 1, view(2, 4), 8, limits);
         c.start(0);
         c
     }

@@ -12,8 +12,6 @@
 //! partition once more); behind `Buffered`, the serving side copied the partition into its
 //! offer and the receiver accumulated it and copied it again.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
@@ -30,59 +28,8 @@ use server::partition::machine::PartitionStateMachine;
 use server::partition::reader::{SegmentMap, StorageFiles};
 use wire::{Operation, PartitionKey};
 
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn grow(bytes: usize) {
-    // `try_with`: the thread-local may already be gone while a thread tears down.
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + bytes;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
-fn shrink(bytes: usize) {
-    let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(bytes)));
-}
-
-/// Counts live heap bytes per thread and their peak; allocation itself is the system's.
-struct Counting;
-
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract holds exactly as it does for `System`; the counters are plain
-// thread-local integers that never allocate (const-initialized `Cell`s).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged (see the impl).
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            grow(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.dealloc(ptr, layout) };
-        shrink(layout.size());
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged (see the impl).
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            shrink(layout.size());
-            grow(new_size);
-        }
-        new
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// Messages per batch and their size: one request carries 4 x 60 KiB.
 const PAYLOAD: usize = 60 << 10;
@@ -180,7 +127,7 @@ impl Driver {
         if let Some((base, peak, seen, path)) = self.sampling.as_mut()
             && self.replicas[2].transfers_installed() == 0
         {
-            *peak = PEAK.with(Cell::get) - *base;
+            *peak = counting_alloc::peak() - *base;
             *seen |= path.exists();
         }
     }
@@ -334,8 +281,7 @@ fn a_partition_many_times_the_bound_transfers_through_a_staging_file() {
 
     // Reconnected, replica 2 finds the range evicted and transfers.
     d.cut = false;
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|peak| peak.set(base));
+    let base = counting_alloc::restart_peak();
     let staged = dir
         .join("r2")
         .join(format!("t{:016x}-0.staging", group().0));
@@ -346,7 +292,7 @@ fn a_partition_many_times_the_bound_transfers_through_a_staging_file() {
             break;
         }
     }
-    let peak = PEAK.with(Cell::get) - base;
+    let peak = counting_alloc::peak() - base;
     let (_, staging_peak, saw_staging_file, _) = d.sampling.take().unwrap();
 
     assert_eq!(d.replicas[2].transfers_installed(), 1);

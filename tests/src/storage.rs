@@ -19,12 +19,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use consensus::VsrState;
+use journal::superblock::core_state;
 use journal::{
     CrashMode, GroupReplay, Identity, JournalConfig, JournalError, MemStorage, MetadataJournal,
     PartitionWal, SECTOR, SlotState, Superblock, WalConfig, WalError, block_on, recover_metadata,
 };
 use wire::GroupId;
-use wire::header::{Layout, PrepareHeader};
+use wire::header::Layout;
 
 use crate::prng::Prng;
 
@@ -178,29 +179,6 @@ fn view_of(frame: &[u8]) -> u32 {
     frame
         .get(52..56)
         .map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-}
-
-/// The core's part of the superblock's state: the view pair, the view headers written with
-/// `log_view`, the truncation ceiling and the checkpoint's prepare identity, all as the disk
-/// holds them (decisions 50-52).
-fn core_state(superblock: &Superblock<MemStorage>) -> Option<VsrState> {
-    let s = superblock.state()?;
-    let view_headers = superblock
-        .view_headers()
-        .iter()
-        .filter_map(|bytes| PrepareHeader::view(&bytes[..]).copied())
-        .collect();
-    Some(VsrState {
-        view: s.view,
-        log_view: s.log_view,
-        commit_max: s.commit_max,
-        lost_state: s.lost_state,
-        view_headers,
-        held_ceiling: s.truncation_ceiling,
-        snapshot_op: s.checkpoint_op,
-        snapshot_checksum: s.checkpoint_prepare_checksum,
-        snapshot_timestamp: s.checkpoint_timestamp,
-    })
 }
 
 /// The ops the metadata journal holds above its checkpoint.
@@ -902,6 +880,7 @@ impl Disk {
 mod tests {
     use super::*;
     use crate::prng::Stream;
+    use wire::header::PrepareHeader;
 
     const IDENTITY: Identity = Identity {
         cluster: 7,

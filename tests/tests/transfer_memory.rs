@@ -5,11 +5,9 @@
 //! the bound plus a little bookkeeping. Before decision 170 the serving core held every
 //! artifact whole and the receiving core accumulated it whole: twice the artifact.
 //!
-//! The heap is measured by a counting global allocator, per thread, so tests running in
-//! parallel do not disturb each other.
+//! The heap is measured by a counting global allocator (`counting-alloc`), per thread, so tests
+//! running in parallel do not disturb each other.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 
 use consensus::constants::{STATE_CHUNK_LEN_MAX, TRANSFER_BYTES_HELD_MAX};
@@ -19,59 +17,8 @@ use consensus::{
 };
 use tests::machine::SimMachine;
 
-thread_local! {
-    static LIVE: Cell<usize> = const { Cell::new(0) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-fn grow(bytes: usize) {
-    // `try_with`: the thread-local may already be gone while a thread tears down.
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + bytes;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
-fn shrink(bytes: usize) {
-    let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(bytes)));
-}
-
-/// Counts live heap bytes per thread and their peak; allocation itself is the system's.
-struct Counting;
-
-// SAFETY: every call forwards to `System` with the caller's arguments unchanged, so the
-// `GlobalAlloc` contract holds exactly as it does for `System`; the counters are plain
-// thread-local integers that never allocate (const-initialized `Cell`s).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged (see the impl).
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            grow(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see the impl).
-        unsafe { System.dealloc(ptr, layout) };
-        shrink(layout.size());
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded unchanged (see the impl).
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            shrink(layout.size());
-            grow(new_size);
-        }
-        new
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 /// The main artifact's padding: 64 full chunks (16 MiB), about 32 times the bound.
 const PAD: u64 = 64 * STATE_CHUNK_LEN_MAX as u64;
@@ -214,15 +161,14 @@ fn a_transfer_many_times_the_bound_holds_at_most_the_bound() {
 
     // Reconnected, it learns the commit point, finds the range evicted and transfers.
     d.cut = false;
-    let base = LIVE.with(Cell::get);
-    PEAK.with(|peak| peak.set(base));
+    let base = counting_alloc::restart_peak();
     for _ in 0..20_000 {
         d.tick();
         if d.replicas[2].transfers_installed() > 0 && d.replicas[2].commit_min() == commit {
             break;
         }
     }
-    let peak = PEAK.with(Cell::get) - base;
+    let peak = counting_alloc::peak() - base;
 
     assert_eq!(d.replicas[2].transfers_installed(), 1);
     assert_eq!(d.replicas[2].commit_min(), commit);

@@ -93,7 +93,7 @@ async fn life(
     if task.groups.contains_key(&key()) {
         for op in 1..=appends {
             let frame = super::tests::prepare(key(), op);
-            queues.push(key(), StorageOp::Append { op, frame });
+            queues.push(key(), PartitionStorageOp::Append { op, frame });
         }
     }
     queues.closed.set(true);

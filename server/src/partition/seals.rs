@@ -146,7 +146,7 @@ mod tests {
     use wire::PartitionKey;
 
     use super::super::tests::{TestTask, prepare, test_task};
-    use super::super::{Event, Inbox, Queues, StorageOp, group_prefix};
+    use super::super::{Event, Inbox, PartitionStorageOp, Queues, group_prefix};
     use crate::metadata::view::MetadataReader;
     use crate::partition::machine::StorageWork;
     use consensus::Completion;
@@ -175,14 +175,14 @@ mod tests {
         let g = group(p);
         queues.push(
             g,
-            StorageOp::Append {
+            PartitionStorageOp::Append {
                 op,
                 frame: prepare(g, op),
             },
         );
         let batch = journal::batch::build(u64::from(p), (op - 1) * 1024, op, &payloads);
         let work = StorageWork::Batch(Bytes::from(batch));
-        queues.push(g, StorageOp::Machine(work));
+        queues.push(g, PartitionStorageOp::Machine(work));
     }
 
     fn appended(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>) {
