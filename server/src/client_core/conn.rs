@@ -186,12 +186,14 @@ impl ClientCore {
         raw_header: &[u8; HEADER_SIZE],
         mut owned_body: Vec<u8>,
     ) -> Option<Frame> {
-        let header =
-            match wire::decode::decode_request_parts(raw_header, &owned_body, self.max_message_size)
-            {
-                Ok(header) => *header,
-                Err(error) => return refuse_undecodable(raw_header, error),
-            };
+        let header = match wire::decode::decode_request_parts(
+            raw_header,
+            &owned_body,
+            self.max_message_size,
+        ) {
+            Ok(header) => *header,
+            Err(error) => return refuse_undecodable(raw_header, error),
+        };
         let body = owned_body.as_slice();
         let operation = Operation::from_byte(header.operation)?;
         let client = header.client.get();
