@@ -568,7 +568,12 @@ impl Plane {
             if conn.closed.get().is_some() {
                 break None;
             }
-            match self.read_into(&conn, &mut half, framer.spare()).await {
+            // Reads into the framer stop at `READ_CHUNK`, so a large frame is never whole
+            // in one read: its header arrives with at most a chunk of its body and the rest
+            // goes straight into its own buffer below.
+            let spare = framer.spare();
+            let chunk = spare.len().min(wire::framer::READ_CHUNK);
+            match self.read_into(&conn, &mut half, &mut spare[..chunk]).await {
                 Ok(n) => framer.filled(n),
                 Err(reason) => break Some(reason),
             }
