@@ -107,7 +107,7 @@ proptest! {
         header[48..52].copy_from_slice(&size.to_le_bytes());
         let frame = [header.as_slice(), &body].concat();
         let whole = decode::decode_request(&frame, MAX_MESSAGE_SIZE_DEFAULT).map(|(h, _)| *h);
-        let parts = decode::decode_request_parts(&header, &body, MAX_MESSAGE_SIZE_DEFAULT).map(|h| *h);
+        let parts = decode::decode_request_parts(&header, &body, MAX_MESSAGE_SIZE_DEFAULT).copied();
         prop_assert_eq!(parts.map(|h| h.bytes().to_vec()), whole.map(|h| h.bytes().to_vec()));
     }
 
