@@ -139,6 +139,64 @@ fn framer(c: &mut Criterion) {
             frames
         })
     });
+    // Decision 365: 1 MiB prepares read in 64 KiB socket reads, each frame ending up in a
+    // buffer of its own (the sink keeps it). `copied_out`: sliced from the framer's buffer and
+    // copied (the reader before); `read_into_own`: taken out once its header is in and the rest
+    // read straight into its buffer.
+    let big = {
+        let size = 1 << 20;
+        let mut frames = Vec::new();
+        for i in 0..16u8 {
+            let start = frames.len();
+            frames.resize(start + size, i);
+            frames[start + 48..start + 52].copy_from_slice(&(size as u32).to_le_bytes());
+            frames[start + 60] = wire::Command::Prepare.byte();
+        }
+        frames
+    };
+    group.throughput(Throughput::Bytes(big.len() as u64));
+    group.bench_function("1MiB_frames_copied_out", |b| {
+        let mut framer = Framer::default();
+        b.iter(|| {
+            let mut kept = 0u64;
+            for read in big.chunks(READ_CHUNK) {
+                framer.spare()[..read.len()].copy_from_slice(read);
+                framer.filled(read.len());
+                while let Some(frame) = framer.next_frame() {
+                    let owned = std::hint::black_box(frame.unwrap().to_vec());
+                    kept += u64::from(owned[60]);
+                }
+            }
+            kept
+        })
+    });
+    group.bench_function("1MiB_frames_read_into_own", |b| {
+        let mut framer = Framer::default();
+        b.iter(|| {
+            let mut kept = 0u64;
+            let mut at = 0;
+            while at < big.len() {
+                let read = &big[at..(at + READ_CHUNK).min(big.len())];
+                framer.spare()[..read.len()].copy_from_slice(read);
+                framer.filled(read.len());
+                at += read.len();
+                while let Some(frame) = framer.next_frame() {
+                    kept += u64::from(frame.unwrap()[60]);
+                }
+                if let Some((mut frame, mut filled)) = framer.take_partial(READ_CHUNK) {
+                    while filled < frame.len() {
+                        let n = READ_CHUNK.min(frame.len() - filled);
+                        frame[filled..filled + n].copy_from_slice(&big[at..at + n]);
+                        filled += n;
+                        at += n;
+                    }
+                    let owned = std::hint::black_box(frame);
+                    kept += u64::from(owned[60]);
+                }
+            }
+            kept
+        })
+    });
     group.finish();
 }
 

@@ -41,8 +41,16 @@ pub struct ShardSink {
     pub gauges: Arc<Gauges>,
 }
 
-impl Sink for ShardSink {
-    fn frame(&self, origin: Origin, message: &wire::Message<'_>, frame: &[u8]) {
+impl ShardSink {
+    /// Where a replica frame goes: the metadata sink (borrowed bytes), this shard's partition
+    /// pump or the owning shard (the `Bytes` that `bytes` makes).
+    fn route(
+        &self,
+        origin: Origin,
+        message: &wire::Message<'_>,
+        frame: &[u8],
+        bytes: impl FnOnce() -> Bytes,
+    ) {
         let group = message.group();
         if group == GroupId::METADATA {
             match &self.metadata {
@@ -63,7 +71,7 @@ impl Sink for ShardSink {
             p.inbox.push(Event::Frame {
                 from: origin.peer,
                 group: group.0,
-                bytes: Bytes::copy_from_slice(frame),
+                bytes: bytes(),
             });
             return;
         }
@@ -72,7 +80,7 @@ impl Sink for ShardSink {
             let message = ShardMsg::Replica {
                 from: origin.peer,
                 group: group.0,
-                bytes: Bytes::copy_from_slice(frame),
+                bytes: bytes(),
             };
             if (self.forward)(owner, message) {
                 p.gauges.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -80,6 +88,18 @@ impl Sink for ShardSink {
             }
         }
         p.gauges.dropped_unknown.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl Sink for ShardSink {
+    fn frame(&self, origin: Origin, message: &wire::Message<'_>, frame: &[u8]) {
+        self.route(origin, message, frame, || Bytes::copy_from_slice(frame));
+    }
+
+    /// A large frame read into its own buffer: the partition pump (or the owning shard) keeps
+    /// that buffer, not a copy (decision 365).
+    fn frame_owned(&self, origin: Origin, message: &wire::Message<'_>, frame: &Bytes) {
+        self.route(origin, message, frame, || frame.clone());
     }
 
     fn connected(&self, origin: Origin) {

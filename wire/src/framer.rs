@@ -209,6 +209,33 @@ impl Framer {
         }
     }
 
+    /// Takes a large frame that has begun but is not complete out of the buffer, so that its
+    /// remaining bytes are read straight into the buffer it will live in (decision 365): when
+    /// the pending bytes start with a header that passes [`frame_size`] for a frame of at
+    /// least `min` bytes that they do not hold whole, returns a buffer of exactly the frame's
+    /// size whose first `n` bytes are the ones already read, and `n`; the framer is then empty.
+    /// `None` (and nothing taken) when poisoned, when fewer than a header's bytes are pending,
+    /// for a bad header (left for [`Framer::next_frame`] to report), for a frame below `min`,
+    /// and for a frame already whole. Call it after draining [`Framer::next_frame`].
+    pub fn take_partial(&mut self, min: usize) -> Option<(Vec<u8>, usize)> {
+        if self.poisoned.is_some() {
+            return None;
+        }
+        let pending = &self.buf[self.start..self.end];
+        let size = frame_size(pending, self.max_message_size).ok()??;
+        if size < min || size <= pending.len() {
+            return None;
+        }
+        // Zeroed by the allocator (fresh pages), not by a fill pass; the caller reads the rest
+        // of the frame over the zeroes and hands the buffer on only once it is full.
+        let mut frame = vec![0; size];
+        frame[..pending.len()].copy_from_slice(pending);
+        let n = pending.len();
+        self.start = 0;
+        self.end = 0;
+        Some((frame, n))
+    }
+
     /// The violation that closed the stream, if any.
     pub fn poisoned(&self) -> Option<FramingError> {
         self.poisoned
@@ -417,5 +444,110 @@ mod tests {
         }
         assert_eq!(count, 60);
         assert_eq!(framer.capacity(), capacity);
+    }
+
+    /// A stream fed in uneven reads, with every frame of at least `min` bytes still arriving
+    /// when the buffer is drained taken out and finished in its own buffer, gives back exactly
+    /// the frames in order: the taken prefix is the bytes read and nothing past them.
+    fn run_with_takes(stream: &[u8], reads: &[usize], min: usize) -> (Vec<Vec<u8>>, usize) {
+        let mut framer = Framer::new(MAX_MESSAGE_SIZE_DEFAULT);
+        let mut out = Vec::new();
+        let mut taken = 0;
+        let mut at = 0;
+        let mut r = 0;
+        while at < stream.len() {
+            let n = reads[r % reads.len()].min(stream.len() - at);
+            r += 1;
+            framer.push(&stream[at..at + n]);
+            at += n;
+            drain(&mut framer, &mut out);
+            if let Some((mut frame, filled)) = framer.take_partial(min) {
+                taken += 1;
+                assert!(frame.len() >= min && filled < frame.len());
+                assert_eq!(
+                    framer.buffered(),
+                    0,
+                    "the framer keeps none of a taken frame"
+                );
+                // The rest of the frame comes straight from the stream, as a socket read into
+                // the taken buffer would.
+                let rest = frame.len() - filled;
+                frame[filled..].copy_from_slice(&stream[at..at + rest]);
+                at += rest;
+                out.push(frame);
+            }
+        }
+        drain(&mut framer, &mut out);
+        (out, taken)
+    }
+
+    #[test]
+    fn large_frames_under_way_are_taken_whole_and_in_order() {
+        let min = 4096;
+        let frames = [
+            frame(6, 10_000, 1),
+            frame(6, 10, 2),
+            frame(6, min - HEADER_SIZE, 3),
+            frame(6, min - HEADER_SIZE - 1, 4),
+            frame(6, 300_000, 5),
+            frame(6, 0, 6),
+        ];
+        let stream = frames.concat();
+        for reads in [&[1000][..], &[257, 3000, 17], &[100_000], &[4096, 1]] {
+            let (out, taken) = run_with_takes(&stream, reads, min);
+            assert_eq!(out, frames, "reads {reads:?}");
+            assert!(taken >= 1, "reads {reads:?}: no frame was taken");
+        }
+    }
+
+    #[test]
+    fn take_partial_leaves_small_whole_bad_and_headerless_input_alone() {
+        let min = 4096;
+        let big = frame(6, 8000, 7);
+        // Not a whole header yet.
+        let mut framer = Framer::new(MAX_MESSAGE_SIZE_DEFAULT);
+        framer.push(&big[..HEADER_SIZE - 1]);
+        assert_eq!(framer.take_partial(min), None);
+        // A whole frame stays for next_frame.
+        framer.push(&big[HEADER_SIZE - 1..]);
+        assert_eq!(framer.take_partial(min), None);
+        assert_eq!(framer.next_frame(), Some(Ok(&big[..])));
+        // A frame below the bound stays.
+        let small = frame(6, min - HEADER_SIZE - 1, 8);
+        framer.push(&small[..HEADER_SIZE + 10]);
+        assert_eq!(framer.take_partial(min), None);
+        framer.push(&small[HEADER_SIZE + 10..]);
+        assert_eq!(framer.next_frame(), Some(Ok(&small[..])));
+        // A bad header is left for next_frame to report, and nothing is allocated for it.
+        let mut bad = Framer::new(4096);
+        bad.push(&header(4097, 1));
+        assert_eq!(bad.take_partial(1), None);
+        assert!(matches!(
+            bad.next_frame(),
+            Some(Err(FramingError::SizeTooLarge { .. }))
+        ));
+        assert_eq!(bad.take_partial(1), None);
+    }
+
+    #[test]
+    fn a_taken_frame_holds_the_bytes_read_and_zeroes_past_them() {
+        // The framer's buffer held older, larger frames: the taken buffer must carry only the
+        // new frame's bytes read so far, never stale bytes from behind them.
+        let mut framer = Framer::new(MAX_MESSAGE_SIZE_DEFAULT);
+        let old = frame(6, 200_000, 0xAA);
+        framer.push(&old);
+        assert_eq!(framer.next_frame(), Some(Ok(&old[..])));
+        let new = frame(6, 100_000, 0x55);
+        framer.push(&new[..5000]);
+        let (taken, filled) = framer.take_partial(4096).expect("a large frame under way");
+        assert_eq!(filled, 5000);
+        assert_eq!(taken.len(), new.len());
+        assert_eq!(&taken[..filled], &new[..5000]);
+        assert!(
+            taken[filled..].iter().all(|b| *b == 0),
+            "stale bytes past the read ones"
+        );
+        assert_eq!(framer.buffered(), 0);
+        assert_eq!(framer.next_frame(), None);
     }
 }

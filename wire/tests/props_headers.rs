@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use wire::decode::{self, Stage};
-use wire::header::{FieldKind, LAYOUTS, layout_fields};
+use wire::header::{FieldKind, LAYOUTS, Layout, layout_fields};
 use wire::suffix::Suffix;
 use wire::{Command, HEADER_SIZE, MAX_MESSAGE_SIZE_DEFAULT, Operation};
 
@@ -96,6 +96,19 @@ proptest! {
         let _ = decode::decode_reply(&bytes, MAX_MESSAGE_SIZE_DEFAULT);
         let _ = decode::decode_eviction(&bytes, MAX_MESSAGE_SIZE_DEFAULT);
         let _ = Suffix::decode(head_op, &bytes);
+    }
+
+    /// A request decoded from its header and body apart (decision 366) gets the verdict of the
+    /// whole frame, for every size field, command and body length.
+    #[test]
+    fn request_parts_decode_as_the_whole_frame(mut header in header_bytes(), command in 0u8..=31, size in prop::option::of(0u32..2048), body in prop::collection::vec(any::<u8>(), 0..768)) {
+        header[60] = command;
+        let size = size.unwrap_or((HEADER_SIZE + body.len()) as u32);
+        header[48..52].copy_from_slice(&size.to_le_bytes());
+        let frame = [header.as_slice(), &body].concat();
+        let whole = decode::decode_request(&frame, MAX_MESSAGE_SIZE_DEFAULT).map(|(h, _)| *h);
+        let parts = decode::decode_request_parts(&header, &body, MAX_MESSAGE_SIZE_DEFAULT).copied();
+        prop_assert_eq!(parts.map(|h| h.bytes().to_vec()), whole.map(|h| h.bytes().to_vec()));
     }
 
     /// Random headers that pass framing (size = length, command <= 29) reach deep into the

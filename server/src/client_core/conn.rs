@@ -77,9 +77,10 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
             );
             break;
         }
-        let mut frame = vec![0u8; size];
-        frame[..HEADER_SIZE].copy_from_slice(&header);
-        if stream.read_exact(&mut frame[HEADER_SIZE..]).await.is_err() {
+        // The body is read straight into the buffer a replicated request keeps (decision 366):
+        // no copy of it between the socket and the consensus core.
+        let mut body = vec![0u8; size - HEADER_SIZE];
+        if stream.read_exact(&mut body).await.is_err() {
             break;
         }
         let stamps = timeline::RequestStamps {
@@ -87,8 +88,8 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
             read: Instant::now(),
         };
         Counters::add(&counters.requests);
-        seen.note(&frame);
-        let client = frame
+        seen.note(&header);
+        let client = header
             .get(128..144)
             .and_then(|b| b.try_into().ok())
             .map_or(0, u128::from_le_bytes);
@@ -102,7 +103,7 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
             addresses.note(client, token, peer);
             carried = Some(client);
         }
-        let Some(answer) = core.handle(conn, &frame).await else {
+        let Some(answer) = core.handle(conn, &header, body).await else {
             Counters::add(&counters.closed_undecodable);
             break;
         };
@@ -210,11 +211,21 @@ impl ClientCore {
 impl ClientCore {
     /// The answer to one Request frame; `None` closes the connection (nothing can be
     /// addressed to a client id 0).
-    pub(super) async fn handle(&self, conn: u64, frame: &[u8]) -> Option<Frame> {
-        let (header, body) = match wire::decode::decode_request(frame, self.max_message_size) {
-            Ok((header, body)) => (*header, body),
-            Err(error) => return refuse_undecodable(frame, error),
+    pub(super) async fn handle(
+        &self,
+        conn: u64,
+        raw_header: &[u8; HEADER_SIZE],
+        mut owned_body: Vec<u8>,
+    ) -> Option<Frame> {
+        let header = match wire::decode::decode_request_parts(
+            raw_header,
+            &owned_body,
+            self.max_message_size,
+        ) {
+            Ok(header) => *header,
+            Err(error) => return refuse_undecodable(raw_header, error),
         };
+        let body = owned_body.as_slice();
         let operation = Operation::from_byte(header.operation)?;
         let client = header.client.get();
         let session = header.session.get();
@@ -268,7 +279,7 @@ impl ClientCore {
             Route::Metadata(_) => {
                 let mut request = ClientRequest {
                     header,
-                    body: body.to_vec(),
+                    body: std::mem::take(&mut owned_body),
                 };
                 // `route` evicts every replicated op without a session.
                 request.header.user_id.set(user?);
@@ -277,7 +288,7 @@ impl ClientCore {
             Route::Partition { group, .. } => {
                 let mut request = ClientRequest {
                     header,
-                    body: body.to_vec(),
+                    body: std::mem::take(&mut owned_body),
                 };
                 request.header.user_id.set(user?);
                 Some(self.partition_call(conn, group, request).await)

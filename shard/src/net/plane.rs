@@ -58,6 +58,13 @@ pub trait Sink {
     /// One accepted frame: its typed view and its bytes (borrowed from the reader's buffer).
     fn frame(&self, origin: Origin, message: &Message<'_>, frame: &[u8]);
 
+    /// One accepted frame that was read straight into a buffer of its own (a large frame,
+    /// decision 365): a sink that keeps the bytes takes a reference instead of a copy. By
+    /// default, handled as [`Sink::frame`].
+    fn frame_owned(&self, origin: Origin, message: &Message<'_>, frame: &Bytes) {
+        self.frame(origin, message, frame);
+    }
+
     /// A connection to `origin.peer` on `origin.lane` is established on this shard (for the
     /// pump's per-peer connection reports).
     fn connected(&self, origin: Origin) {
@@ -69,6 +76,11 @@ pub trait Sink {
         let _ = origin;
     }
 }
+
+/// Frames of at least this many bytes that are still arriving when the framer's buffer is
+/// drained are read into a buffer of their own (decision 365); smaller ones are sliced out of
+/// the framer's buffer and copied by a sink that keeps them.
+pub const DIRECT_READ_MIN: usize = wire::framer::READ_CHUNK;
 
 /// Why a frame was not queued for a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -556,25 +568,19 @@ impl Plane {
 
     async fn reader(self: Rc<Self>, conn: Rc<Conn>, mut half: ReadHalf) {
         let config = &self.config;
-        let replica_count = config.replica_count();
         let mut framer = Framer::new(config.max_message_size);
         let reason = 'connection: loop {
             if conn.closed.get().is_some() {
                 break None;
             }
-            match half.read(framer.spare()).await {
-                Ok((0, _)) => break Some(Closed::Eof),
-                Ok((n, wants_write)) => {
-                    framer.filled(n);
-                    if wants_write {
-                        conn.flush.set(true);
-                        conn.wake();
-                    }
-                }
-                Err(error) => {
-                    tracing::info!(peer = conn.origin.peer, %error, "replica read failed");
-                    break Some(Closed::ReadError);
-                }
+            // Reads into the framer stop at `READ_CHUNK`, so a large frame is never whole
+            // in one read: its header arrives with at most a chunk of its body and the rest
+            // goes straight into its own buffer below.
+            let spare = framer.spare();
+            let chunk = spare.len().min(wire::framer::READ_CHUNK);
+            match self.read_into(&conn, &mut half, &mut spare[..chunk]).await {
+                Ok(n) => framer.filled(n),
+                Err(reason) => break Some(reason),
             }
             while let Some(frame) = framer.next_frame() {
                 let frame = match frame {
@@ -584,31 +590,86 @@ impl Plane {
                         break 'connection Some(closed_for(error));
                     }
                 };
-                match screen(
-                    frame,
-                    config.max_message_size,
-                    replica_count,
-                    config.self_id,
-                ) {
-                    Ok(message) => {
-                        Counters::add(&self.counters.frames_in, 1);
-                        Counters::add(&self.counters.bytes_in, frame.len() as u64);
-                        self.sink.frame(conn.origin, &message, frame);
+                if let Err(reason) = self.deliver(&conn, frame, None) {
+                    break 'connection Some(reason);
+                }
+            }
+            // A large frame under way is read into its own buffer, which the sink keeps: no
+            // copy out of the framer's buffer and no compaction of it (decision 365).
+            if let Some((mut frame, mut filled)) = framer.take_partial(DIRECT_READ_MIN) {
+                while filled < frame.len() {
+                    if conn.closed.get().is_some() {
+                        break 'connection None;
                     }
-                    Err(Refusal::Drop(reason)) => {
-                        self.counters.dropped(reason);
-                        tracing::debug!(
-                            peer = conn.origin.peer,
-                            reason = reason.label(),
-                            "replica frame dropped"
-                        );
+                    match self.read_into(&conn, &mut half, &mut frame[filled..]).await {
+                        Ok(n) => filled += n,
+                        Err(reason) => break 'connection Some(reason),
                     }
-                    Err(Refusal::Close(reason)) => break 'connection Some(reason),
+                }
+                let frame = Bytes::from(frame);
+                if let Err(reason) = self.deliver(&conn, &frame, Some(&frame)) {
+                    break 'connection Some(reason);
                 }
             }
         };
         if let Some(reason) = reason {
             self.close(&conn, reason);
+        }
+    }
+
+    /// One read from the connection into `buf`: the bytes read, or why the connection ends
+    /// (end of stream, a read error).
+    async fn read_into(
+        &self,
+        conn: &Conn,
+        half: &mut ReadHalf,
+        buf: &mut [u8],
+    ) -> Result<usize, Closed> {
+        match half.read(buf).await {
+            Ok((0, _)) => Err(Closed::Eof),
+            Ok((n, wants_write)) => {
+                if wants_write {
+                    conn.flush.set(true);
+                    conn.wake();
+                }
+                Ok(n)
+            }
+            Err(error) => {
+                tracing::info!(peer = conn.origin.peer, %error, "replica read failed");
+                Err(Closed::ReadError)
+            }
+        }
+    }
+
+    /// The receive checks of one whole frame, then the sink (`owned`: the frame is `frame`'s
+    /// own buffer, which the sink may keep); `Err` closes the connection.
+    fn deliver(&self, conn: &Conn, frame: &[u8], owned: Option<&Bytes>) -> Result<(), Closed> {
+        let config = &self.config;
+        match screen(
+            frame,
+            config.max_message_size,
+            config.replica_count(),
+            config.self_id,
+        ) {
+            Ok(message) => {
+                Counters::add(&self.counters.frames_in, 1);
+                Counters::add(&self.counters.bytes_in, frame.len() as u64);
+                match owned {
+                    Some(bytes) => self.sink.frame_owned(conn.origin, &message, bytes),
+                    None => self.sink.frame(conn.origin, &message, frame),
+                }
+                Ok(())
+            }
+            Err(Refusal::Drop(reason)) => {
+                self.counters.dropped(reason);
+                tracing::debug!(
+                    peer = conn.origin.peer,
+                    reason = reason.label(),
+                    "replica frame dropped"
+                );
+                Ok(())
+            }
+            Err(Refusal::Close(reason)) => Err(reason),
         }
     }
 

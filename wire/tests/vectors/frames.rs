@@ -200,7 +200,18 @@ type ClientDecoder = fn(&[u8]) -> Result<(), DecodeError>;
 
 const CLIENT_DECODERS: [(&str, ClientDecoder); 3] = [
     ("client_plane_as_RequestHeader", |f| {
-        decode::decode_request(f, MAX_MESSAGE_SIZE_DEFAULT).map(drop)
+        let whole = decode::decode_request(f, MAX_MESSAGE_SIZE_DEFAULT).map(drop);
+        // The client core reads a request as header + body (decision 366): same verdict.
+        if let Some(header) = f.first_chunk::<HEADER_SIZE>() {
+            let parts =
+                decode::decode_request_parts(header, &f[HEADER_SIZE..], MAX_MESSAGE_SIZE_DEFAULT)
+                    .map(drop);
+            assert_eq!(
+                parts, whole,
+                "decode_request_parts disagrees with decode_request"
+            );
+        }
+        whole
     }),
     ("client_plane_as_ReplyHeader", |f| {
         decode::decode_reply(f, MAX_MESSAGE_SIZE_DEFAULT).map(drop)
