@@ -417,7 +417,9 @@ mod tests {
             Err(ConfigError::ReplicaOutsideRoster { .. })
         ));
         let mut r = raw();
-        r.group = GroupId(1 << 62);
+        // Bit 63 set but not the metadata group (bits 52..62 are an incarnation tag since
+        // decision 375, so a value there is a tagged partition key, not an invalid group).
+        r.group = GroupId((1 << 63) | 1);
         assert!(matches!(r.validate(), Err(ConfigError::Group(_))));
         let mut r = raw();
         r.prepare_queue_depth = 128;
