@@ -118,41 +118,78 @@ fn member(home: &Node, join_at: &Node, client: u128) -> (Client, Client) {
     (login, joiner)
 }
 
-#[test]
-fn a_member_on_a_killed_backup_is_removed_and_the_survivor_takes_every_partition() {
+/// The cluster of one test and its group of two members, as every test here begins.
+struct Cluster {
+    /// The metadata primary.
+    mp: usize,
+    /// The backup whose node holds member 1's session.
+    backup: usize,
+    /// A client at the primary.
+    admin: Client,
+    /// Member 0: its session on the primary (login and join connections, kept open).
+    _a: (Client, Client),
+    /// Member 1: its session on `backup`, its Join at the primary (both kept open).
+    b: (Client, Client),
+    /// `cluster.dead_node_session_timeout`'s file, for a restart.
+    config: std::path::PathBuf,
+    /// Every node's log.
+    logs: std::path::PathBuf,
+}
+
+/// Starts three nodes with `dead_node` as `cluster.dead_node_session_timeout`, creates the
+/// topic and the group with member 0 on the primary and member 1 on a backup, and runs
+/// `body`; the nodes are killed after it (their logs printed if it panicked).
+fn with_two_members(name: &str, dead_node: &str, body: impl FnOnce(&mut [Node], Cluster)) {
     let _serial = common::serial();
-    let dir = common::scratch("groups-dead-backup");
+    let dir = common::scratch(name);
     let ports = common::free_ports(9);
-    let config_path = dir.join("strand.toml");
-    write_config(&config_path, "groups-dead-backup", &ports, "1s");
+    let config = dir.join("strand.toml");
+    write_config(&config, name, &ports, dead_node);
     let logs = dir.join("nodes.log");
     let mut nodes = common::nodes(&dir, 3, &ports);
     for node in nodes.iter_mut() {
-        common::spawn_plain(&config_path, node, &logs, 1);
+        common::spawn_plain(&config, node, &logs, 1);
     }
-    common::run_killed(&mut nodes, &logs, &dir, |nodes| {
+    let at_logs = logs.clone();
+    common::run_killed(&mut nodes, &at_logs, &dir, |nodes| {
         let mp = common::metadata_primary(nodes, &[0, 1, 2], &logs);
         let backup = (mp + 1) % 3;
         let mut admin = Client::connect(nodes[mp].tcp, 0xAD);
         admin.login();
         create_group(&mut admin);
-        // Member 0 lives on the primary, member 1 on the backup.
-        let (_a_login, _a) = member(&nodes[mp], &nodes[mp], 0xA1);
-        let (_b_login, _b_join) = member(&nodes[backup], &nodes[mp], 0xB2);
-        let split = members(&mut admin);
+        let a = member(&nodes[mp], &nodes[mp], 0xA1);
+        let b = member(&nodes[backup], &nodes[mp], 0xB2);
+        let cluster = Cluster {
+            mp,
+            backup,
+            admin,
+            _a: a,
+            b,
+            config,
+            logs,
+        };
+        body(nodes, cluster)
+    });
+}
+
+#[test]
+fn a_member_on_a_killed_backup_is_removed_and_the_survivor_takes_every_partition() {
+    with_two_members("groups-dead-backup", "1s", |nodes, mut c| {
+        let (backup, logs) = (c.backup, &c.logs);
+        let split = members(&mut c.admin);
         assert_eq!(
             split,
             Some(vec![(0, vec![0, 2]), (1, vec![1, 3])]),
             "two members share the partitions"
         );
         // The backup dies with its connections; the survivor gets all partitions.
-        eprintln!("metadata primary n{mp}; SIGKILL of backup n{backup}");
+        eprintln!("metadata primary n{}; SIGKILL of backup n{backup}", c.mp);
         common::kill(&mut nodes[backup]);
-        eventually("the dead backup's member is removed", &logs, || {
-            let now = members(&mut admin)?;
+        eventually("the dead backup's member is removed", logs, || {
+            let now = members(&mut c.admin)?;
             (now == vec![(0, (0..PARTITIONS).collect())]).then_some(())
         });
-        let ended = common::log_lines(&logs, "ending a session whose node is gone");
+        let ended = common::log_lines(logs, "ending a session whose node is gone");
         assert_eq!(ended.len(), 1, "only the backup's session: {ended:?}");
         assert!(
             ended[0].contains(&format!("PeerDown({backup})")) && ended[0].contains("178"),
@@ -163,38 +200,21 @@ fn a_member_on_a_killed_backup_is_removed_and_the_survivor_takes_every_partition
 
 #[test]
 fn a_restarted_backup_ends_the_sessions_of_its_earlier_life_before_any_bound() {
-    let _serial = common::serial();
-    let dir = common::scratch("groups-restart");
-    let ports = common::free_ports(9);
-    let config_path = dir.join("strand.toml");
     // A bound no test reaches: only the restart rule can end the session.
-    write_config(&config_path, "groups-restart", &ports, "1h");
-    let logs = dir.join("nodes.log");
-    let mut nodes = common::nodes(&dir, 3, &ports);
-    for node in nodes.iter_mut() {
-        common::spawn_plain(&config_path, node, &logs, 1);
-    }
-    common::run_killed(&mut nodes, &logs, &dir, |nodes| {
-        let mp = common::metadata_primary(nodes, &[0, 1, 2], &logs);
-        let backup = (mp + 1) % 3;
-        let mut admin = Client::connect(nodes[mp].tcp, 0xAD);
-        admin.login();
-        create_group(&mut admin);
-        let (_a_login, _a) = member(&nodes[mp], &nodes[mp], 0xA1);
-        let (_b_login, _b_join) = member(&nodes[backup], &nodes[mp], 0xB2);
-        assert_eq!(members(&mut admin).map(|m| m.len()), Some(2));
-        eprintln!("metadata primary n{mp}; SIGKILL and restart of backup n{backup}");
-        common::kill(&mut nodes[backup]);
-        common::spawn_plain(&config_path, &mut nodes[backup], &logs, 1);
-        eventually(
-            "the restarted backup's old member is removed",
-            &logs,
-            || {
-                let now = members(&mut admin)?;
-                (now == vec![(0, (0..PARTITIONS).collect())]).then_some(())
-            },
+    with_two_members("groups-restart", "1h", |nodes, mut c| {
+        let (backup, logs) = (c.backup, &c.logs);
+        assert_eq!(members(&mut c.admin).map(|m| m.len()), Some(2));
+        eprintln!(
+            "metadata primary n{}; SIGKILL and restart of backup n{backup}",
+            c.mp
         );
-        let ended = common::log_lines(&logs, "ending a session whose node is gone");
+        common::kill(&mut nodes[backup]);
+        common::spawn_plain(&c.config, &mut nodes[backup], logs, 1);
+        eventually("the restarted backup's old member is removed", logs, || {
+            let now = members(&mut c.admin)?;
+            (now == vec![(0, (0..PARTITIONS).collect())]).then_some(())
+        });
+        let ended = common::log_lines(logs, "ending a session whose node is gone");
         assert!(
             !ended.is_empty() && ended.iter().all(|l| l.contains("StaleOwn")),
             "{ended:?}"
@@ -204,38 +224,23 @@ fn a_restarted_backup_ends_the_sessions_of_its_earlier_life_before_any_bound() {
 
 #[test]
 fn a_new_primary_ends_the_sessions_of_the_killed_primary() {
-    let _serial = common::serial();
-    let dir = common::scratch("groups-dead-primary");
-    let ports = common::free_ports(9);
-    let config_path = dir.join("strand.toml");
-    write_config(&config_path, "groups-dead-primary", &ports, "1s");
-    let logs = dir.join("nodes.log");
-    let mut nodes = common::nodes(&dir, 3, &ports);
-    for node in nodes.iter_mut() {
-        common::spawn_plain(&config_path, node, &logs, 1);
-    }
-    common::run_killed(&mut nodes, &logs, &dir, |nodes| {
-        let mp = common::metadata_primary(nodes, &[0, 1, 2], &logs);
-        let backup = (mp + 1) % 3;
-        let mut admin = Client::connect(nodes[mp].tcp, 0xAD);
-        admin.login();
-        create_group(&mut admin);
-        // Member 0 lives on the primary, member 1 on a backup (watching from there).
-        let (_a_login, _a) = member(&nodes[mp], &nodes[mp], 0xA1);
-        let (mut b_login, _b_join) = member(&nodes[backup], &nodes[mp], 0xB2);
-        eventually("the backup knows both members", &logs, || {
-            (members(&mut b_login)?.len() == 2).then_some(())
+    with_two_members("groups-dead-primary", "1s", |nodes, mut c| {
+        let (mp, logs) = (c.mp, &c.logs);
+        // Member 1 watches from its backup.
+        let b_login = &mut c.b.0;
+        eventually("the backup knows both members", logs, || {
+            (members(b_login)?.len() == 2).then_some(())
         });
         eprintln!("SIGKILL of metadata primary n{mp}");
         common::kill(&mut nodes[mp]);
         let live: Vec<usize> = (0..3).filter(|&i| i != mp).collect();
-        let new = common::metadata_primary(nodes, &live, &logs);
+        let new = common::metadata_primary(nodes, &live, logs);
         eprintln!("new metadata primary n{new}");
-        eventually("the dead primary's member is removed", &logs, || {
-            let now = members(&mut b_login)?;
+        eventually("the dead primary's member is removed", logs, || {
+            let now = members(b_login)?;
             (now == vec![(1, (0..PARTITIONS).collect())]).then_some(())
         });
-        let ended = common::log_lines(&logs, "ending a session whose node is gone");
+        let ended = common::log_lines(logs, "ending a session whose node is gone");
         assert!(
             ended.iter().any(|l| l.contains(&format!("PeerDown({mp})"))),
             "{ended:?}"
