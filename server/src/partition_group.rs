@@ -2155,6 +2155,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 }
                 requested.remove(&group);
                 queues.remove(group);
+                host.timeline.forget(group, 0);
                 info!(
                     group = format!("{group:#x}"),
                     "partition group deleted; removing it"

@@ -22,7 +22,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One stage of an op's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +157,11 @@ fn micros(from: Instant, to: Instant) -> u64 {
 /// Ops followed at once per shard; beyond it new ops are not followed.
 const OPEN_MAX: usize = 4096;
 
+/// An op followed this long is stale (a primary that lost its view never emits the reply that
+/// closes it); a full map drops stale ops before it refuses a new one, so leftovers never stop
+/// the timeline.
+const STALE: Duration = Duration::from_secs(10);
+
 /// The stamps of one op.
 #[derive(Debug, Clone, Copy)]
 struct Stamps {
@@ -175,11 +180,26 @@ struct Stamps {
 }
 
 /// One shard's open ops, shared by its partition pump and storage task.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Timeline {
     open: RefCell<HashMap<(u64, u64), Stamps>>,
+    /// Ops whose reply was emitted in the current step, closed when it is delivered.
+    replied: RefCell<Vec<(u64, u64)>>,
     /// The event the pump is stepping: (arrived, popped, backup).
     stepping: Cell<Option<(Instant, Instant, bool)>>,
+    /// See [`STALE`].
+    stale: Duration,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            open: RefCell::default(),
+            replied: RefCell::default(),
+            stepping: Cell::default(),
+            stale: STALE,
+        }
+    }
 }
 
 impl Timeline {
@@ -200,6 +220,10 @@ impl Timeline {
             return;
         };
         let mut open = self.open.borrow_mut();
+        if open.len() >= OPEN_MAX {
+            let stale = self.stale;
+            open.retain(|_, s| s.arrived.elapsed() < stale);
+        }
         if open.len() >= OPEN_MAX {
             return;
         }
@@ -257,20 +281,21 @@ impl Timeline {
 
     /// The primary emitted the reply of `op`.
     pub fn committed(&self, group: u64, op: u64) {
-        self.stamp(group, op, |s| s.committed = Some(Instant::now()));
+        let mut followed = false;
+        self.stamp(group, op, |s| {
+            s.committed = Some(Instant::now());
+            followed = true;
+        });
+        if followed {
+            self.replied.borrow_mut().push((group, op));
+        }
     }
 
-    /// The replies of the step were handed over: ops committed and not closed end now.
+    /// The replies of the step were handed over: the ops they answered end now.
     pub fn delivered(&self) {
         let now = Instant::now();
-        let done: Vec<(u64, u64)> = self
-            .open
-            .borrow()
-            .iter()
-            .filter(|(_, s)| s.committed.is_some())
-            .map(|(k, _)| *k)
-            .collect();
-        for (group, op) in done {
+        let replied = std::mem::take(&mut *self.replied.borrow_mut());
+        for (group, op) in replied {
             self.close(group, op, now);
         }
     }
@@ -415,5 +440,31 @@ mod tests {
         t.appending(8, 4);
         t.forget(7, 4);
         assert_eq!(t.open_ops(), 1, "a truncation forgets its ops");
+        t.forget(8, 0);
+        assert_eq!(t.open_ops(), 0, "a dropped group forgets all of its ops");
+    }
+
+    /// Ops that never close (a primary that lost its view emits no reply for them) do not
+    /// fill the map for good: a full map drops the stale ones and follows the new op.
+    #[test]
+    fn a_full_map_of_stale_ops_still_follows_new_ones() {
+        let t = Timeline {
+            stale: Duration::ZERO,
+            ..Timeline::default()
+        };
+        t.stepping(Instant::now(), false);
+        for op in 0..OPEN_MAX as u64 {
+            t.appending(1, op);
+        }
+        assert_eq!(t.open_ops(), OPEN_MAX);
+        t.appending(2, 1);
+        assert_eq!(
+            t.open_ops(),
+            1,
+            "the stale ops went, the new one is followed"
+        );
+        t.committed(2, 1);
+        t.delivered();
+        assert_eq!(t.open_ops(), 0);
     }
 }
