@@ -169,6 +169,13 @@ pub fn owned(i: u32, n: u32, partitions: &[u32]) -> Vec<u32> {
     }
 }
 
+/// Where each of `mine` (from [`owned`]) stands in `partitions`.
+fn positions(mine: &[u32], partitions: &[u32]) -> Vec<usize> {
+    mine.iter()
+        .map(|q| partitions.iter().position(|x| x == q).expect("owned"))
+        .collect()
+}
+
 /// Per-interval latency histograms of one worker.
 struct Series {
     started: Instant,
@@ -456,16 +463,7 @@ impl Producer {
                 )
             })
             .collect();
-        let index_of = mine
-            .iter()
-            .map(|q| {
-                layout
-                    .partitions
-                    .iter()
-                    .position(|x| x == q)
-                    .expect("owned")
-            })
-            .collect();
+        let index_of = positions(&mine, &layout.partitions);
         Producer {
             conn,
             frames,
@@ -645,16 +643,7 @@ fn consume(
         }
     };
     let mine = owned(c, workload.consumers, &layout.partitions);
-    let index_of: Vec<usize> = mine
-        .iter()
-        .map(|q| {
-            layout
-                .partitions
-                .iter()
-                .position(|x| x == q)
-                .expect("owned")
-        })
-        .collect();
+    let index_of = positions(&mine, &layout.partitions);
     let offsets = shared.start_offsets.lock().expect("not poisoned").clone();
     let mut next: Vec<u64> = index_of.iter().map(|&i| offsets[i]).collect();
     if workload.read_back {
