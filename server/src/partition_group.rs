@@ -2631,6 +2631,27 @@ mod tests {
         pub gauges: Arc<PartitionGauges>,
     }
 
+    /// Runs `body` on a fresh executor (256 KiB of io memory) with a WAL disk, a partition
+    /// disk and [`test_task`] over them (no metadata), and returns what it returns.
+    pub(super) fn with_test_task<T, F>(
+        body: impl FnOnce(MemStorage, MemStorage, TestTask) -> F + Send + 'static,
+    ) -> T
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = T> + 'static,
+    {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 << 10)
+            .spawn(move || async move {
+                let (wal, parts) = (MemStorage::new(), MemStorage::new());
+                let task = test_task(&wal, &parts, MetadataReader::default()).await;
+                body(wal, parts, task).await
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
     pub(super) async fn test_task(
         wal: &MemStorage,
         parts: &MemStorage,
@@ -2744,64 +2765,54 @@ mod tests {
         batches: bool,
         before: impl FnOnce(&MemStorage) + Send + 'static,
     ) -> AppendRunWithEnds {
-        let out = Arc::new(std::sync::Mutex::new(None));
-        let result = out.clone();
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(256 << 10)
-            .spawn(move || async move {
-                let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
-                let TestTask {
-                    task,
-                    queues,
-                    inbox,
-                    fatal,
-                    gauges,
-                } = test_task(&wal_disk, &parts, MetadataReader::default()).await;
+        with_test_task(move |wal_disk, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                gauges,
+            } = t;
+            for p in 0..groups {
+                queues.boot(group(p), FlushPolicy::default());
+            }
+            let payloads: Vec<&[u8]> = (0..1024).map(|_| &b"12345678"[..]).collect();
+            for op in 1..=appends {
                 for p in 0..groups {
-                    queues.boot(group(p), FlushPolicy::default());
-                }
-                let payloads: Vec<&[u8]> = (0..1024).map(|_| &b"12345678"[..]).collect();
-                for op in 1..=appends {
-                    for p in 0..groups {
-                        let frame = prepare(group(p), op);
-                        queues.push(group(p), PartitionStorageOp::Append { op, frame });
-                        if batches {
-                            let base = (op - 1) * 1024;
-                            let batch = journal::batch::build(u64::from(p), base, op, &payloads);
-                            let work = StorageWork::Batch(Bytes::from(batch));
-                            queues.push(group(p), PartitionStorageOp::Machine(work));
-                        }
+                    let frame = prepare(group(p), op);
+                    queues.push(group(p), PartitionStorageOp::Append { op, frame });
+                    if batches {
+                        let base = (op - 1) * 1024;
+                        let batch = journal::batch::build(u64::from(p), base, op, &payloads);
+                        let work = StorageWork::Batch(Bytes::from(batch));
+                        queues.push(group(p), PartitionStorageOp::Machine(work));
                     }
                 }
-                before(&wal_disk);
-                let syncs = wal_disk.counts().1;
-                queues.closed.set(true);
-                task.run().await;
-                let syncs = wal_disk.counts().1 - syncs;
-                let mut ends = Vec::new();
-                for p in 0..groups {
-                    let prefix = group_prefix(group(p));
-                    let policy = FlushPolicy::default();
-                    let (log, _) = PartitionLog::open(parts.clone(), &prefix, policy, 0)
-                        .await
-                        .unwrap();
-                    ends.push(log.next_offset());
-                }
-                let mut events = Vec::new();
-                while let Some((_, e)) = inbox.pop() {
-                    events.push(e);
-                }
-                // A booted group's machine shares its segment map (`Rc`): the events stay
-                // on the executor's thread, their appends leave.
-                let events = appended(&events);
-                *result.lock().unwrap() =
-                    Some((events, fatal.borrow().clone(), syncs, gauges, ends));
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-        let taken = out.lock().unwrap().take();
-        taken.unwrap()
+            }
+            before(&wal_disk);
+            let syncs = wal_disk.counts().1;
+            queues.closed.set(true);
+            task.run().await;
+            let syncs = wal_disk.counts().1 - syncs;
+            let mut ends = Vec::new();
+            for p in 0..groups {
+                let prefix = group_prefix(group(p));
+                let policy = FlushPolicy::default();
+                let (log, _) = PartitionLog::open(parts.clone(), &prefix, policy, 0)
+                    .await
+                    .unwrap();
+                ends.push(log.next_offset());
+            }
+            let mut events = Vec::new();
+            while let Some((_, e)) = inbox.pop() {
+                events.push(e);
+            }
+            // A booted group's machine shares its segment map (`Rc`): the events stay
+            // on the executor's thread, their appends leave.
+            let events = appended(&events);
+            let fatal = fatal.borrow().clone();
+            (events, fatal, syncs, gauges, ends)
+        })
     }
 
     fn appended(events: &[Event]) -> Vec<(u64, u64)> {
@@ -2884,58 +2895,50 @@ mod tests {
     /// and a WAL left idle is vouched for.
     #[test]
     fn the_idle_end_record_waits_for_a_quiet_wal() {
-        let out = Arc::new(std::sync::Mutex::new(None));
-        let result = out.clone();
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(256 << 10)
-            .spawn(move || async move {
-                let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
-                let TestTask {
-                    task,
-                    queues,
-                    inbox,
-                    fatal,
-                    ..
-                } = test_task(&wal_disk, &parts, MetadataReader::default()).await;
-                queues.boot(group(0), FlushPolicy::default());
-                let storage = glommio::spawn_local(task.run());
-                let appended = |inbox: &Inbox| {
-                    let mut n = 0;
-                    while let Some((_, e)) = inbox.pop() {
-                        n += appended(&[e]).len();
-                    }
-                    n
-                };
-                let mut syncs = Vec::new();
-                for op in 1..=2 {
-                    let before = wal_disk.counts().1;
-                    queues.push(
-                        group(0),
-                        PartitionStorageOp::Append {
-                            op,
-                            frame: prepare(group(0), op),
-                        },
-                    );
-                    let mut seen = 0;
-                    while seen == 0 {
-                        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-                        seen = appended(&inbox);
-                    }
-                    // Turned around well inside END_IDLE: the next append comes now.
-                    syncs.push(wal_disk.counts().1 - before);
+        let (syncs, quiet, fatal) = with_test_task(|wal_disk, _parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            queues.boot(group(0), FlushPolicy::default());
+            let storage = glommio::spawn_local(task.run());
+            let appended = |inbox: &Inbox| {
+                let mut n = 0;
+                while let Some((_, e)) = inbox.pop() {
+                    n += appended(&[e]).len();
                 }
+                n
+            };
+            let mut syncs = Vec::new();
+            for op in 1..=2 {
                 let before = wal_disk.counts().1;
-                glommio::timer::sleep(END_IDLE * 3).await;
-                let quiet = wal_disk.counts().1 - before;
-                queues.closed.set(true);
-                queues.wake();
-                storage.await;
-                *result.lock().unwrap() = Some((syncs, quiet, fatal.borrow().clone()));
-            })
-            .unwrap()
-            .join()
-            .unwrap();
-        let (syncs, quiet, fatal) = out.lock().unwrap().take().unwrap();
+                queues.push(
+                    group(0),
+                    PartitionStorageOp::Append {
+                        op,
+                        frame: prepare(group(0), op),
+                    },
+                );
+                let mut seen = 0;
+                while seen == 0 {
+                    glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                    seen = appended(&inbox);
+                }
+                // Turned around well inside END_IDLE: the next append comes now.
+                syncs.push(wal_disk.counts().1 - before);
+            }
+            let before = wal_disk.counts().1;
+            glommio::timer::sleep(END_IDLE * 3).await;
+            let quiet = wal_disk.counts().1 - before;
+            queues.closed.set(true);
+            queues.wake();
+            storage.await;
+            let fatal = fatal.borrow().clone();
+            (syncs, quiet, fatal)
+        });
         assert_eq!(fatal, None);
         assert_eq!(
             syncs,

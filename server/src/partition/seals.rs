@@ -140,14 +140,12 @@ mod tests {
     use std::collections::BTreeSet;
 
     use bytes::Bytes;
-    use journal::mem::MemStorage;
     use journal::segment::{FlushPolicy, PartitionLog, log_name};
     use wire::GroupId;
     use wire::PartitionKey;
 
-    use super::super::tests::{TestTask, prepare, test_task};
+    use super::super::tests::{TestTask, prepare, with_test_task};
     use super::super::{Event, Inbox, PartitionStorageOp, Queues, group_prefix};
-    use crate::metadata::view::MetadataReader;
     use crate::partition::machine::StorageWork;
     use consensus::Completion;
 
@@ -217,65 +215,59 @@ mod tests {
     /// runs and the test fails at the first check.
     #[test]
     fn a_seal_that_does_not_return_stalls_no_other_group() {
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .io_memory(256 << 10)
-            .spawn(|| async move {
-                let (wal_disk, parts) = (MemStorage::new(), MemStorage::new());
-                let TestTask {
-                    task,
-                    queues,
-                    inbox,
-                    fatal,
-                    gauges,
-                } = test_task(&wal_disk, &parts, MetadataReader::default()).await;
-                for p in 0..2 {
-                    queues.boot(group(p), POLICY);
-                }
-                let sealed_log = log_name(&group_prefix(group(0)), 0);
-                parts.hold_syncs(&sealed_log);
-                let running = glommio::spawn_local(task.run());
-                let mut done = BTreeSet::new();
-                for op in 1..=5 {
-                    queue(&queues, 0, op);
-                    queue(&queues, 1, op);
-                    settle(&inbox, &mut done, 2 * op as usize).await;
-                }
-                let want: BTreeSet<(u64, u64)> = (1..=5)
-                    .flat_map(|op| [(group(0), op), (group(1), op)])
-                    .collect();
-                assert_eq!(done, want, "every prepare acknowledged while a seal hangs");
-                let names = journal::storage::Storage::list(&parts).await.unwrap();
-                let segments = |g: u64| {
-                    names
-                        .iter()
-                        .filter(|n| n.starts_with(&group_prefix(g)) && n.ends_with(".log"))
-                        .count()
-                };
-                assert_eq!(segments(group(0)), 1, "no segment after an unsynced seal");
-                assert!(
-                    segments(group(1)) >= 5,
-                    "the other group rolls on: {names:?}"
-                );
-                parts.release_syncs();
-                queues.closed.set(true);
-                queues.wake();
-                running.await;
-                assert_eq!(*fatal.borrow(), None);
-                for p in 0..2 {
-                    let prefix = group_prefix(group(p));
-                    let (log, recovery) = PartitionLog::open(parts.clone(), &prefix, POLICY, 0)
-                        .await
-                        .unwrap();
-                    assert!(recovery.damage.is_empty());
-                    assert_eq!(log.next_offset(), 5 * 1024, "group {p}: every batch");
-                }
-                let syncs = gauges
-                    .segment_syncs
-                    .load(std::sync::atomic::Ordering::Relaxed);
-                assert!(syncs >= 5, "{syncs} segment syncs timed");
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        with_test_task(|_wal_disk, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                gauges,
+            } = t;
+            for p in 0..2 {
+                queues.boot(group(p), POLICY);
+            }
+            let sealed_log = log_name(&group_prefix(group(0)), 0);
+            parts.hold_syncs(&sealed_log);
+            let running = glommio::spawn_local(task.run());
+            let mut done = BTreeSet::new();
+            for op in 1..=5 {
+                queue(&queues, 0, op);
+                queue(&queues, 1, op);
+                settle(&inbox, &mut done, 2 * op as usize).await;
+            }
+            let want: BTreeSet<(u64, u64)> = (1..=5)
+                .flat_map(|op| [(group(0), op), (group(1), op)])
+                .collect();
+            assert_eq!(done, want, "every prepare acknowledged while a seal hangs");
+            let names = journal::storage::Storage::list(&parts).await.unwrap();
+            let segments = |g: u64| {
+                names
+                    .iter()
+                    .filter(|n| n.starts_with(&group_prefix(g)) && n.ends_with(".log"))
+                    .count()
+            };
+            assert_eq!(segments(group(0)), 1, "no segment after an unsynced seal");
+            assert!(
+                segments(group(1)) >= 5,
+                "the other group rolls on: {names:?}"
+            );
+            parts.release_syncs();
+            queues.closed.set(true);
+            queues.wake();
+            running.await;
+            assert_eq!(*fatal.borrow(), None);
+            for p in 0..2 {
+                let prefix = group_prefix(group(p));
+                let (log, recovery) = PartitionLog::open(parts.clone(), &prefix, POLICY, 0)
+                    .await
+                    .unwrap();
+                assert!(recovery.damage.is_empty());
+                assert_eq!(log.next_offset(), 5 * 1024, "group {p}: every batch");
+            }
+            let syncs = gauges
+                .segment_syncs
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert!(syncs >= 5, "{syncs} segment syncs timed");
+        });
     }
 }
