@@ -227,6 +227,16 @@ impl Cluster {
             .sum()
     }
 
+    /// Bytes the running nodes have caused to be written to storage so far, summed over all of
+    /// them (`write_bytes` of `/proc/PID/io`: `O_DIRECT` writes through io_uring count there);
+    /// `None` where `/proc` cannot be read.
+    pub fn write_bytes(&self) -> Option<u64> {
+        self.children
+            .iter()
+            .map(|child| process_write_bytes(child.id()))
+            .sum()
+    }
+
     /// SIGTERM to every node, then waits (SIGKILL after 10 s); true if all exited 0.
     pub fn stop(&mut self) -> bool {
         for child in &mut self.children {
@@ -273,6 +283,17 @@ impl Drop for Cluster {
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     cpu_seconds_of_stat(&stat, clock_ticks_per_second()?)
+}
+
+/// Bytes process `pid` has caused to be written to storage (`/proc/PID/io`).
+pub fn process_write_bytes(pid: u32) -> Option<u64> {
+    write_bytes_of_io(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
+}
+
+/// The `write_bytes:` line of a `/proc/PID/io` text.
+pub fn write_bytes_of_io(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|line| line.strip_prefix("write_bytes:")?.trim().parse().ok())
 }
 
 /// Parses utime + stime out of a `/proc/PID/stat` line: the fields after the command name

@@ -420,10 +420,12 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
     };
     let dropped_before = cluster.as_ref().and_then(not_connected);
     let cpu_before = cluster.as_ref().and_then(|c| c.cpu_seconds());
+    let written_before = cluster.as_ref().and_then(|c| c.write_bytes());
     let outcome = with_progress(terminal, &workload, |progress| {
         load::run(&target, &workload, &layout, progress)
     })?;
     let cpu_after = cluster.as_ref().and_then(|c| c.cpu_seconds());
+    let written_after = cluster.as_ref().and_then(|c| c.write_bytes());
     let dropped_after = cluster.as_ref().and_then(not_connected);
     if let Some(cluster) = cluster.as_mut()
         && !cluster.stop()
@@ -479,6 +481,15 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             let gb = outcome.producer.messages as f64 * workload.message_size as f64 / 1e9;
             (gb > 0.0).then(|| (after - before) / gb)
         }),
+        disk_bytes_per_payload_byte: written_before.zip(written_after).zip(replicas).and_then(
+            |((before, after), replicas)| {
+                // The writes span the probe and warm-up too: their messages count here.
+                let messages = outcome.producer.messages + outcome.before.messages;
+                let payload = messages as f64 * workload.message_size as f64;
+                (payload > 0.0 && replicas > 0)
+                    .then(|| after.saturating_sub(before) as f64 / f64::from(replicas) / payload)
+            },
+        ),
         baseline,
         consumer,
         timeline: report::timeline(&outcome.timeline, workload.message_size),
@@ -720,6 +731,15 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
     )?;
     if let Some(cpu) = r.cpu_s_per_gb {
         writeln!(out, "nodes' CPU: {cpu:.2} s per GB acknowledged")?;
+    }
+    if let Some(b) = r.disk_bytes_per_payload_byte {
+        let cap = report::disk_cap_ratio(r).map_or_else(String::new, |cap| {
+            format!("; at the disk probe's bandwidth that caps ratio_to_ceiling at {cap:.3}")
+        });
+        writeln!(
+            out,
+            "nodes' writes: {b:.2} bytes per payload byte per node{cap}"
+        )?;
     }
     if let Some(c) = &r.consumer {
         writeln!(

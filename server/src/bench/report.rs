@@ -102,6 +102,19 @@ pub struct Check {
     pub unit: String,
     /// `value <= bound` for latencies, `value >= bound` for ratios.
     pub pass: bool,
+    /// What this run's own baselines allow at best, where the bench can say (decision 410):
+    /// a latency no design can go under, or the ratio the nodes' disk writes cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Limit>,
+}
+
+/// A same-run limit beside a check's bound (decision 410).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limit {
+    /// The limit, in the check's unit.
+    pub value: f64,
+    /// How it is derived.
+    pub why: String,
 }
 
 /// One timeline point as written.
@@ -173,6 +186,11 @@ pub struct Report {
     /// throughput-independent cost figure for a shared machine (decision 260).
     #[serde(default)]
     pub cpu_s_per_gb: Option<f64>,
+    /// With `--spawn`: bytes the nodes caused to be written to storage while the load ran
+    /// (`/proc/PID/io` `write_bytes`: WAL, segments, indexes, superblocks), per node, per byte
+    /// of payload acknowledged; `null` against `--address` (decision 410).
+    #[serde(default)]
+    pub disk_bytes_per_payload_byte: Option<f64>,
     /// The consumers (`null` with none).
     pub consumer: Option<ConsumerReport>,
     /// Every 250 ms.
@@ -221,6 +239,7 @@ pub fn checks(r: &Report) -> Vec<Check> {
         bound,
         unit: "us".to_string(),
         pass: (value as f64) <= bound,
+        limit: None,
     };
     let fsync = r.baseline.fdatasync_us_p50;
     if let Some(rate) = r.rate_msgs_s
@@ -234,7 +253,7 @@ pub fn checks(r: &Report) -> Vec<Check> {
         ));
         if let Some(fsync) = fsync {
             let transfer = batch_transfer_us(r);
-            out.push(us(
+            let mut check = us(
                 "fixed_load_p50",
                 format!(
                     "at {rate:.0} msgs/s: per-batch p50 <= 2 x (3 x {transfer:.0} us loopback \
@@ -242,7 +261,12 @@ pub fn checks(r: &Report) -> Vec<Check> {
                 ),
                 r.latency_us.p50,
                 2.0 * (3.0 * transfer + fsync),
-            ));
+            );
+            check.limit = quorum_write_floor_us(r).map(|(floor, why)| Limit {
+                value: floor + fsync,
+                why: format!("{why} + one {fsync:.0} us fdatasync"),
+            });
+            out.push(check);
         }
     }
     if r.batch == 1
@@ -268,6 +292,7 @@ pub fn checks(r: &Report) -> Vec<Check> {
             bound: 0.5,
             unit: "ratio".to_string(),
             pass: c.ratio_to_loopback >= 0.5,
+            limit: None,
         });
     }
     if r.rate_msgs_s.is_none()
@@ -284,9 +309,44 @@ pub fn checks(r: &Report) -> Vec<Check> {
             bound,
             unit: "ratio".to_string(),
             pass: ratio >= bound,
+            limit: disk_cap_ratio(r).map(|cap| Limit {
+                value: cap,
+                why: format!(
+                    "the nodes wrote {:.2} bytes per payload byte each; {replicas} node(s) \
+                     doing so on one disk at the probe's bandwidth reach at most this ratio",
+                    r.disk_bytes_per_payload_byte.unwrap_or(0.0)
+                ),
+            }),
         });
     }
     out
+}
+
+/// The ratio to the ceiling that the nodes' own disk writes allow at the disk probe's
+/// bandwidth: `R` nodes each writing `b` bytes per payload byte to one disk of `D` MB/s move at
+/// most `D / (R b)` MB/s of payload (decision 410). `None` without the figures.
+pub fn disk_cap_ratio(r: &Report) -> Option<f64> {
+    let b = r.disk_bytes_per_payload_byte.filter(|b| *b > 0.0)?;
+    let disk = r.baseline.disk_write_mb_s.filter(|d| *d > 0.0)?;
+    let replicas = f64::from(r.replicas.filter(|n| *n > 0)?);
+    let ceiling = r.ceiling_mb_s.filter(|c| *c > 0.0)?;
+    Some(disk / (replicas * b) / ceiling)
+}
+
+/// The least time a quorum's copies of one batch take to reach the one disk all nodes share,
+/// at the disk probe's bandwidth: a node acknowledges a batch only once a majority of
+/// replicas wrote its frame, whatever else they write (decision 410). With its derivation.
+pub fn quorum_write_floor_us(r: &Report) -> Option<(f64, String)> {
+    let disk = r.baseline.disk_write_mb_s.filter(|d| *d > 0.0)?;
+    let replicas = r.replicas.filter(|n| *n > 0)?;
+    let quorum = replicas / 2 + 1;
+    let bytes = super::send_frame_size(r.message_size as u32, r.batch) as f64;
+    Some((
+        f64::from(quorum) * bytes / disk,
+        format!(
+            "{quorum} cop(ies) of the {bytes:.0} B batch written to one disk at {disk:.0} MB/s"
+        ),
+    ))
 }
 
 /// One check as a line of the summary.
@@ -295,8 +355,11 @@ pub fn check_line(c: &Check) -> String {
         "us" => format!("{v:.0} us"),
         _ => format!("{v:.3}"),
     };
+    let limit = c.limit.as_ref().map_or_else(String::new, |l| {
+        format!("; this run allows at best {} ({})", fmt(l.value), l.why)
+    });
     format!(
-        "target {}: {} (value {}, bound {}): {}",
+        "target {}: {} (value {}, bound {}): {}{limit}",
         c.name,
         c.target,
         fmt(c.value),
@@ -686,6 +749,11 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         num(b.ratio_to_loopback),
     );
     row("cpu_s_per_gb", opt(a.cpu_s_per_gb), opt(b.cpu_s_per_gb));
+    row(
+        "disk_bytes_per_payload_byte",
+        opt(a.disk_bytes_per_payload_byte),
+        opt(b.disk_bytes_per_payload_byte),
+    );
     let c = |r: &Report, f: &dyn Fn(&ConsumerReport) -> String| {
         r.consumer.as_ref().map_or_else(|| "null".to_string(), f)
     };

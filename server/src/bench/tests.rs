@@ -234,6 +234,7 @@ fn sample_report(mb: f64, commit: &str) -> report::Report {
         ratio_to_ceiling: Some(mb / 200.0),
         ratio_to_loopback: mb / 1000.0,
         cpu_s_per_gb: None,
+        disk_bytes_per_payload_byte: None,
         consumer: None,
         timeline: Vec::new(),
         read_back: false,
@@ -566,4 +567,67 @@ fn the_cluster_is_ready_only_when_every_node_says_so() {
         let missing = cluster::not_ready(&texts, 2, 2);
         assert!(missing.contains(&why), "{why}: {missing:?}");
     }
+}
+
+#[test]
+fn write_bytes_come_from_the_io_file_and_grow_with_a_synced_write() {
+    let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\n\
+              cancelled_write_bytes: 0\n";
+    assert_eq!(cluster::write_bytes_of_io(io), Some(8192));
+    assert_eq!(cluster::write_bytes_of_io("rchar: 1\n"), None);
+    assert_eq!(cluster::write_bytes_of_io("write_bytes: many\n"), None);
+    // This process: a synced 1 MiB write shows in its own figure.
+    let pid = std::process::id();
+    let before = cluster::process_write_bytes(pid).expect("/proc/self/io readable");
+    let path = std::env::temp_dir().join(format!("strand-bench-write-bytes-{pid}"));
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&path).expect("create");
+        file.write_all(&vec![7u8; 1 << 20]).expect("write");
+        file.sync_all().expect("sync");
+    }
+    let after = cluster::process_write_bytes(pid).expect("/proc/self/io readable");
+    let _ = std::fs::remove_file(&path);
+    assert!(after >= before + (1 << 20), "{before} -> {after}");
+}
+
+#[test]
+fn the_disk_cap_and_the_quorum_floor_come_from_the_same_run() {
+    // 3 nodes writing 2 bytes per payload byte each to a 600 MB/s disk move at most 100 MB/s;
+    // the ceiling is 200 MB/s (disk / 3 would be, the sample says 200), so the cap is 0.5.
+    let mut r = sample_report(100.0, "aaa");
+    assert_eq!(report::disk_cap_ratio(&r), None, "no write figure, no cap");
+    r.disk_bytes_per_payload_byte = Some(2.0);
+    let cap = report::disk_cap_ratio(&r).expect("a cap");
+    assert!((cap - 0.5).abs() < 1e-9, "{cap}");
+    let throughput = report::checks(&r)
+        .into_iter()
+        .find(|c| c.name == "throughput")
+        .expect("the throughput check");
+    let limit = throughput.limit.clone().expect("a limit beside the bound");
+    assert!(
+        (limit.value - 0.5).abs() < 1e-9 && limit.why.contains("2.00 bytes"),
+        "{limit:?}"
+    );
+    assert!(report::check_line(&throughput).contains("allows at best 0.500"));
+    // The quorum floor: 2 of 3 copies of the frame at 600 MB/s (bytes per µs).
+    let (floor, why) = report::quorum_write_floor_us(&r).expect("a floor");
+    let frame = super::send_frame_size(1000, 1000) as f64;
+    assert!((floor - 2.0 * frame / 600.0).abs() < 1e-6, "{floor}");
+    assert!(why.starts_with("2 cop"), "{why}");
+    r.replicas = Some(1);
+    assert!((report::quorum_write_floor_us(&r).unwrap().0 - frame / 600.0).abs() < 1e-6);
+    // Under a fixed rate the p50 check carries the floor plus one fdatasync.
+    r.replicas = Some(3);
+    r.rate_msgs_s = Some(1000.0);
+    let p50 = report::checks(&r)
+        .into_iter()
+        .find(|c| c.name == "fixed_load_p50")
+        .expect("the fixed-load p50 check");
+    let fsync = r
+        .baseline
+        .fdatasync_us_p50
+        .expect("sample has a fdatasync figure");
+    let limit = p50.limit.expect("a floor");
+    assert!((limit.value - (2.0 * frame / 600.0 + fsync)).abs() < 1e-6);
 }
