@@ -11,7 +11,7 @@ pub mod raw;
 mod rotate;
 pub mod start;
 
-pub use rotate::{Call, RotatingClient};
+pub use rotate::{AfterLogin, Call, RotatingClient};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

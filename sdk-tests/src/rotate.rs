@@ -19,6 +19,10 @@ use crate::{CLUSTER_BOUND, STEP_BOUND};
 /// A future borrowing the client it runs on.
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, IggyError>> + Send + 'a>>;
 
+/// A step run on every new SDK client right after its login, before any call (what a new
+/// session must redo, e.g. a consumer group's Join: memberships are sessions, decision 315).
+pub type AfterLogin = Box<dyn for<'a> Fn(&'a IggyClient) -> Call<'a, ()> + Send + Sync>;
+
 /// An SDK client that rotates through the roster's addresses and logs in again after a
 /// failure.
 pub struct RotatingClient {
@@ -27,6 +31,7 @@ pub struct RotatingClient {
     username: String,
     password: String,
     client: Option<IggyClient>,
+    after_login: Option<AfterLogin>,
     /// Reconnections made (each a new SDK client and a login).
     pub reconnects: u32,
     /// The failures that caused them, as `(what, error)`, for the test's report.
@@ -43,9 +48,17 @@ impl RotatingClient {
             username: username.to_owned(),
             password: password.to_owned(),
             client: None,
+            after_login: None,
             reconnects: 0,
             failures: Vec::new(),
         }
+    }
+
+    /// Runs `step` after every login (the first one too); a failing step counts as a failed
+    /// dial, so the next address is tried.
+    pub fn after_login(mut self, step: AfterLogin) -> RotatingClient {
+        self.after_login = Some(step);
+        self
     }
 
     /// The address the SDK client is on now (after its leader redirect), if connected.
@@ -69,6 +82,9 @@ impl RotatingClient {
         let attempt = async {
             client.connect().await?;
             client.login_user(&self.username, &self.password).await?;
+            if let Some(step) = &self.after_login {
+                step(&client).await?;
+            }
             Ok::<(), IggyError>(())
         };
         match tokio::time::timeout(STEP_BOUND, attempt).await {

@@ -56,10 +56,16 @@ fn free_ports(n: usize) -> Vec<u16> {
 impl StartCluster {
     /// Writes the config and starts every node.
     pub fn start(scratch: &Path) -> StartCluster {
+        StartCluster::start_with(scratch, "")
+    }
+
+    /// As [`StartCluster::start`], with `cluster` (TOML lines, each ending in a newline) added
+    /// to the config's `[cluster]` table, e.g. `dead_node_session_timeout = "2s"\n`.
+    pub fn start_with(scratch: &Path, cluster: &str) -> StartCluster {
         let _ = std::fs::remove_dir_all(scratch);
         std::fs::create_dir_all(scratch).expect("creating the scratch directory");
         let ports = free_ports(3 * REPLICAS);
-        let mut text = SETTINGS.to_owned();
+        let mut text = SETTINGS.replacen("[cluster]\n", &format!("[cluster]\n{cluster}"), 1);
         let mut nodes = Vec::new();
         for i in 0..REPLICAS {
             let p = &ports[3 * i..3 * i + 3];
@@ -165,6 +171,16 @@ impl StartCluster {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Every line of the nodes' combined stderr that contains `needle`.
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Polls the metrics of the `nodes` listed until `done` holds, within [`CLUSTER_BOUND`];
