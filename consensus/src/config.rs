@@ -82,6 +82,11 @@ pub struct RawConfig {
     /// group with a prior life then restarts in lost state (it may have acknowledged prepares
     /// its disk lost). Partition groups of at least 3 replicas only; default off ("disk").
     pub memory_ack: bool,
+    /// PrepareOk's `commit` field carries the acker's `commit_min` (the ops it has applied)
+    /// instead of its `commit_max` (server decision 395: the metadata primary holds a purge's
+    /// or a delete's reply until enough replicas applied it). The primary's core never reads
+    /// the field, so only what the frame says changes. Default off (the simulator's groups).
+    pub acks_carry_applied: bool,
     /// Deliberately wrong behaviour for checker self-tests.
     #[cfg(feature = "bug-knobs")]
     pub bug_knobs: BugKnobs,
@@ -145,6 +150,7 @@ impl RawConfig {
             },
             timestamp_ahead_max_us: TIMESTAMP_AHEAD_MAX_US_DEFAULT,
             memory_ack: false,
+            acks_carry_applied: false,
             #[cfg(feature = "bug-knobs")]
             bug_knobs: BugKnobs::default(),
         }

@@ -722,7 +722,14 @@ impl<S: StateMachine> Replica<S> {
         let Some(entry) = self.journal.get(op) else {
             return;
         };
-        let frame = frames::prepare_ok(self.sender(), &entry.header, self.commit_max);
+        // Server decision 395: with `acks_carry_applied` the field says how far this replica
+        // has applied, which the metadata primary reads; the core never does.
+        let commit = if self.config.acks_carry_applied {
+            self.commit_min
+        } else {
+            self.commit_max
+        };
+        let frame = frames::prepare_ok(self.sender(), &entry.header, commit);
         let primary = self.primary_index(self.view);
         if primary != self.id {
             self.send(out, primary, frame);
@@ -1109,6 +1116,39 @@ impl<S: StateMachine> Replica<S> {
             self.heartbeat_counter,
         );
         self.broadcast(out, &frame);
+    }
+
+    /// Asks every backup to show how far it has applied (server decision 395): a fresh Commit
+    /// heartbeat with this primary's commit point (a backup that holds the ops applies them),
+    /// then the prepare at `commit_min` restamped to the view, which a backup holding it
+    /// re-acks (§5.5, the re-ack of an executed or held op); with `acks_carry_applied` the
+    /// ack's `commit` is the backup's `commit_min`. Only while this replica is a primary in
+    /// normal status that would heartbeat now (not ceded, not abdicating, durable); no timer
+    /// moves. The node's metadata pump calls it while a reply waits; the simulator never does.
+    pub fn solicit_applied(&mut self, out: &mut Outbox) {
+        if !self.is_primary()
+            || self.transfer.is_active()
+            || !self.is_vsr_durable()
+            || self.pipeline_stalled_ticks > self.config.heartbeat_timeout_ticks
+        {
+            return;
+        }
+        self.heartbeat_counter += 1;
+        let commit = frames::commit(
+            self.sender(),
+            self.group.0,
+            self.commit_min,
+            self.heartbeat_counter,
+        );
+        self.broadcast(out, &commit);
+        let Some(prepare) = self
+            .journal
+            .get(self.commit_min)
+            .and_then(|e| e.frame.clone())
+        else {
+            return;
+        };
+        self.broadcast(out, &frames::restamp(&prepare, self.view));
     }
 
     fn on_normal_heartbeat_timeout(&mut self, now: Now, out: &mut Outbox) {

@@ -612,3 +612,52 @@ fn a_primary_clock_ahead_of_the_window_gets_no_acks() {
         (Ok(()), vec![send(0, prepare_ok(0, 2, &edge, 0))])
     );
 }
+
+/// Server decision 395: with `acks_carry_applied` a backup's PrepareOk says how far it has
+/// applied (`commit_min`), not how far it knows the group committed (`commit_max`).
+#[test]
+fn acks_carry_the_applied_point_when_configured() {
+    let c = chain(0, 0, 2);
+    for (carry, field) in [(false, 5), (true, 2)] {
+        let mut config = raw(3, 1);
+        config.acks_carry_applied = carry;
+        let mut b = boot(config);
+        journal(&mut b, &c);
+        // The group committed op 5; this backup holds and applies ops 1 and 2 only.
+        feed(&mut b, 0, &commit_frame(0, 0, 5, 1));
+        assert_eq!((b.commit_min(), b.commit_max()), (2, 5));
+        let (_, effects) = feed(&mut b, 0, &c[1]);
+        assert!(
+            effects.contains(&send(0, prepare_ok(0, 1, &c[1], field))),
+            "carry {carry}: {effects:?}"
+        );
+    }
+}
+
+/// Server decision 395: a primary asked to solicit applied points sends a fresh Commit
+/// heartbeat and its prepare at the commit point to every backup; a backup sends nothing.
+#[test]
+fn a_solicit_sends_a_fresh_heartbeat_and_the_committed_prepare() {
+    let mut p = fresh(3, 0);
+    let frame = propose_register(&mut p);
+    input(&mut p, appended(&frame));
+    feed(&mut p, 1, &prepare_ok(0, 1, &frame, 0));
+    assert_eq!(p.commit_min(), 1);
+    let mut out = crate::io::Outbox::new();
+    p.solicit_applied(&mut out);
+    let effects: Vec<Effect> = out.drain().collect();
+    let heartbeat = commit_frame(0, 0, 1, 1);
+    assert_eq!(
+        effects,
+        vec![
+            send(1, heartbeat.clone()),
+            send(2, heartbeat),
+            send(1, frame.clone()),
+            send(2, frame),
+        ]
+    );
+    let mut b = fresh(3, 1);
+    let mut out = crate::io::Outbox::new();
+    b.solicit_applied(&mut out);
+    assert_eq!(out.drain().count(), 0);
+}

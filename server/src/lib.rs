@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod partition;
 pub mod partition_group;
 pub mod rejoin_mark;
+pub mod reply_gate;
 pub mod routing;
 pub mod session_reaper;
 pub mod shard_msg;

@@ -578,6 +578,7 @@ where
         replies,
         sessions,
         published: None,
+        gate: crate::reply_gate::ReplyGate::new(self_id.0, replica_count),
     };
     let mut out = Outbox::new();
     let start = Instant::now();
@@ -622,6 +623,18 @@ where
             ticks += 1;
             let _ = replica.step(now(start, ticks), Input::Tick, &mut out);
             exec.run(&replica, &mut out);
+            if exec.gate.is_holding() {
+                // Decision 395: a purge's or a delete's reply waits for the backups' applied
+                // points; ask for them each tick, or answer 57 once this node leads no more.
+                if replica.is_primary() {
+                    replica.solicit_applied(&mut out);
+                    exec.run(&replica, &mut out);
+                } else {
+                    for (client, frame) in exec.gate.abandon() {
+                        exec.deliver(client, frame);
+                    }
+                }
+            }
             if let Some(every) = test_register_ticks
                 && ticks.is_multiple_of(every)
                 && replica.is_primary()
@@ -662,6 +675,7 @@ where
                     gauges
                         .forwards
                         .observe(crate::forward_metrics::Direction::Received, &bytes);
+                    exec.gate.observe(from, &bytes);
                     replica.step(
                         at,
                         Input::Frame {
@@ -719,6 +733,9 @@ where
                 }
                 Event::Peer { peer, connected } => {
                     gauges.set_peer(peer, connected);
+                    if !connected {
+                        exec.gate.forget(peer);
+                    }
                     if let Some(reaper) = &mut reaper {
                         reaper.peer(peer, connected, Instant::now());
                     }
@@ -828,6 +845,8 @@ struct Executor {
     sessions: Option<Arc<crate::metadata::view::MetadataHandle>>,
     /// The commit point the sessions were last published at.
     published: Option<u64>,
+    /// Purges' and deletes' replies held until enough replicas applied them (decision 395).
+    gate: crate::reply_gate::ReplyGate,
 }
 
 impl Executor {
@@ -923,10 +942,16 @@ impl Executor {
                         prepare,
                     });
                 }
-                Effect::Reply { client, frame } => match &self.replies {
-                    Some(sink) => sink.reply(client.0, frame),
-                    None => debug!(client = client.0, "reply dropped: no client plane"),
-                },
+                Effect::Reply { client, frame } => {
+                    if let Some(frame) = self.gate.admit(client.0, frame) {
+                        self.deliver(client.0, frame);
+                    } else {
+                        debug!(
+                            client = client.0,
+                            "reply held until enough replicas applied its op"
+                        );
+                    }
+                }
                 Effect::Fatal(reason) => {
                     error!(%reason, "consensus fatal; stopping the node");
                     self.fatal
@@ -934,6 +959,16 @@ impl Executor {
                         .get_or_insert(format!("consensus: {reason}"));
                 }
             }
+        }
+        for (client, frame) in self.gate.release() {
+            self.deliver(client, frame);
+        }
+    }
+
+    fn deliver(&self, client: u128, frame: Frame) {
+        match &self.replies {
+            Some(sink) => sink.reply(client, frame),
+            None => debug!(client, "reply dropped: no client plane"),
         }
     }
 }

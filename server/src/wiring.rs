@@ -105,6 +105,9 @@ pub fn metadata_config(config: &Config) -> anyhow::Result<consensus::Config> {
     raw.clients_table_max = m.clients_table_max as usize;
     raw.checkpoint_interval_ops = m.checkpoint_interval_ops;
     raw.journal_slot_count = u64::from(m.journal_slots);
+    // The primary holds a purge's or a delete's reply until enough replicas applied it; their
+    // PrepareOks tell it how far they did (decision 395).
+    raw.acks_carry_applied = true;
     raw.validate()
         .map_err(|e| anyhow::anyhow!("the metadata group's consensus config: {e}"))
 }

@@ -16,6 +16,7 @@ use server::client::status;
 use server::metadata::password::HashParams;
 use server::metadata::view::Sessions;
 use server::metadata::{Genesis, MetadataStateMachine, RootCredentials};
+use server::reply_gate::ReplyGate;
 use wire::Operation;
 
 struct Cluster {
@@ -52,9 +53,10 @@ impl Cluster {
             outbox: Outbox::new(),
         };
         for r in 0..n {
-            let config = RawConfig::new(0xC1, ReplicaId(r), n, GroupId::METADATA)
-                .validate()
-                .unwrap();
+            let mut raw = RawConfig::new(0xC1, ReplicaId(r), n, GroupId::METADATA);
+            // As in a node (decision 395): acks say how far their sender applied.
+            raw.acks_carry_applied = true;
+            let config = raw.validate().unwrap();
             let replica = Replica::new(
                 config,
                 Recovered::fresh(u128::from(r) + 1),
@@ -128,6 +130,37 @@ impl Cluster {
             }
             self.run();
         }
+    }
+
+    /// Like [`Cluster::run`], but only frames `keep` passes are delivered, and those that
+    /// reach replica 0 are shown to its reply gate first (as the node's metadata pump does).
+    fn run_gated(
+        &mut self,
+        gate: &mut ReplyGate,
+        keep: impl Fn(ReplicaId, ReplicaId, &Frame) -> bool,
+    ) {
+        for _ in 0..100_000 {
+            if let Some((r, completion)) = self.completions.pop_front() {
+                self.step(r, Input::Done(completion));
+            } else if let Some((from, to, frame)) = self.network.pop_front() {
+                if !keep(from, to, &frame) {
+                    continue;
+                }
+                if to == ReplicaId(0) {
+                    gate.observe(from.0, frame.bytes());
+                }
+                self.step(
+                    to,
+                    Input::Frame {
+                        from,
+                        frame: &frame,
+                    },
+                );
+            } else {
+                return;
+            }
+        }
+        panic!("did not quiesce");
     }
 
     /// Submits at the primary (replica 0) and returns the reply's status and body.
@@ -389,4 +422,163 @@ fn group_memberships_end_with_their_sessions_on_every_replica() {
         4,
         "join, join, Logout, re-login"
     );
+}
+
+/// Decision 395 inside the real core: a purge commits while both backups lag it (they acked
+/// its prepare but have not applied it), and its reply waits in the primary's gate until a
+/// backup's PrepareOk shows the purge applied, which the primary asks for
+/// (`solicit_applied`). Then `n - Q_rep + 1 = 2` of 3 replicas stopped the old incarnation,
+/// so the one still lagging cannot commit a send in it with any other (decision 376). A
+/// delete waits the same way; other replies do not wait.
+#[test]
+fn a_purge_is_answered_only_once_enough_replicas_applied_it() {
+    let mut c = Cluster::new(3);
+    let (_, login) = c.submit(ClientRequest::new(7, Operation::Register, 0, 0, Vec::new()));
+    let session = LoginReply::decode(read_result(&login).unwrap().unwrap())
+        .unwrap()
+        .session;
+    let name = |s: &str| Name::new(s).unwrap();
+    let (status, _) = c.submit(request(
+        session,
+        1,
+        &Request::CreateStream {
+            name: name("s"),
+            options: Options::default(),
+        },
+    ));
+    assert_eq!(status, 0);
+    let (_, body) = c.submit(request(
+        session,
+        2,
+        &Request::CreateTopic(CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions_count: 2,
+            name: name("t"),
+            options: Options::default(),
+        }),
+    ));
+    assert!(read_result(&body).unwrap().is_ok());
+    c.ticks(60);
+    let incarnations = |c: &Cluster, r: usize| -> Vec<u64> {
+        c.replicas[r].state_machine().state().streams[&0].topics[&0]
+            .partitions
+            .iter()
+            .map(|p| p.consensus_group_id)
+            .collect()
+    };
+    let before = incarnations(&c, 0);
+
+    let mut gate = ReplyGate::new(0, 3);
+    // Replica 2 hears nothing from here on; replica 1 gets and acks the purge's prepare.
+    let cut = |from: ReplicaId, to: ReplicaId, _: &Frame| from.0 != 2 && to.0 != 2;
+    c.replies.clear();
+    c.step(
+        ReplicaId(0),
+        Input::Request(request(
+            session,
+            3,
+            &Request::Lifecycle(server::client::lifecycle::Lifecycle::PurgeTopic {
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+            }),
+        )),
+    );
+    c.run_gated(&mut gate, cut);
+    let purge_op = c.replicas[0].commit_min();
+    assert_eq!(
+        c.replicas[0].header(purge_op).unwrap().operation,
+        Operation::PurgeTopic.byte()
+    );
+    assert_ne!(incarnations(&c, 0), before, "the primary applied the purge");
+    for r in 1..3 {
+        assert!(
+            c.replicas[r].commit_min() < purge_op,
+            "replica {r} should still lag the purge"
+        );
+    }
+    let replies: Vec<(ClientId, Frame)> = std::mem::take(&mut c.replies);
+    assert_eq!(
+        replies.len(),
+        1,
+        "the core answered the purge at its commit"
+    );
+    for (client, frame) in replies {
+        assert!(
+            gate.admit(client.0, frame).is_none(),
+            "the purge was answered while 2 of 3 replicas had not applied it"
+        );
+    }
+    assert!(gate.release().is_empty());
+
+    // The primary asks; replica 1 applies the purge and says so in its ack.
+    c.replicas[0].solicit_applied(&mut c.outbox);
+    c.execute(ReplicaId(0));
+    c.run_gated(&mut gate, cut);
+    assert_eq!(c.replicas[1].commit_min(), purge_op);
+    assert_eq!(incarnations(&c, 1), incarnations(&c, 0));
+    assert!(
+        c.replicas[2].commit_min() < purge_op,
+        "replica 2 still lags"
+    );
+    let released = gate.release();
+    assert_eq!(
+        released.len(),
+        1,
+        "the purge's reply goes once 2 of 3 applied it"
+    );
+    let (client, frame) = &released[0];
+    assert_eq!(*client, 7);
+    assert_eq!(
+        u32::from_le_bytes(frame.bytes()[216..220].try_into().unwrap()),
+        0
+    );
+    assert!(read_result(&frame.bytes()[256..]).unwrap().is_ok());
+
+    // A delete waits the same way while its appliers are short; a create does not wait.
+    c.step(
+        ReplicaId(0),
+        Input::Request(request(
+            session,
+            4,
+            &Request::Lifecycle(server::client::lifecycle::Lifecycle::DeleteTopic {
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+            }),
+        )),
+    );
+    c.run_gated(&mut gate, cut);
+    let delete_op = c.replicas[0].commit_min();
+    assert_eq!(delete_op, purge_op + 1);
+    let replies: Vec<(ClientId, Frame)> = std::mem::take(&mut c.replies);
+    assert_eq!(replies.len(), 1);
+    for (client, frame) in replies {
+        assert!(
+            gate.admit(client.0, frame).is_none(),
+            "a delete's reply went early"
+        );
+    }
+    c.replicas[0].solicit_applied(&mut c.outbox);
+    c.execute(ReplicaId(0));
+    c.run_gated(&mut gate, cut);
+    assert_eq!(gate.release().len(), 1);
+    c.step(
+        ReplicaId(0),
+        Input::Request(request(
+            session,
+            5,
+            &Request::CreateStream {
+                name: name("u"),
+                options: Options::default(),
+            },
+        )),
+    );
+    c.run_gated(&mut gate, cut);
+    let replies: Vec<(ClientId, Frame)> = std::mem::take(&mut c.replies);
+    assert_eq!(replies.len(), 1);
+    for (client, frame) in replies {
+        let frame = gate
+            .admit(client.0, frame)
+            .expect("a create's reply goes at once");
+        assert!(read_result(&frame.bytes()[256..]).unwrap().is_ok());
+    }
 }

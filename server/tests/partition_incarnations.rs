@@ -440,6 +440,78 @@ fn a_node_lagging_a_purge_cannot_commit_into_or_from_the_new_incarnation() {
     });
 }
 
+/// Why a purge's reply waits for `n - Q_rep + 1` appliers (decision 395), and not fewer: with
+/// one node of three applied (the metadata primary at the purge's commit, before any backup
+/// applied it), the two lagging nodes are still a replication quorum of the old incarnation,
+/// so node 0 (its primary) acknowledges a send, and the message goes with the old incarnation
+/// when they catch up. With two of three applied, the test above shows it is never
+/// acknowledged; `metadata_replicated::a_purge_is_answered_only_once_enough_replicas_applied_it`
+/// shows the reply waits for the second.
+#[test]
+fn with_a_lagging_majority_the_old_incarnation_still_acknowledges() {
+    run(|| async {
+        let c = Cluster::new("majority");
+        send_committed(&c, 0xA0, &payload(0xAA, 0)).await;
+        until("node 0 leads incarnation 1", || {
+            c.host(0)
+                .group_state(group())
+                .is_some_and(|s| s.0 == 0 && s.1 == Status::Normal)
+        })
+        .await;
+        // Only node 2 applies the purge.
+        c.nodes[2].metadata.publish(view(8, 2));
+        until(
+            "node 2 removed incarnation 1 and boots incarnation 2",
+            || {
+                c.host(2)
+                    .gauges
+                    .groups_removed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 1
+                    && c.host(2).hosts(group().0)
+            },
+        )
+        .await;
+        let lagging: u128 = 0xB0;
+        c.host(0)
+            .submit(group(), send(lagging, 1, &payload(0xBB, 0)))
+            .expect("node 0's incarnation 1 still admits");
+        until("node 0's old incarnation acknowledges the send", || {
+            replies_to(&c.nodes[0], lagging)
+                .iter()
+                .any(|f| status(f) == 0)
+        })
+        .await;
+        // Nodes 0 and 1 catch up: the acknowledged message goes with incarnation 1.
+        for r in 0..2 {
+            c.nodes[r].metadata.publish(view(8, 2));
+        }
+        until("nodes 0 and 1 boot incarnation 2", || {
+            (0..2).all(|r| {
+                c.host(r)
+                    .gauges
+                    .groups_removed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 1
+                    && c.host(r).hosts(group().0)
+            })
+        })
+        .await;
+        send_committed(&c, 0xC0, &payload(0xCC, 0)).await;
+        until(
+            "every node holds the later send and not the acknowledged one",
+            || {
+                (0..NODES).all(|r| {
+                    let (_, body) = poll_all(c.host(r));
+                    holds(&body, 0xCC) && !holds(&body, 0xBB)
+                })
+            },
+        )
+        .await;
+        c.stop().await;
+    });
+}
+
 /// The committed view after DeletePartitions removed the topic's only partition at
 /// `incarnation`: the key retired (decision 342).
 fn deleted(op: u64, incarnation: u64) -> MetadataView {

@@ -48,9 +48,10 @@ pub fn patch_options(
 
 /// The new incarnation of a partition whose incarnation is `old`, from the counter `next`:
 /// `next`, or `next + 1` when `next`'s wire tag would repeat `old`'s, so a node that lags one
-/// purge never takes the new incarnation's frames for its own (decision 375). 1 (error) past
-/// `u64::MAX`.
-fn next_incarnation(old: u64, next: u64) -> Result<u64, u32> {
+/// purge never takes the new incarnation's frames for its own (decision 375); a create that
+/// reuses a retired key does the same with the retired incarnation (decision 396). 1 (error)
+/// past `u64::MAX`.
+pub(super) fn next_incarnation(old: u64, next: u64) -> Result<u64, u32> {
     if incarnation_tag(next) == incarnation_tag(old) {
         next.checked_add(1).ok_or(status::ERROR)
     } else {
@@ -223,16 +224,25 @@ impl MetadataStateMachine {
                 let mut next = state.next_consensus_group_id;
                 let first = topic.partitions.len() as u32;
                 let mut added = Vec::with_capacity(count as usize);
+                let mut reused = Vec::new();
                 for id in first..first + count {
-                    if let Some(group) = topic.group(stream_id, id) {
-                        state.retired.remove(&group.0);
-                    }
+                    // A retired key used again never takes its last incarnation's wire tag
+                    // (decision 396).
+                    let key = topic.group(stream_id, id).map(|g| g.0);
+                    let group = match key.and_then(|k| state.retired.get(&k)) {
+                        Some(&old) => next_incarnation(old, next)?,
+                        None => next,
+                    };
+                    reused.extend(key);
                     added.push(Partition {
                         id,
                         created_at: header.timestamp.get(),
-                        consensus_group_id: next,
+                        consensus_group_id: group,
                     });
-                    next = next.checked_add(1).ok_or(status::ERROR)?;
+                    next = group.checked_add(1).ok_or(status::ERROR)?;
+                }
+                for key in reused {
+                    state.retired.remove(&key);
                 }
                 topic.partitions.extend(added);
                 state.next_consensus_group_id = next;

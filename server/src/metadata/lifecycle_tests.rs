@@ -385,6 +385,69 @@ fn a_purge_skips_an_id_whose_tag_would_repeat() {
     }
 }
 
+/// Installs `d`'s state with the incarnation counter at `next`.
+fn with_counter(d: &mut Driver, next: u64) {
+    let mut state = d.sm.state().clone();
+    state.next_consensus_group_id = next;
+    let op = d.op;
+    d.sm.install(
+        op,
+        &[Artifact {
+            kind: ArtifactKind::METADATA_SNAPSHOT,
+            frontier: op,
+            bytes: state.encode(),
+        }],
+    )
+    .unwrap();
+}
+
+/// A create that reuses a retired key never gives it its retired incarnation's wire tag
+/// (decision 396): CreateTopic and CreatePartitions skip the one id whose tag would repeat,
+/// as purges do (decision 375).
+#[test]
+fn a_create_reusing_a_retired_key_skips_an_id_whose_tag_would_repeat() {
+    use crate::partition::lifecycle::incarnation_tag;
+    let mut d = seeded();
+    // Topic u (id 1) holds incarnation 2; deleted, its key is retired at 2.
+    payload(
+        &d.submit(&lc(Lifecycle::DeleteTopic {
+            stream: num(0),
+            topic: num(1),
+        }))
+        .unwrap(),
+    );
+    with_counter(&mut d, 2049);
+    assert_eq!(incarnation_tag(2049), incarnation_tag(2));
+    let reply = d.submit(&create_topic(num(0), "w", 2)).unwrap();
+    let t = crate::client::reply::TopicDetails::decode(payload(&reply)).unwrap();
+    assert_eq!(t.topic.id, 1, "the retired topic's slot");
+    // Partition 0 reuses the retired key: 2049 is skipped; partition 1's key is new.
+    assert_eq!(groups(&d, 0, 1), vec![(0, 2050), (1, 2051)]);
+    assert!(d.sm.state().retired.is_empty());
+    // Topic t's partition 1 (incarnation 1) deleted, then created again.
+    payload(
+        &d.submit(&lc(Lifecycle::DeletePartitions {
+            stream: num(0),
+            topic: num(0),
+            count: 1,
+        }))
+        .unwrap(),
+    );
+    with_counter(&mut d, 4095);
+    assert_eq!(incarnation_tag(4095), incarnation_tag(1));
+    payload(
+        &d.submit(&lc(Lifecycle::CreatePartitions {
+            stream: num(0),
+            topic: num(0),
+            count: 2,
+        }))
+        .unwrap(),
+    );
+    assert_eq!(groups(&d, 0, 0), vec![(0, 0), (1, 4096), (2, 4097)]);
+    assert_eq!(d.sm.state().next_consensus_group_id, 4098);
+    assert!(d.sm.state().retired.is_empty());
+}
+
 fn lifecycle_script() -> Vec<Request<'static>> {
     vec![
         create_stream("a"),

@@ -399,7 +399,17 @@ impl MetadataStateMachine {
         let mut partitions = Vec::with_capacity(group_ids.len());
         let mut next = state.next_consensus_group_id;
         for (index, hint) in group_ids.into_iter().enumerate() {
-            let group = hint.max(next);
+            let mut group = hint.max(next);
+            // A retired key used again never takes its last incarnation's wire tag (decision
+            // 396): decided here, at apply, from the applied state, alike on every replica.
+            let key = wire::GroupId::partition(wire::PartitionKey {
+                stream: stream_id,
+                topic: id,
+                partition: index as u32,
+            });
+            if let Some(&old) = key.ok().and_then(|k| state.retired.get(&k.0)) {
+                group = lifecycle::next_incarnation(old, group)?;
+            }
             next = group.checked_add(1).ok_or(status::ERROR)?;
             partitions.push(Partition {
                 id: index as u32,
