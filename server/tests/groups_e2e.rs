@@ -368,6 +368,7 @@ fn a_group_that_reuses_a_deleted_groups_id_starts_without_its_offsets() {
         assert_eq!(group_op(&mut c, &delete), 0);
 
         assert_eq!(create(&mut c, "new"), 0, "the lowest free id again");
+        assert_eq!(create(&mut c, "spare"), 1);
         assert_eq!(stored(&mut c, by_id()), None, "the new group has no offset");
         // Individual consumers keep a table of their own: one whose id is any u32 (here
         // the counter's first keys) does not reach the group's offset.
@@ -390,5 +391,18 @@ fn a_group_that_reuses_a_deleted_groups_id_starts_without_its_offsets() {
         assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(0));
         assert_eq!(stored(&mut c, by_id()), Some(0));
         assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(1));
+        assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(2));
+        // After a restart (the metadata replayed from its journal) the group still reads
+        // its own offset, not the deleted group's.
+        common::kill(&mut nodes[0]);
+        common::spawn_plain(&config, &mut nodes[0], &logs, 1);
+        common::metadata_primary(nodes, &[0], &logs);
+        let mut c = Client::connect(nodes[0].tcp, 0xC1);
+        c.login();
+        assert_eq!(
+            stored(&mut c, by_id()),
+            Some(2),
+            "the new group's own offset"
+        );
     });
 }
