@@ -248,7 +248,7 @@ impl<S: StateMachine> Replica<S> {
             return Ok(());
         }
         // The session instance the origin logs out is its Register's epoch; the table holds
-        // the client's current one (decision 390's brief, refining 374 (b)).
+        // the client's current one (decision 393, refining 374 (b)).
         let outcome = match self.clients.sessions.get(&client) {
             // Already gone: Ok at the current commit point.
             None => Some(LogoutOutcome::Ok),
