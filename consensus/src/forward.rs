@@ -247,9 +247,27 @@ impl<S: StateMachine> Replica<S> {
             self.send(out, origin, frame);
             return Ok(());
         }
-        if self.clients.owner(client).is_none() {
+        // The session instance the origin logs out is its Register's epoch; the table holds
+        // the client's current one (decision 393, refining 374 (b)).
+        let outcome = match self.clients.sessions.get(&client) {
             // Already gone: Ok at the current commit point.
-            let frame = self.logout_result(nonce, client, LogoutOutcome::Ok, self.commit_max);
+            None => Some(LogoutOutcome::Ok),
+            // A later Register rebound the client id: the session the origin meant is gone
+            // already, and the newer one is not its to end (a late forward, or a backup
+            // whose table was behind). Ok at the current commit point, nothing proposed.
+            Some(entry) if header.session.get() < entry.epoch => Some(LogoutOutcome::Ok),
+            // A session newer than this caught-up primary's committed table is none it ever
+            // registered: refused (transient at the origin), never the current one ended.
+            Some(entry) if header.session.get() > entry.epoch => Some(LogoutOutcome::Canceled),
+            Some(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            let commit = if outcome == LogoutOutcome::Ok {
+                self.commit_max
+            } else {
+                0
+            };
+            let frame = self.logout_result(nonce, client, outcome, commit);
             self.send(out, origin, frame);
             return Ok(());
         }

@@ -48,6 +48,52 @@ fn register_at_a_backup_is_forwarded_and_answered() {
 }
 
 #[test]
+fn a_forwarded_logout_of_an_older_session_leaves_the_newer_one() {
+    let mut c = Cluster::new(3, GroupId::METADATA, |_| {});
+    // Client 42 registers (epoch 1), then registers again (epoch 2, same client id).
+    c.submit(0, Cluster::request(42, Operation::Register, 0, 0, vec![]));
+    c.submit(0, Cluster::request(42, Operation::Register, 0, 0, vec![]));
+    c.ticks(60);
+    assert_eq!(c.replica(0).commit_min(), 2);
+    // A Logout of the first session reaches a backup late and is forwarded: answered Ok
+    // (that session is gone) without a proposal.
+    c.submit(2, Cluster::request(42, Operation::Logout, 1, 7, vec![]));
+    c.ticks(60);
+    let (client, reply) = c.replies.last().unwrap().clone();
+    assert_eq!((client.0, reply.command()), (42, Some(Command::Reply)));
+    for r in 0..3 {
+        assert_eq!(c.replica(r).commit_min(), 2, "no Logout committed on {r}");
+    }
+    // The second session still works.
+    c.submit(
+        0,
+        Cluster::request(42, Operation::CreateStream, 2, 1, vec![]),
+    );
+    assert_eq!(
+        c.replies.last().unwrap().1.command(),
+        Some(Command::Reply),
+        "the newer session was not ended"
+    );
+    // A forwarded Logout naming a session the primary never registered is refused, and
+    // the current session survives it too; one naming the current session ends it.
+    c.submit(1, Cluster::request(42, Operation::Logout, 9, 8, vec![]));
+    c.ticks(60);
+    assert_eq!(c.replica(0).commit_min(), 3);
+    c.submit(2, Cluster::request(42, Operation::Logout, 2, 9, vec![]));
+    c.ticks(60);
+    assert_eq!(c.replica(0).commit_min(), 4);
+    c.submit(
+        0,
+        Cluster::request(42, Operation::CreateStream, 2, 10, vec![]),
+    );
+    assert_eq!(
+        c.replies.last().unwrap().1.command(),
+        Some(Command::Eviction),
+        "logged out"
+    );
+}
+
+#[test]
 fn forward_times_out_with_a_transient_error() {
     let mut b = fresh(3, 1);
     let (result, effects) = input(

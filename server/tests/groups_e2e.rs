@@ -14,12 +14,14 @@ mod common;
 use std::path::Path;
 
 use common::client::{
-    CREATE_STREAM, CREATE_TOPIC, Client, NON_REPLICATED, frame, name, topic_body,
+    CREATE_STREAM, CREATE_TOPIC, Client, GET_CONSUMER_OFFSET, NON_REPLICATED, POLL_MESSAGES,
+    STORE_CONSUMER_OFFSET, frame, name, topic_body,
 };
 use common::{Node, eventually};
-use server::client::codec::{Identifier, Name};
+use server::client::codec::{Consumer, Identifier, Name, PollingStrategy};
 use server::client::groups::GroupTarget;
-use server::client::request::Request;
+use server::client::reply::{ConsumerOffsetReply, PollHead};
+use server::client::request::{OffsetTarget, PollMessages, Request, StoreConsumerOffset};
 
 const PARTITIONS: u32 = 4;
 
@@ -244,6 +246,163 @@ fn a_new_primary_ends_the_sessions_of_the_killed_primary() {
         assert!(
             ended.iter().any(|l| l.contains(&format!("PeerDown({mp})"))),
             "{ended:?}"
+        );
+    });
+}
+
+/// Partition 0 of stream 0, topic 0 for `consumer`.
+fn offset_target(consumer: Consumer) -> OffsetTarget {
+    OffsetTarget {
+        consumer,
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+    }
+}
+
+fn group_consumer(id: Identifier) -> Consumer {
+    Consumer { group: true, id }
+}
+
+/// StoreConsumerOffset of `consumer` on partition 0: the result code.
+fn store(client: &mut Client, consumer: Consumer, offset: u64) -> u32 {
+    let mut body = Vec::new();
+    Request::StoreConsumerOffset(StoreConsumerOffset {
+        target: offset_target(consumer),
+        offset,
+        quorum: true,
+    })
+    .encode(&mut body);
+    client.replicated(STORE_CONSUMER_OFFSET, &body).result()
+}
+
+/// GetConsumerOffset of `consumer` on partition 0: the stored offset, `None` for none.
+fn stored(client: &mut Client, consumer: Consumer) -> Option<u64> {
+    let mut body = Vec::new();
+    Request::GetConsumerOffset(offset_target(consumer)).encode(&mut body);
+    let answer = client.read(GET_CONSUMER_OFFSET, &body);
+    assert_eq!(answer.status(), 0);
+    ConsumerOffsetReply::decode(answer.body())
+        .unwrap()
+        .map(|r| r.stored_offset)
+}
+
+/// A group poll of partition 0 with strategy Next, one message, auto-commit: the offset of
+/// the message returned (`None` for none).
+fn poll_next(client: &mut Client, group: Identifier) -> Option<u64> {
+    let mut body = Vec::new();
+    Request::PollMessages(PollMessages {
+        consumer: group_consumer(group),
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+        strategy: PollingStrategy::Next(0),
+        count: 1,
+        auto_commit: true,
+    })
+    .encode(&mut body);
+    let answer = client.read(POLL_MESSAGES, &body);
+    assert_eq!(answer.status(), 0, "group poll");
+    let (head, batches) = PollHead::decode(answer.body()).unwrap();
+    if head.messages_count == 0 {
+        return None;
+    }
+    // One message per batch was sent, so the first batch's base offset is its offset.
+    Some(
+        wire::batch::verify(batches)
+            .expect("an intact batch")
+            .base_offset,
+    )
+}
+
+/// Decision 390: a group created after a deleted one takes its id (the lowest free) but not
+/// its offsets. One node; three messages of one batch each on a one-partition topic.
+#[test]
+fn a_group_that_reuses_a_deleted_groups_id_starts_without_its_offsets() {
+    let _serial = common::serial();
+    let dir = common::scratch("groups-reused-id");
+    let ports = common::free_ports(3);
+    let config = dir.join("strand.toml");
+    std::fs::write(&config, common::config("groups-reused-id", 1, &ports, "")).unwrap();
+    let logs = dir.join("nodes.log");
+    let mut nodes = common::nodes(&dir, 1, &ports);
+    common::spawn_plain(&config, &mut nodes[0], &logs, 1);
+    let at_logs = logs.clone();
+    common::run_killed(&mut nodes, &at_logs, &dir, |nodes| {
+        common::metadata_primary(nodes, &[0], &logs);
+        let mut c = Client::connect(nodes[0].tcp, 0xC0);
+        c.login();
+        assert_eq!(c.replicated(CREATE_STREAM, &name("jobs")).result(), 0);
+        assert_eq!(
+            c.replicated(CREATE_TOPIC, &topic_body(0, 1, "tasks"))
+                .result(),
+            0
+        );
+        for i in 0..3 {
+            c.send(0, 0, &[common::payload(i, 0)]);
+        }
+        let create = |c: &mut Client, group: &str| {
+            let request = Request::CreateConsumerGroup {
+                stream: Identifier::Numeric(0),
+                topic: Identifier::Numeric(0),
+                name: Name::new(group).unwrap(),
+            };
+            let (operation, _, body) = encoded(&request);
+            let answer = c.replicated(operation, &body);
+            assert_eq!(answer.result(), 0, "create {group}");
+            // The details begin after the result section with the group id.
+            let details = &answer.body()[answer.body().len() - (12 + 1 + group.len())..];
+            u32::from_le_bytes(details[..4].try_into().unwrap())
+        };
+        assert_eq!(create(&mut c, "old"), 0);
+        let by_id = || group_consumer(Identifier::Numeric(0));
+        // The old group's offset, stored by name, read by id.
+        let old = group_consumer(Identifier::Named(Name::new("old").unwrap()));
+        assert_eq!(store(&mut c, old, 1), 0);
+        assert_eq!(stored(&mut c, by_id()), Some(1));
+        let delete = Request::DeleteConsumerGroup(GroupTarget {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            group: Identifier::Numeric(0),
+        });
+        assert_eq!(group_op(&mut c, &delete), 0);
+
+        assert_eq!(create(&mut c, "new"), 0, "the lowest free id again");
+        assert_eq!(create(&mut c, "spare"), 1);
+        assert_eq!(stored(&mut c, by_id()), None, "the new group has no offset");
+        // Individual consumers keep a table of their own: one whose id is any u32 (here
+        // the counter's first keys) does not reach the group's offset.
+        for id in [1u32 << 31, (1 << 31) + 1] {
+            let plain = Consumer {
+                group: false,
+                id: Identifier::Numeric(id),
+            };
+            assert_eq!(store(&mut c, plain, 2), 0);
+        }
+        assert_eq!(stored(&mut c, by_id()), None);
+        // A member's poll with Next starts at the partition's first message, and its
+        // auto-commit stores what it returned.
+        let join = Request::JoinConsumerGroup(GroupTarget {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(0),
+            group: Identifier::Named(Name::new("new").unwrap()),
+        });
+        assert_eq!(group_op(&mut c, &join), 0);
+        assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(0));
+        assert_eq!(stored(&mut c, by_id()), Some(0));
+        assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(1));
+        assert_eq!(poll_next(&mut c, Identifier::Numeric(0)), Some(2));
+        // After a restart (the metadata replayed from its journal) the group still reads
+        // its own offset, not the deleted group's.
+        common::kill(&mut nodes[0]);
+        common::spawn_plain(&config, &mut nodes[0], &logs, 1);
+        common::metadata_primary(nodes, &[0], &logs);
+        let mut c = Client::connect(nodes[0].tcp, 0xC1);
+        c.login();
+        assert_eq!(
+            stored(&mut c, by_id()),
+            Some(2),
+            "the new group's own offset"
         );
     });
 }

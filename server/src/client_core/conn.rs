@@ -318,16 +318,22 @@ impl ClientCore {
                 request,
             } => {
                 if request.consumer.group {
-                    let fenced = {
-                        let view = self.node.reader.view();
-                        crate::metadata::groups::poll_fence(
-                            &view,
-                            &request.stream,
-                            &request.topic,
-                            &request.consumer.id,
-                            client,
-                            partition,
-                        )
+                    // The route named the group by its offset key (decision 390).
+                    let fenced = match request.consumer.id {
+                        crate::client::codec::Identifier::Numeric(key) => {
+                            let view = self.node.reader.view();
+                            crate::metadata::groups::poll_fence(
+                                &view,
+                                &request.stream,
+                                &request.topic,
+                                key,
+                                client,
+                                partition,
+                            )
+                        }
+                        crate::client::codec::Identifier::Named(_) => {
+                            Err(crate::metadata::groups::GROUP_NAME_NOT_FOUND)
+                        }
                     };
                     if let Err(code) = fenced {
                         return Some(frames::refused(&header, code));

@@ -35,11 +35,25 @@ pub const PARTITION_NOT_OWNED: u32 = 5009;
 /// Groups per topic, the highest id a group may take.
 pub const GROUP_ID_MAX: u32 = u32::MAX - 1;
 
+/// The first offset key the replicated counter hands out (decision 390). Keys below it are
+/// legacy keys, equal to the group's id: groups of snapshots before version 4 and of
+/// CreateConsumerGroup prepares without [`KEY_TAG`] (an older build's primary). Ids are the
+/// lowest free, so a legacy key stays far below this unless 2^31 groups of one topic lived
+/// at once; the two ranges never meet.
+pub const GROUP_KEY_BASE: u32 = 1 << 31;
+
+/// The prefix the primary writes before a CreateConsumerGroup prepare's body (decision 391):
+/// the group's offset key comes from the replicated counter.
+pub const KEY_TAG: [u8; 4] = *b"SGK1";
+
 /// A consumer group of one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerGroup {
-    /// Id, 0-based within its topic (the lowest free at creation).
+    /// Id, 0-based within its topic (the lowest free at creation); reused after a delete.
     pub id: u32,
+    /// The key its consumer offsets are stored under in the partitions (decision 390):
+    /// never reused, unlike the id.
+    pub key: u32,
     /// Name, unique within its topic.
     pub name: Name,
     /// Moves by one at every change of the member set (join, leave, session end).
@@ -55,9 +69,10 @@ pub type TopicGroups = BTreeMap<u32, ConsumerGroup>;
 
 impl ConsumerGroup {
     /// A new group with no members.
-    pub fn new(id: u32, name: Name) -> ConsumerGroup {
+    pub fn new(id: u32, key: u32, name: Name) -> ConsumerGroup {
         ConsumerGroup {
             id,
+            key,
             name,
             generation: 0,
             next_member_id: 0,
@@ -250,30 +265,38 @@ impl State {
     }
 }
 
-/// Resolves a consumer-group offset target's group and names it by its numeric id from
-/// then on, so a group's offsets have one key whether the client names it by id or name
-/// (decision 319). `Err` is the first not-found code.
+/// Resolves a consumer-group offset target's group and names it by its offset key from then
+/// on (decisions 319, 390), so a group's offsets have one key whether the client names it by
+/// id or name, and a later group that reuses the id starts with none. `Err` is the first
+/// not-found code.
 pub fn consumer_of_group(view: &MetadataView, target: &mut OffsetTarget) -> Result<(), u32> {
     let found = view.consumer_group(&target.stream, &target.topic, &target.consumer.id)?;
-    target.consumer.id = Identifier::Numeric(found.group.id);
+    target.consumer.id = Identifier::Numeric(found.group.key);
     Ok(())
 }
 
+/// The group of a topic whose offset key is `key` (5000 when none: the group was deleted
+/// since the request was routed).
+pub fn find_by_key(groups: Option<&TopicGroups>, key: u32) -> Result<&ConsumerGroup, u32> {
+    groups
+        .and_then(|g| g.values().find(|g| g.key == key))
+        .ok_or(GROUP_ID_NOT_FOUND)
+}
+
 /// The member fence of a consumer-group poll (decision 320): `client` must be a member of
-/// the group (numeric `group` id after [`consumer_of_group`]) and `partition` one of its
-/// assigned partitions; otherwise 5006 (the SDK's consumer rejoins) or 5009 (the SDK
+/// the group (named by its offset key after [`consumer_of_group`]) and `partition` one of
+/// its assigned partitions; otherwise 5006 (the SDK's consumer rejoins) or 5009 (the SDK
 /// re-syncs its assignment and polls again).
 pub fn poll_fence(
     view: &MetadataView,
     stream: &Identifier,
     topic: &Identifier,
-    group: &Identifier,
+    key: u32,
     client: u128,
     partition: u32,
 ) -> Result<(), u32> {
-    let found = view.consumer_group(stream, topic, group)?;
-    let assigned = found
-        .group
+    let found = view.topic_groups(stream, topic)?;
+    let assigned = find_by_key(found.groups, key)?
         .partitions_of(client, found.partitions)
         .ok_or(MEMBER_NOT_FOUND)?;
     if !assigned.contains(&partition) {
@@ -295,6 +318,31 @@ pub fn sync_answer(
         .unwrap_or_default()
 }
 
+impl State {
+    /// The offset key the next counter-keyed group gets, if the counter is not exhausted.
+    pub fn next_group_key(&self) -> Option<u32> {
+        (self.group_keys_issued < GROUP_KEY_BASE).then(|| GROUP_KEY_BASE + self.group_keys_issued)
+    }
+}
+
+/// A CreateConsumerGroup prepare body with [`KEY_TAG`] (what the primary replicates).
+pub fn keyed_create_body(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(KEY_TAG.len() + body.len());
+    out.extend_from_slice(&KEY_TAG);
+    out.extend_from_slice(body);
+    out
+}
+
+/// Splits a committed CreateConsumerGroup body: whether it carries [`KEY_TAG`], and the
+/// client's body. A client body starts with an Identifier's kind byte (1 or 2), so it never
+/// starts with the tag.
+pub fn split_create_body(body: &[u8]) -> (bool, &[u8]) {
+    match body.strip_prefix(&KEY_TAG) {
+        Some(rest) => (true, rest),
+        None => (false, body),
+    }
+}
+
 /// The lowest group id free among `groups`.
 pub fn free_group_id(groups: Option<&TopicGroups>) -> Option<u32> {
     match groups {
@@ -305,10 +353,15 @@ pub fn free_group_id(groups: Option<&TopicGroups>) -> Option<u32> {
 
 // ---- the snapshot section ---------------------------------------------------------------
 
-/// Appends the consumer-group section: `u32 topics`, then per topic `stream u32, topic u32,
-/// u32 groups`, per group `id u32, name, generation u64, next_member_id u32, u32 members`,
-/// per member `id u32, client u128`. Everything in key order.
-pub fn encode_section(state: &State, out: &mut Vec<u8>) {
+/// Appends the consumer-group section: `u32 keys_issued` (version 4), `u32 topics`, then per
+/// topic `stream u32, topic u32, u32 groups`, per group `id u32, key u32` (version 4),
+/// `name, generation u64, next_member_id u32, u32 members`, per member `id u32, client
+/// u128`. Everything in key order.
+pub fn encode_section(state: &State, out: &mut Vec<u8>, version: u8) {
+    let keyed = version >= 4;
+    if keyed {
+        out.extend_from_slice(&state.group_keys_issued.to_le_bytes());
+    }
     out.extend_from_slice(&(state.consumer_groups.len() as u32).to_le_bytes());
     for ((stream, topic), groups) in &state.consumer_groups {
         out.extend_from_slice(&stream.to_le_bytes());
@@ -316,6 +369,9 @@ pub fn encode_section(state: &State, out: &mut Vec<u8>) {
         out.extend_from_slice(&(groups.len() as u32).to_le_bytes());
         for group in groups.values() {
             out.extend_from_slice(&group.id.to_le_bytes());
+            if keyed {
+                out.extend_from_slice(&group.key.to_le_bytes());
+            }
             group.name.write(out);
             out.extend_from_slice(&group.generation.to_le_bytes());
             out.extend_from_slice(&group.next_member_id.to_le_bytes());
@@ -332,10 +388,24 @@ fn ascending<K: Ord + Copy, V>(map: &BTreeMap<K, V>, key: K) -> bool {
     map.keys().next_back().is_none_or(|last| *last < key)
 }
 
-/// Reads the consumer-group section into `state` (streams and topics already decoded),
-/// checking what `apply` keeps: keys ascending, topics that exist, names unique per topic,
-/// member ids below the group's counter and client ids unique and non-zero per group.
-pub fn decode_section(r: &mut Reader<'_>, state: &mut State) -> Result<(), SnapshotError> {
+/// Reads the consumer-group section of a snapshot of `version` into `state` (streams and
+/// topics already decoded), checking what `apply` keeps: keys ascending, topics that exist,
+/// names unique per topic, member ids below the group's counter, client ids unique and
+/// non-zero per group, and offset keys unique per topic, each either its group's id below
+/// [`GROUP_KEY_BASE`] (legacy) or one the counter issued. Before version 4 there are no keys
+/// in the section: every group's key is its id and the counter has issued none.
+pub fn decode_section(
+    r: &mut Reader<'_>,
+    state: &mut State,
+    version: u8,
+) -> Result<(), SnapshotError> {
+    let keyed = version >= 4;
+    if keyed {
+        state.group_keys_issued = r.u32("group keys issued")?;
+        if state.group_keys_issued > GROUP_KEY_BASE {
+            return Err(SnapshotError::Content("group key counter out of range"));
+        }
+    }
     let topics = r.u32("group topic count")?;
     for _ in 0..topics {
         let stream = r.u32("group stream")?;
@@ -357,8 +427,18 @@ pub fn decode_section(r: &mut Reader<'_>, state: &mut State) -> Result<(), Snaps
             return Err(SnapshotError::Content("empty group list"));
         }
         let mut groups = TopicGroups::new();
+        // Offsets live per partition, so keys must differ within a topic (issued ones are
+        // unique everywhere; legacy ones, the ids, only per topic).
+        let mut keys = std::collections::BTreeSet::new();
         for _ in 0..count {
             let id = r.u32("group id")?;
+            let key = if keyed { r.u32("group key")? } else { id };
+            let issued = key >= GROUP_KEY_BASE && key - GROUP_KEY_BASE < state.group_keys_issued;
+            if !(issued || key == id && key < GROUP_KEY_BASE) || !keys.insert(key) {
+                return Err(SnapshotError::Content(
+                    "group key reused, not issued, or a legacy key not its id",
+                ));
+            }
             let name = Name::read(r, "group name")?;
             let generation = r.u64("generation")?;
             let next_member_id = r.u32("next_member_id")?;
@@ -370,6 +450,7 @@ pub fn decode_section(r: &mut Reader<'_>, state: &mut State) -> Result<(), Snaps
             }
             let mut group = ConsumerGroup {
                 id,
+                key,
                 name,
                 generation,
                 next_member_id,

@@ -44,16 +44,22 @@ impl Driver {
         request.encode(&mut body);
         self.sm.preflight(operation, &body)?;
         let projection = self.sm.project(operation, &body);
+        Ok(self.apply(client, projection.operation, &projection.body))
+    }
+
+    /// Applies a committed prepare of `operation` with `body` as is (no preflight, no
+    /// projection: what a primary of an older build replicates).
+    fn apply(&mut self, client: u128, operation: Operation, body: &[u8]) -> Result<Vec<u8>, u32> {
         self.op += 1;
         let mut h = PrepareHeader::zeroed();
         h.op.set(self.op);
         h.timestamp.set(self.op * 1000);
-        h.operation = projection.operation.byte();
+        h.operation = operation.byte();
         h.user_id.set(ROOT_USER_ID);
         h.client.set(client);
         let mut reply = Vec::new();
-        self.sm.apply(&h, &projection.body, &mut reply);
-        Ok(read_result(&reply).unwrap().map(<[u8]>::to_vec))
+        self.sm.apply(&h, body, &mut reply);
+        read_result(&reply).unwrap().map(<[u8]>::to_vec)
     }
 
     fn ok(&mut self, client: u128, request: &Request<'_>) -> Vec<u8> {
@@ -235,7 +241,7 @@ fn join_leave_and_session_end_rebalance_with_a_moving_generation() {
 fn assignment_covers_every_partition_once_and_shares_differ_by_at_most_one() {
     for partitions in 0..12u32 {
         for members in 0..7u128 {
-            let mut group = ConsumerGroup::new(0, name("g"));
+            let mut group = ConsumerGroup::new(0, 0, name("g"));
             for m in 0..members {
                 group.join(100 + m);
             }
@@ -350,7 +356,8 @@ fn snapshot_sections_that_break_the_rules_are_refused() {
     // A snapshot written before the section (no groups) still decodes, without groups.
     let mut bare = good.clone();
     bare.consumer_groups.clear();
-    let encoded = bare.encode();
+    bare.group_keys_issued = 0;
+    let encoded = bare.encode_v3();
     // (A version-2 one: no origins section either, decision 371.)
     let mut old = encoded[..encoded.len() - 8 - 4 - 4].to_vec();
     old[4] = 2;
@@ -413,6 +420,24 @@ fn snapshot_sections_that_break_the_rules_are_refused() {
         })
         .is_err()
     );
+    // Offset keys (decision 392): one the counter has not issued yet, a legacy key that is
+    // not its group's id, the same key on two groups of a topic, a counter past its range.
+    assert!(broken(&|s| group(s).key = GROUP_KEY_BASE + 1).is_err());
+    assert!(broken(&|s| group(s).key = 7).is_err());
+    assert!(
+        broken(&|s| group(s).key = 0).is_ok(),
+        "a legacy key: its id"
+    );
+    assert!(
+        broken(&|s| {
+            let mut copy = group(s).clone();
+            copy.id = 1;
+            copy.name = name("other");
+            s.consumer_groups.get_mut(&(0, 0)).unwrap().insert(1, copy);
+        })
+        .is_err()
+    );
+    assert!(broken(&|s| s.group_keys_issued = GROUP_KEY_BASE + 1).is_err());
 }
 
 #[test]
@@ -431,13 +456,17 @@ fn poll_fence_and_offset_targets_name_the_group_by_id() {
         partition: Some(1),
     };
     consumer_of_group(&view, &mut offset_target).unwrap();
-    assert_eq!(offset_target.consumer.id, Identifier::Numeric(0));
+    assert_eq!(
+        offset_target.consumer.id,
+        Identifier::Numeric(GROUP_KEY_BASE),
+        "named by its offset key, not its id 0"
+    );
     let fence = |client, partition| {
         poll_fence(
             &view,
             &target().stream,
             &target().topic,
-            &offset_target.consumer.id,
+            GROUP_KEY_BASE,
             client,
             partition,
         )
@@ -447,6 +476,11 @@ fn poll_fence_and_offset_targets_name_the_group_by_id() {
     assert_eq!(fence(A, 1), Err(PARTITION_NOT_OWNED));
     assert_eq!(fence(B, 1), Ok(()));
     assert_eq!(fence(C, 1), Err(MEMBER_NOT_FOUND));
+    // A key no group of the topic has (its group was deleted since the route): 5000.
+    assert_eq!(
+        poll_fence(&view, &target().stream, &target().topic, 0, A, 0),
+        Err(GROUP_ID_NOT_FOUND)
+    );
     let mut missing = offset_target.clone();
     missing.consumer.id = Identifier::Numeric(4);
     assert_eq!(
@@ -580,7 +614,8 @@ fn a_dead_nodes_sessions_end_and_its_members_partitions_move_alike_everywhere() 
 #[test]
 fn the_origins_section_is_version_3_and_older_snapshots_load_without_it() {
     let mut d = setup(2);
-    let empty = d.sm.snapshot();
+    // (Written as version 3 did: no offset keys in the groups section, decision 392.)
+    let empty = d.sm.state().encode_v3();
     register(&mut d, A, 2);
     register(&mut d, B, 0);
     let state = State::decode(&d.sm.snapshot()).unwrap();
@@ -625,5 +660,173 @@ fn the_origins_section_is_version_3_and_older_snapshots_load_without_it() {
     assert!(
         forged(&[(5, 1), (9, 0)], 1).is_err(),
         "bytes past the count"
+    );
+}
+
+/// CreateConsumerGroup of `group` on stream 0, topic 0.
+fn create(group: &str) -> Request<'static> {
+    Request::CreateConsumerGroup {
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        name: Name::new(group).unwrap(),
+    }
+}
+
+/// The (id, offset key) of each group of stream 0, topic 0, in id order.
+fn keys(d: &Driver) -> Vec<(u32, u32)> {
+    d.sm.state()
+        .consumer_groups
+        .get(&(0, 0))
+        .map(|g| g.values().map(|g| (g.id, g.key)).collect())
+        .unwrap_or_default()
+}
+
+/// The offset key a consumer-kind-2 target naming `group` is routed under (decision 390).
+fn routed_key(d: &Driver, group: Identifier) -> Result<Identifier, u32> {
+    let mut offset_target = crate::client::request::OffsetTarget {
+        consumer: Consumer {
+            group: true,
+            id: group,
+        },
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(0),
+    };
+    consumer_of_group(&d.view(), &mut offset_target)?;
+    Ok(offset_target.consumer.id)
+}
+
+#[test]
+fn a_groups_offset_key_is_never_reused_across_delete_and_create() {
+    let mut d = setup(2);
+    let base = GROUP_KEY_BASE;
+    assert_eq!(keys(&d), vec![(0, base)]);
+    d.ok(A, &Request::DeleteConsumerGroup(target()));
+    // The topic has no group left (its entry is gone): the counter is not in it.
+    assert!(d.sm.state().consumer_groups.is_empty());
+    let again = d.ok(A, &create("g"));
+    assert_eq!(decode_details(&again).0, 0, "the id is reused");
+    assert_eq!(keys(&d), vec![(0, base + 1)], "the key is not");
+    d.ok(A, &create("h"));
+    assert_eq!(keys(&d), vec![(0, base + 1), (1, base + 2)]);
+    assert_eq!(
+        routed_key(&d, Identifier::Numeric(0)),
+        Ok(Identifier::Numeric(base + 1))
+    );
+    assert_eq!(
+        routed_key(&d, Identifier::Named(name("h"))),
+        Ok(Identifier::Numeric(base + 2))
+    );
+    // A refused create (a duplicate name) issues no key.
+    assert_eq!(
+        d.apply(
+            A,
+            Operation::CreateConsumerGroup,
+            &keyed_create_body(&{
+                let mut body = Vec::new();
+                create("h").encode(&mut body);
+                body
+            })
+        ),
+        Err(GROUP_NAME_ALREADY_EXISTS)
+    );
+    assert_eq!(d.sm.state().group_keys_issued, 3);
+
+    // The snapshot keeps the keys and the counter; a restored copy goes on alike.
+    let bytes = d.sm.snapshot();
+    assert_eq!(bytes[4], 4, "snapshot version 4");
+    assert_eq!(State::decode(&bytes).unwrap(), *d.sm.state());
+    let mut fresh = Driver::new();
+    fresh.sm.install(d.op, &d.sm.artifacts(d.op)).unwrap();
+    fresh.op = d.op;
+    for x in [&mut d, &mut fresh] {
+        x.ok(A, &Request::DeleteConsumerGroup(target()));
+        x.ok(A, &create("g"));
+        assert_eq!(keys(x), vec![(0, base + 3), (1, base + 2)]);
+    }
+    assert_eq!(fresh.sm.snapshot(), d.sm.snapshot());
+    // The counter is not per topic: a group of another topic takes the next key too.
+    d.ok(
+        A,
+        &Request::CreateTopic(CreateTopic {
+            stream: Identifier::Numeric(0),
+            partitions_count: 1,
+            name: name("u"),
+            options: Options::default(),
+        }),
+    );
+    d.ok(
+        A,
+        &Request::CreateConsumerGroup {
+            stream: Identifier::Numeric(0),
+            topic: Identifier::Numeric(1),
+            name: name("g"),
+        },
+    );
+    assert_eq!(d.sm.state().consumer_groups[&(0, 1)][&0].key, base + 4);
+    // An exhausted counter refuses the create, at preflight and at apply alike.
+    let mut full = d.sm.state().clone();
+    full.group_keys_issued = GROUP_KEY_BASE;
+    let mut d = Driver::new();
+    d.sm.install(
+        1,
+        &[consensus::Artifact {
+            kind: wire::manifest::ArtifactKind::METADATA_SNAPSHOT,
+            frontier: 1,
+            bytes: full.encode(),
+        }],
+    )
+    .unwrap();
+    d.op = 1;
+    assert_eq!(d.submit(A, &create("k")), Err(status::ERROR));
+}
+
+#[test]
+fn version_3_snapshots_and_untagged_creates_keep_legacy_keys_below_the_counter() {
+    // A version-3 snapshot (written before offset keys) of two groups, ids 0 and 1.
+    let mut old = setup(2);
+    old.ok(A, &create("h"));
+    let v3 = old.sm.state().encode_v3();
+    assert_eq!(v3[4], 3);
+    let state = State::decode(&v3).unwrap();
+    let mut d = Driver::new();
+    d.sm.install(
+        old.op,
+        &[consensus::Artifact {
+            kind: wire::manifest::ArtifactKind::METADATA_SNAPSHOT,
+            frontier: old.op,
+            bytes: v3,
+        }],
+    )
+    .unwrap();
+    d.op = old.op;
+    assert_eq!(*d.sm.state(), state);
+    // Each group's key is its id, as the older build stored its offsets; the counter has
+    // issued none.
+    assert_eq!(keys(&d), vec![(0, 0), (1, 1)]);
+    assert_eq!(d.sm.state().group_keys_issued, 0);
+    // A CreateConsumerGroup prepare of an older build's primary (no tag): the legacy key
+    // again, the counter unmoved, so a replica replaying it from an older checkpoint and one
+    // that loads a later version-3 snapshot agree.
+    d.ok(A, &Request::DeleteConsumerGroup(target()));
+    let mut body = Vec::new();
+    create("g2").encode(&mut body);
+    d.apply(A, Operation::CreateConsumerGroup, &body).unwrap();
+    assert_eq!(keys(&d), vec![(0, 0), (1, 1)]);
+    assert_eq!(d.sm.state().group_keys_issued, 0);
+    // This build's create: the counter's first key, above every legacy key.
+    d.ok(
+        A,
+        &Request::DeleteConsumerGroup(GroupTarget {
+            group: Identifier::Numeric(0),
+            ..target()
+        }),
+    );
+    d.ok(A, &create("g3"));
+    assert_eq!(keys(&d), vec![(0, GROUP_KEY_BASE), (1, 1)]);
+    assert_eq!(
+        State::decode(&d.sm.snapshot()).unwrap(),
+        *d.sm.state(),
+        "legacy and issued keys side by side round-trip"
     );
 }

@@ -657,7 +657,7 @@ fn retired_groups_in_snapshots_are_checked() {
     // Version 1: the same encoding without the retired section.
     let mut v1 = good.clone();
     v1.retired.clear();
-    let mut bytes = v1.encode();
+    let mut bytes = v1.encode_v3();
     // (And without version 3's origins section, decision 371.)
     bytes.truncate(bytes.len() - 8 - 4 - 4);
     bytes[4] = 1;

@@ -261,6 +261,7 @@ impl MetadataStateMachine {
                     return Err(groups::GROUP_NAME_ALREADY_EXISTS);
                 }
                 groups::free_group_id(found).ok_or(status::ERROR)?;
+                state.next_group_key().ok_or(status::ERROR)?;
             }
             Request::DeleteConsumerGroup(g)
             | Request::JoinConsumerGroup(g)
@@ -317,6 +318,12 @@ impl MetadataStateMachine {
         header: &PrepareHeader,
         body: &[u8],
     ) -> Result<Vec<u8>, u32> {
+        // A CreateConsumerGroup of this build's primary carries the key tag (decision 391).
+        let (keyed, body) = if operation == Operation::CreateConsumerGroup {
+            groups::split_create_body(body)
+        } else {
+            (false, body)
+        };
         let request = decode(operation, body)?;
         self.check(&request, header.user_id.get())?;
         let client = header.client.get();
@@ -333,11 +340,23 @@ impl MetadataStateMachine {
                 let found = self.view.topic_groups(&stream, &topic)?;
                 let (key, partitions) = (found.key, found.partitions);
                 let id = groups::free_group_id(found.groups).ok_or(status::ERROR)?;
-                let group = groups::ConsumerGroup::new(id, name);
+                // Tagged: the counter's next key, never used before. Untagged (an older
+                // build's primary): the legacy key, the id, as that build stores offsets.
+                let offset_key = if keyed {
+                    self.view.state.next_group_key().ok_or(status::ERROR)?
+                } else if id < groups::GROUP_KEY_BASE {
+                    id
+                } else {
+                    return Err(status::ERROR);
+                };
+                let group = groups::ConsumerGroup::new(id, offset_key, name);
                 let mut reply = RESULT_OK.to_vec();
                 group.encode_details(partitions, &mut reply);
-                self.view
-                    .state
+                let state = &mut self.view.state;
+                if keyed {
+                    state.group_keys_issued += 1;
+                }
+                state
                     .consumer_groups
                     .entry(key)
                     .or_default()
@@ -570,8 +589,15 @@ impl WholeArtifacts for MetadataStateMachine {
     }
 
     /// CreateTopic becomes CreateTopicWithAssignments: canonical options, the derived
-    /// options, and a group id per partition from the primary's counter.
+    /// options, and a group id per partition from the primary's counter. CreateConsumerGroup
+    /// gets the key tag: its group's offset key comes from the applied counter (decision 391).
     fn project(&mut self, operation: Operation, body: &[u8]) -> Projection {
+        if operation == Operation::CreateConsumerGroup {
+            return Projection {
+                operation,
+                body: groups::keyed_create_body(body),
+            };
+        }
         if operation == Operation::CreateTopic
             && let Ok(Request::CreateTopic(create)) = Request::decode(operation, 0, body)
         {

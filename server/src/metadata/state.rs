@@ -84,6 +84,9 @@ pub struct State {
     pub next_consensus_group_id: u64,
     /// Consumer groups by (stream id, topic id); a topic without groups has no entry.
     pub consumer_groups: BTreeMap<(u32, u32), super::groups::TopicGroups>,
+    /// How many consumer-group offset keys the counter has issued (decision 390): the next
+    /// is `GROUP_KEY_BASE + this`. Moves only at the apply of a tagged CreateConsumerGroup.
+    pub group_keys_issued: u32,
     /// Status, permissions and tokens by user id (issue 11); a user without an entry has
     /// the defaults of [`Account`].
     pub accounts: BTreeMap<u32, Account>,
@@ -173,8 +176,9 @@ pub fn free_topic_id(stream: &Stream) -> Option<u32> {
 /// Magic of the snapshot encoding.
 pub const MAGIC: [u8; 4] = *b"SMD1";
 /// Version byte after the magic (2 adds the retired groups after the streams; 3 appends the
-/// session origins after the accounts, decision 371; 1 and 2 are still read, with none).
-pub const VERSION: u8 = 3;
+/// session origins after the accounts, decision 371; 4 adds the consumer groups' offset keys
+/// and their counter, decision 392; 1 to 3 are still read, with none).
+pub const VERSION: u8 = 4;
 
 /// Why a snapshot does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -200,9 +204,20 @@ pub enum SnapshotError {
 impl State {
     /// The canonical encoding, XXH3-64 trailer included.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(VERSION)
+    }
+
+    /// The version-3 encoding (no offset keys, no key counter), as an older build wrote it:
+    /// for the tests that load older snapshots.
+    #[cfg(test)]
+    pub fn encode_v3(&self) -> Vec<u8> {
+        self.encode_as(3)
+    }
+
+    fn encode_as(&self, version: u8) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&MAGIC);
-        out.push(VERSION);
+        out.push(version);
         out.extend_from_slice(&self.next_consensus_group_id.to_le_bytes());
         out.extend_from_slice(&(self.users.len() as u32).to_le_bytes());
         for user in self.users.values() {
@@ -244,7 +259,7 @@ impl State {
             out.extend_from_slice(&incarnation.to_le_bytes());
         }
         // Appended section (decision 318): consumer groups.
-        super::groups::encode_section(self, &mut out);
+        super::groups::encode_section(self, &mut out, version);
         // The accounts section (issue 11), appended after the original sections.
         out.extend_from_slice(&(self.accounts.len() as u32).to_le_bytes());
         for (id, account) in &self.accounts {
@@ -385,8 +400,8 @@ impl State {
             }
         }
         // A snapshot written before the consumer-group section ends here: no groups.
-        if r.remaining() > 0 {
-            super::groups::decode_section(&mut r, &mut state)?;
+        if version >= 4 || r.remaining() > 0 {
+            super::groups::decode_section(&mut r, &mut state, version)?;
         }
         // A snapshot written before the accounts section ends here.
         if r.remaining() > 0 {
