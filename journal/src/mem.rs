@@ -95,6 +95,9 @@ struct MemState {
     /// Syncs of the file of this name wait until released (a slow device, held by a test).
     held: Option<String>,
     held_wakers: Vec<std::task::Waker>,
+    /// Removals of files whose name starts with this wait until released (held by a test).
+    held_removes: Option<String>,
+    held_remove_wakers: Vec<std::task::Waker>,
 }
 
 /// The in-memory disk. Cloning shares it.
@@ -218,6 +221,22 @@ impl MemStorage {
             let mut state = self.state.borrow_mut();
             state.held = None;
             std::mem::take(&mut state.held_wakers)
+        };
+        wakers.into_iter().for_each(std::task::Waker::wake);
+    }
+
+    /// Holds every `remove` (and `retire`) of a file whose name starts with `prefix`, issued
+    /// now or later, until [`MemStorage::release_removes`]: a file system slow to free files.
+    pub fn hold_removes(&self, prefix: &str) {
+        self.state.borrow_mut().held_removes = Some(prefix.to_owned());
+    }
+
+    /// Lets the held removals go on.
+    pub fn release_removes(&self) {
+        let wakers = {
+            let mut state = self.state.borrow_mut();
+            state.held_removes = None;
+            std::mem::take(&mut state.held_remove_wakers)
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
     }
@@ -421,6 +440,19 @@ impl Storage for MemStorage {
     }
 
     async fn remove(&self, name: &str) -> Result<(), StorageError> {
+        std::future::poll_fn(|cx| {
+            let mut state = self.state.borrow_mut();
+            if state
+                .held_removes
+                .as_deref()
+                .is_some_and(|prefix| name.starts_with(prefix))
+            {
+                state.held_remove_wakers.push(cx.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
         let mut state = self.state.borrow_mut();
         state
             .files

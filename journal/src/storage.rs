@@ -141,6 +141,15 @@ pub trait Storage {
     async fn set_len(&self, file: &Self::File, len: u64) -> Result<(), StorageError>;
     /// Removes a file, durably.
     async fn remove(&self, name: &str) -> Result<(), StorageError>;
+    /// Closes `file` and removes it by `name`, durably: a file its owner is done with (a
+    /// reclaimed WAL file). The default drops the handle, then [`Storage::remove`]s the name. A
+    /// backend over a file system may drop the last descriptor away from the caller's thread:
+    /// that close is where the kernel frees the file's blocks, tens of milliseconds for a
+    /// 64 MiB file on a file system mounted with online discard (decision 400).
+    async fn retire(&self, file: Self::File, name: &str) -> Result<(), StorageError> {
+        drop(file);
+        self.remove(name).await
+    }
     /// Names of every file, sorted.
     async fn list(&self) -> Result<Vec<String>, StorageError>;
     /// Where the files live, for error messages (a backend over a directory names it).

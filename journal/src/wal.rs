@@ -217,6 +217,15 @@ struct WalFile<F> {
     lsn_last: u64,
 }
 
+/// A file [`PartitionWal::release`] took out of the WAL, for its caller to remove.
+#[derive(Debug)]
+pub struct Released<F> {
+    /// Its name in the WAL's storage.
+    pub name: String,
+    /// The open file.
+    pub file: F,
+}
+
 /// The partition WAL of one shard.
 #[derive(Debug)]
 pub struct PartitionWal<S: Storage> {
@@ -1275,7 +1284,22 @@ impl<S: Storage> PartitionWal<S> {
 
     /// Removes whole files whose records are all below `lsn` (every group's segments and
     /// offsets durably hold them: the caller's G4 analogue). The active file stays.
+    /// [`PartitionWal::release`], then each file [`Storage::retire`]d in order.
     pub async fn reclaim(&mut self, lsn: u64) -> Result<usize, WalError> {
+        let released = self.release(lsn).await?;
+        let count = released.len();
+        for file in released {
+            self.storage.retire(file.file, &file.name).await?;
+        }
+        Ok(count)
+    }
+
+    /// Takes whole files whose records are all below `lsn` out of the WAL and hands them to the
+    /// caller to remove ([`Storage::retire`]) whenever it likes (decision 400). The durable-end
+    /// record names the new oldest file and floor before this returns, so the WAL never reads
+    /// them again, a released file is never taken for a missing one, and one still there at a
+    /// crash is removed by the next [`PartitionWal::open`]. The active file stays.
+    pub async fn release(&mut self, lsn: u64) -> Result<Vec<Released<S::File>>, WalError> {
         let count = self
             .files
             .iter()
@@ -1283,17 +1307,23 @@ impl<S: Storage> PartitionWal<S> {
             .take_while(|f| f.lsn_last < lsn)
             .count();
         if count == 0 {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        // The record names the new oldest file and floor before any file goes, so a missing
-        // file is never taken for a reclaimed one.
         let removed: Vec<WalFile<S::File>> = self.files.drain(..count).collect();
         self.floor = removed.last().expect("count > 0").lsn_last + 1;
         self.write_end().await?;
-        for f in removed {
-            self.storage.remove(&file_name(f.seq)).await?;
-        }
-        Ok(count)
+        Ok(removed
+            .into_iter()
+            .map(|f| Released {
+                name: file_name(f.seq),
+                file: f.file,
+            })
+            .collect())
+    }
+
+    /// The storage the WAL's files live in.
+    pub fn storage(&self) -> &S {
+        &self.storage
     }
 
     /// The lowest lsn the WAL holds: the first record replayed at open, then one past the last

@@ -50,7 +50,7 @@ enum Command {
     ///
     /// The nodes must serve the client plane and partition groups; a run against nodes that
     /// do not names the step that failed (connecting, or a partition not answering).
-    Bench(server::bench::BenchArgs),
+    Bench(Box<server::bench::BenchArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -103,7 +103,7 @@ fn main() -> ExitCode {
         Command::Inspect(what) => inspect::run(what, &mut std::io::stdout().lock()),
         Command::Bench(args) => std::env::current_exe()
             .map_err(anyhow::Error::from)
-            .and_then(|exe| server::bench::main(args, &exe, &mut std::io::stdout().lock()))
+            .and_then(|exe| server::bench::main(*args, &exe, &mut std::io::stdout().lock()))
             .map(|()| ExitCode::SUCCESS),
     };
     match result {

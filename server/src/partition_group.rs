@@ -157,8 +157,10 @@ pub struct PartitionGauges {
     pub reclaim_blocked: AtomicU64,
     /// Held entries copied forward to the WAL's head.
     pub copied_forward: AtomicU64,
-    /// WAL files reclaimed.
+    /// WAL files reclaimed (out of the WAL; removed apart, decision 400).
     pub wal_files_reclaimed: AtomicU64,
+    /// Reclaimed WAL files not removed yet (decision 400).
+    pub wal_files_retiring: AtomicU64,
     /// The lowest lsn the WAL holds.
     pub wal_floor: AtomicU64,
     /// Groups refused `Busy` right now for holding the WAL.
@@ -229,14 +231,15 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
 /// `strand_partition_checkpoints_total`, `strand_partition_transfers_total`,
 /// `strand_reclaim_blocked_total`, `strand_wal_copied_forward_total`,
-/// `strand_wal_files_reclaimed_total`, `strand_frames_forwarded_total`,
+/// `strand_wal_files_reclaimed_total`, `strand_wal_files_retiring`,
+/// `strand_frames_forwarded_total`,
 /// `strand_partition_inbox_dropped_total` by `reason` (`unknown_group`, `full`). Names differ
 /// from the metadata group's where a family would otherwise be split (Prometheus text wants
 /// one group of lines per family).
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 22] = [
+    let rows: [(&str, &str, &str, Pick); 23] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -338,6 +341,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "WAL files reclaimed",
             |g| &g.wal_files_reclaimed,
+        ),
+        (
+            "wal_files_retiring",
+            "gauge",
+            "reclaimed WAL files not removed yet",
+            |g| &g.wal_files_retiring,
         ),
         (
             "frames_forwarded_total",
@@ -704,6 +713,8 @@ struct StorageTask<S: Storage> {
     read_cache_bytes: usize,
     /// Where each op's time goes (decision 350).
     timeline: Rc<Timeline>,
+    /// Reclaimed WAL files being removed apart (decision 400).
+    retiring: Rc<retire::Retiring<S::File>>,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -1334,8 +1345,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             .store(busy.len() as u64, Ordering::Relaxed);
         *self.busy.borrow_mut() = busy;
         if limit > floor {
-            match self.wal.reclaim(limit).await {
-                Ok(removed) => add(&self.gauges.wal_files_reclaimed, removed as u64),
+            // The files go apart from this task (decision 400): removed here, one after the
+            // other, they held every group's windows for about 50 ms each.
+            match self.wal.release(limit).await {
+                Ok(released) => {
+                    add(&self.gauges.wal_files_reclaimed, released.len() as u64);
+                    self.retire(released);
+                }
                 Err(e) => warn!(error = %e, "WAL reclaim failed"),
             }
         }
@@ -2093,6 +2109,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         metadata: metadata.clone(),
         read_cache_bytes: host.read_cache_bytes.get(),
         timeline: host.timeline.clone(),
+        retiring: Rc::default(),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -2610,6 +2627,8 @@ mod affinity_tests {
 #[path = "partition/removal_tests.rs"]
 mod removal_tests;
 
+#[path = "partition/retire.rs"]
+mod retire;
 #[path = "partition/seals.rs"]
 mod seals;
 
@@ -2640,11 +2659,23 @@ mod tests {
         T: Send + 'static,
         F: std::future::Future<Output = T> + 'static,
     {
+        with_test_task_wal(WalConfig::default(), body)
+    }
+
+    /// [`with_test_task`] with a WAL of `config`.
+    pub(super) fn with_test_task_wal<T, F>(
+        config: WalConfig,
+        body: impl FnOnce(MemStorage, MemStorage, TestTask) -> F + Send + 'static,
+    ) -> T
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = T> + 'static,
+    {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .io_memory(256 << 10)
             .spawn(move || async move {
                 let (wal, parts) = (MemStorage::new(), MemStorage::new());
-                let task = test_task(&wal, &parts, MetadataReader::default()).await;
+                let task = test_task_wal(&wal, &parts, MetadataReader::default(), config).await;
                 body(wal, parts, task).await
             })
             .unwrap()
@@ -2657,12 +2688,21 @@ mod tests {
         parts: &MemStorage,
         metadata: MetadataReader,
     ) -> TestTask {
+        test_task_wal(wal, parts, metadata, WalConfig::default()).await
+    }
+
+    async fn test_task_wal(
+        wal: &MemStorage,
+        parts: &MemStorage,
+        metadata: MetadataReader,
+        config: WalConfig,
+    ) -> TestTask {
         let identity = journal::Identity {
             cluster: 42,
             replica_id: 0,
             replica_count: 3,
         };
-        let booted = boot_shard(wal.clone(), WalConfig::default(), &BTreeMap::new())
+        let booted = boot_shard(wal.clone(), config, &BTreeMap::new())
             .await
             .unwrap();
         let gauges = Arc::new(PartitionGauges::default());
@@ -2689,6 +2729,7 @@ mod tests {
             metadata,
             read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
             timeline: Rc::default(),
+            retiring: Rc::default(),
         };
         TestTask {
             task,
@@ -2699,7 +2740,33 @@ mod tests {
         }
     }
 
-    fn group(partition: u32) -> u64 {
+    /// The `Appended` completions in `inbox`, as `(group, op)`, into `into`.
+    pub(super) fn appended_into(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>) {
+        while let Some((_, e)) = inbox.pop() {
+            if let Event::Done {
+                group,
+                completion: Completion::Appended { op, .. },
+            } = e
+            {
+                into.insert((group, op));
+            }
+        }
+    }
+
+    /// Yields until `into` holds `want` appends or the other tasks made no progress in many
+    /// turns (the in-memory disk answers at once, so a stuck task stays stuck however long it
+    /// runs).
+    pub(super) async fn settle(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>, want: usize) {
+        for _ in 0..10_000 {
+            appended_into(inbox, into);
+            if into.len() >= want {
+                return;
+            }
+            glommio::executor().yield_now().await;
+        }
+    }
+
+    pub(super) fn group(partition: u32) -> u64 {
         GroupId::partition(PartitionKey {
             stream: 1,
             topic: 1,

@@ -964,3 +964,39 @@ fn wal_files_without_a_record_refuse_to_open() {
     let (_, recovery, _) = open(&disk);
     assert!(recovery.is_clean());
 }
+
+/// Decision 400: `release` takes files out of the WAL without removing them. A crash before
+/// the caller removes them changes nothing a reopen sees: the durable-end record already names
+/// the new floor, so the open removes the leftovers and replays only the records above it,
+/// clean; removing them later through `retire` leaves the same log.
+#[test]
+fn released_files_left_at_a_crash_are_removed_by_the_next_open() {
+    let disk = MemStorage::new();
+    let (mut wal, _, _) = open(&disk);
+    let big: &[usize] = &[70_000];
+    commit_windows(&mut wal, &[big, big, big, big, big, big, big]);
+    assert_eq!(wal.file_count(), 3);
+    let released = block_on(wal.release(7)).unwrap();
+    let names: Vec<String> = released.iter().map(|r| r.name.clone()).collect();
+    assert_eq!(names, vec![file_name(1), file_name(2)]);
+    assert_eq!((wal.floor(), wal.file_count()), (7, 1));
+    let listed = block_on(disk.list()).unwrap();
+    assert!(names.iter().all(|n| listed.contains(n)), "{listed:?}");
+    // A crash now: the files are still there.
+    let crashed = copy_disk(&disk);
+    let (wal2, recovery, seen) = open(&crashed);
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(wal2.floor(), 7);
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![7]);
+    let listed = block_on(crashed.list()).unwrap();
+    assert!(names.iter().all(|n| !listed.contains(n)), "{listed:?}");
+    // No crash: the caller retires them, and a reopen sees the same log.
+    for r in released {
+        block_on(disk.retire(r.file, &r.name)).unwrap();
+    }
+    let listed = block_on(disk.list()).unwrap();
+    assert!(names.iter().all(|n| !listed.contains(n)), "{listed:?}");
+    let (_, recovery, seen) = open(&disk);
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![7]);
+}

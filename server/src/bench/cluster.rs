@@ -49,10 +49,22 @@ fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
         .collect()
 }
 
-/// The config text of an `n`-node cluster on `nodes`, acknowledging as `ack` says.
-pub fn config_text(nodes: &[NodePorts], ack: &str) -> String {
+/// What the flags set in the spawned nodes' config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spawned<'a> {
+    /// `partition.ack`.
+    pub ack: &'a str,
+    /// `partition.wal_size` in bytes (`None`: the node's default).
+    pub wal_size: Option<u64>,
+}
+
+/// The config text of an `n`-node cluster on `nodes`, with the keys `spawned` sets.
+pub fn config_text(nodes: &[NodePorts], spawned: &Spawned<'_>) -> String {
     let mut text = config::DEV_CONFIG.to_string();
-    text.push_str(&format!("\n[partition]\nack = \"{ack}\"\n"));
+    text.push_str(&format!("\n[partition]\nack = \"{}\"\n", spawned.ack));
+    if let Some(bytes) = spawned.wal_size {
+        text.push_str(&format!("wal_size = \"{bytes}\"\n"));
+    }
     for (i, p) in nodes.iter().enumerate() {
         text.push_str(&format!(
             "\n[[cluster.nodes]]\nname = \"bench-{i}\"\nip = \"127.0.0.1\"\nreplica_id = {i}\n\
@@ -68,7 +80,7 @@ impl Cluster {
     pub fn start(
         exe: &Path,
         replicas: u8,
-        ack: &str,
+        spawned: &Spawned<'_>,
         dir: PathBuf,
         remove: bool,
     ) -> anyhow::Result<Cluster> {
@@ -81,7 +93,7 @@ impl Cluster {
                 tcp_replica: p[2],
             })
             .collect();
-        let text = config_text(&nodes, ack);
+        let text = config_text(&nodes, spawned);
         for i in 0..replicas {
             let overrides = config::Overrides {
                 replica_id: u64::from(i),

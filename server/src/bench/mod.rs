@@ -141,6 +141,10 @@ pub struct RunArgs {
     /// How the spawned cluster acknowledges (partition.ack; default disk).
     #[arg(long, value_enum)]
     pub ack: Option<AckArg>,
+    /// The spawned nodes' `partition.wal_size`: each WAL file's size, e.g. `1 GiB` or
+    /// `268435456` (8 MiB..=1 GiB, a multiple of 4 KiB; default the node's, 64 MiB).
+    #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_wal_size)]
+    pub wal_size: Option<u64>,
     /// The spawned cluster's directory (kept); default a temporary one, removed after.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -160,6 +164,21 @@ pub struct RunArgs {
     /// until killed, instead of running a load.
     #[arg(long, conflicts_with_all = ["spawn", "out"])]
     pub sink: bool,
+}
+
+/// Parses `--wal-size`: a size as the config writes it (`64 MiB`, `4096`), in the range and
+/// alignment the config accepts for `partition.wal_size`.
+pub fn parse_wal_size(text: &str) -> Result<u64, String> {
+    let bytes = crate::config::parse_size(text)
+        .ok_or_else(|| format!("--wal-size {text}: not a size like \"64 MiB\" or \"4096\""))?;
+    let (low, high) = (crate::config::WAL_SIZE_MIN, crate::config::WAL_SIZE_MAX);
+    if bytes < low || bytes > high || !bytes.is_multiple_of(journal::storage::SECTOR as u64) {
+        return Err(format!(
+            "--wal-size {text}: {bytes} bytes must be in {low}..={high} and a multiple of {}",
+            journal::storage::SECTOR
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `--rate`: a fixed load or a percentage of a probe's maximum.
@@ -338,7 +357,10 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             let mut cluster = cluster::Cluster::start(
                 exe,
                 n,
-                args.ack.unwrap_or(AckArg::Disk).as_str(),
+                &cluster::Spawned {
+                    ack: args.ack.unwrap_or(AckArg::Disk).as_str(),
+                    wal_size: args.wal_size,
+                },
                 dir.clone(),
                 remove,
             )

@@ -297,21 +297,41 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                     tcp_replica: 20_002 + 3 * i,
                 })
                 .collect();
-            let text = cluster::config_text(&nodes, ack.as_str());
-            let overrides = crate::config::Overrides {
-                replica_id: u64::from(n - 1),
-                shards: Some(1),
-                available_cpus: vec![0],
-                ..crate::config::Overrides::default()
-            };
-            let config = crate::config::load(&text, &overrides)
-                .unwrap_or_else(|e| panic!("{} x {n}: {e}", ack.as_str()));
-            let expected = match ack {
-                AckArg::Disk => crate::config::Ack::Disk,
-                AckArg::Memory => crate::config::Ack::Memory,
-            };
-            assert_eq!(config.partition.ack, expected);
+            for wal_size in [None, Some(8 << 20), Some(1 << 30)] {
+                let spawned = cluster::Spawned {
+                    ack: ack.as_str(),
+                    wal_size,
+                };
+                let text = cluster::config_text(&nodes, &spawned);
+                let overrides = crate::config::Overrides {
+                    replica_id: u64::from(n - 1),
+                    shards: Some(1),
+                    available_cpus: vec![0],
+                    ..crate::config::Overrides::default()
+                };
+                let config = crate::config::load(&text, &overrides)
+                    .unwrap_or_else(|e| panic!("{} x {n}: {e}", ack.as_str()));
+                let expected = match ack {
+                    AckArg::Disk => crate::config::Ack::Disk,
+                    AckArg::Memory => crate::config::Ack::Memory,
+                };
+                assert_eq!(config.partition.ack, expected);
+                assert_eq!(config.partition.wal_size, wal_size.unwrap_or(64 << 20));
+            }
         }
+    }
+}
+
+/// `--wal-size` takes the config's spellings and refuses what the node would refuse, naming
+/// the flag (decision 401).
+#[test]
+fn wal_size_takes_config_sizes_and_refuses_what_the_node_would() {
+    assert_eq!(parse_wal_size("1 GiB"), Ok(1 << 30));
+    assert_eq!(parse_wal_size("268435456"), Ok(256 << 20));
+    assert_eq!(parse_wal_size("8 MiB"), Ok(8 << 20));
+    for bad in ["4 MiB", "2 GiB", "16777217", "lots"] {
+        let error = parse_wal_size(bad).expect_err(bad);
+        assert!(error.starts_with(&format!("--wal-size {bad}:")), "{error}");
     }
 }
 
@@ -510,7 +530,13 @@ fn the_readiness_wait_expects_the_generated_configs_lanes() {
         tcp_replica: 3,
     }];
     let config = crate::config::load(
-        &cluster::config_text(&nodes, "disk"),
+        &cluster::config_text(
+            &nodes,
+            &cluster::Spawned {
+                ack: "disk",
+                wal_size: None,
+            },
+        ),
         &crate::config::Overrides {
             shards: Some(1),
             available_cpus: vec![0],

@@ -144,10 +144,9 @@ mod tests {
     use wire::GroupId;
     use wire::PartitionKey;
 
-    use super::super::tests::{TestTask, prepare, with_test_task};
-    use super::super::{Event, Inbox, PartitionStorageOp, Queues, group_prefix};
+    use super::super::tests::{TestTask, prepare, settle, with_test_task};
+    use super::super::{PartitionStorageOp, Queues, group_prefix};
     use crate::partition::machine::StorageWork;
-    use consensus::Completion;
 
     fn group(partition: u32) -> u64 {
         GroupId::partition(PartitionKey {
@@ -181,30 +180,6 @@ mod tests {
         let batch = journal::batch::build(u64::from(p), (op - 1) * 1024, op, &payloads);
         let work = StorageWork::Batch(Bytes::from(batch));
         queues.push(g, PartitionStorageOp::Machine(work));
-    }
-
-    fn appended(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>) {
-        while let Some((_, e)) = inbox.pop() {
-            if let Event::Done {
-                group,
-                completion: Completion::Appended { op, .. },
-            } = e
-            {
-                into.insert((group, op));
-            }
-        }
-    }
-
-    /// Yields until `done` holds or the other tasks made no progress in many turns (the
-    /// in-memory disk answers at once, so a stuck task stays stuck however long it runs).
-    async fn settle(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>, want: usize) {
-        for _ in 0..10_000 {
-            appended(inbox, into);
-            if into.len() >= want {
-                return;
-            }
-            glommio::executor().yield_now().await;
-        }
     }
 
     /// The seal of one group's segment never returns (its `.log` sync is held): the other
