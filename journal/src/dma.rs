@@ -444,6 +444,21 @@ mod tests {
                     .await
                     .unwrap();
                 assert_eq!(n, 3 * SECTOR);
+                // `read_vec` (decision 406) returns what `read_at` reads, short at the end too,
+                // including a read longer than one 1 MiB io_uring chunk.
+                let big: Vec<u8> = (0..(300 * SECTOR)).map(|i| (i % 253) as u8).collect();
+                storage
+                    .write_at(&f, (9 * SECTOR) as u64, &big)
+                    .await
+                    .unwrap();
+                for (at, len) in [(0, 3), (6, 4), (0, 309), (8, 320), (300, 16)] {
+                    let (at, len) = ((at * SECTOR) as u64, len * SECTOR);
+                    let mut want = vec![0u8; len];
+                    let n = storage.read_at(&f, at, &mut want).await.unwrap();
+                    want.truncate(n);
+                    let got = storage.read_vec(&f, at, len).await.unwrap();
+                    assert_eq!(got, want, "read_vec at {at} len {len}");
+                }
                 assert_eq!(storage.list().await.unwrap(), vec!["r".to_owned()]);
                 storage.reads_through_std()
             })
