@@ -118,6 +118,21 @@ pub trait Storage {
 
     /// Opens (or creates) a file by name. Names contain no `/`.
     async fn open(&self, name: &str, mode: OpenMode) -> Result<Self::File, StorageError>;
+    /// Reads `len` bytes from `offset` into a new buffer; shorter only at the end of the file.
+    /// `offset` and `len` must be sector multiples. The default zeroes the buffer and calls
+    /// [`Storage::read_at`]; a backend that reads into buffers of its own (the DMA backend)
+    /// fills the new buffer from them without zeroing it first.
+    async fn read_vec(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, StorageError> {
+        let mut buf = vec![0u8; len];
+        let n = read_exact_at(self, file, offset, &mut buf).await?;
+        buf.truncate(n);
+        Ok(buf)
+    }
     /// Reads into `buf` from `offset`; returns the bytes read, short only at the end of the
     /// file. `offset` and `buf.len()` must be sector multiples.
     async fn read_at(
@@ -272,7 +287,7 @@ pub fn is_zero(bytes: &[u8]) -> bool {
 
 /// Reads exactly `buf.len()` bytes or reports how many were there: a helper over
 /// [`Storage::read_at`] for layouts that read whole regions.
-pub async fn read_exact_at<S: Storage>(
+pub async fn read_exact_at<S: Storage + ?Sized>(
     storage: &S,
     file: &S::File,
     offset: u64,

@@ -321,8 +321,8 @@ fn poll_all(host: &Host) -> (u64, Vec<u8>) {
     let server::partition::PollAnswer::Ready(p) = host.poll(group(), 0, &request).unwrap() else {
         panic!("a poll left the tail")
     };
-    let (head, _) = PollHead::decode(&p.body).unwrap();
-    (head.current_offset, p.body)
+    let (head, _) = PollHead::decode(&p.body()).unwrap();
+    (head.current_offset, p.body())
 }
 
 fn holds(body: &[u8], tag: u8) -> bool {

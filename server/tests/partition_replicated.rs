@@ -68,8 +68,8 @@ fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
     else {
         panic!("a poll of partition {partition} left the tail")
     };
-    let (head, _) = PollHead::decode(&p.body).unwrap();
-    (p.messages_count, head.current_offset, p.body)
+    let (head, _) = PollHead::decode(&p.body()).unwrap();
+    (p.messages_count, head.current_offset, p.body())
 }
 
 /// Poll bodies are equal (reported by length and first difference, not dumped).

@@ -237,11 +237,11 @@ fn poll_everything(m: &PartitionStateMachine) -> (u64, Vec<Vec<u8>>) {
             PollAnswer::Ready(p) => p,
             PollAnswer::Disk(read) => journal::storage::block_on(read.read()).unwrap(),
         };
-        let (head, _) = PollHead::decode(&p.body).unwrap();
+        let (head, _) = PollHead::decode(&p.body()).unwrap();
         assert_eq!(head.current_offset, end - 1);
         assert!(p.messages_count > 0, "no message at offset {messages}");
         messages += u64::from(p.messages_count);
-        bodies.push(p.body);
+        bodies.push(p.body());
     }
     (messages, bodies)
 }

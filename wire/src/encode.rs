@@ -6,7 +6,7 @@
 //! that knows which commands carry a body digest and which checksum each command uses.
 
 use crate::header::{FrameHeader, Layout};
-use crate::integrity::{body_digest, seal, set_prepare_identity};
+use crate::integrity::{body_digest, seal, set_prepare_identity, widen};
 use crate::{Command, GroupId, HEADER_SIZE, Integrity};
 
 /// The sender fields of the common region.
@@ -50,20 +50,37 @@ pub enum EncodeError {
 /// covered elsewhere (per artifact, per batch) and carries 0. Sealed commands are sealed,
 /// prepares get their identity, the rest keep checksum 0.
 pub fn finish(header: &mut [u8; HEADER_SIZE], body: &[u8]) -> Result<(), EncodeError> {
+    finish_parts(header, &[body])
+}
+
+/// [`finish`] for a body held in several parts, in order (a reply written with a vectored
+/// write: the parts are never joined). Size and digest are those of the concatenation.
+pub fn finish_parts(header: &mut [u8; HEADER_SIZE], parts: &[&[u8]]) -> Result<(), EncodeError> {
     let command = Command::from_byte(header[60]).ok_or(EncodeError::Command(header[60]))?;
-    let size = u32::try_from(HEADER_SIZE + body.len())
-        .map_err(|_| EncodeError::BodyTooLarge(body.len()))?;
+    let body_len: usize = parts.iter().map(|p| p.len()).sum();
+    let size =
+        u32::try_from(HEADER_SIZE + body_len).map_err(|_| EncodeError::BodyTooLarge(body_len))?;
     header[48..52].copy_from_slice(&size.to_le_bytes());
+    let digest = || match parts {
+        [one] => body_digest(one),
+        _ => {
+            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
+            for part in parts {
+                hasher.update(part);
+            }
+            widen(hasher.digest())
+        }
+    };
     let checksum_body = match command {
         Command::Prepare | Command::RepairPrepare => {
             let group = u64::from_le_bytes(header[216..224].try_into().expect("8 bytes"));
             if GroupId(group).is_metadata() {
-                body_digest(body)
+                digest()
             } else {
                 0
             }
         }
-        Command::DoViewChange | Command::StartView if !body.is_empty() => body_digest(body),
+        Command::DoViewChange | Command::StartView if body_len > 0 => digest(),
         _ => 0,
     };
     header[16..32].copy_from_slice(&checksum_body.to_le_bytes());
@@ -78,11 +95,16 @@ pub fn finish(header: &mut [u8; HEADER_SIZE], body: &[u8]) -> Result<(), EncodeE
 
 /// [`finish`] on a typed header.
 pub fn finish_header<H: Layout>(header: &mut H, body: &[u8]) -> Result<(), EncodeError> {
+    finish_header_parts(header, &[body])
+}
+
+/// [`finish_parts`] on a typed header.
+pub fn finish_header_parts<H: Layout>(header: &mut H, parts: &[&[u8]]) -> Result<(), EncodeError> {
     let bytes: &mut [u8; HEADER_SIZE] = header
         .as_mut_bytes()
         .try_into()
         .expect("layout is 256 bytes");
-    finish(bytes, body)
+    finish_parts(bytes, parts)
 }
 
 /// Writes a whole frame (header then body) into `out`.
@@ -103,6 +125,29 @@ mod tests {
         replica: 1,
         view: 3,
     };
+
+    #[test]
+    fn a_body_in_parts_finishes_as_the_joined_body() {
+        // A metadata prepare (digest over the body), a StartView (digest when non-empty) and a
+        // Reply (size only): every header equals the one finished over the joined bytes.
+        let body: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        let splits: [&[&[u8]]; 3] = [
+            &[&body[..16], &body[16..4000], &body[4000..]],
+            &[&[], &body[..], &[]],
+            &[&body[..1], &body[1..]],
+        ];
+        for command in [Command::Prepare, Command::StartView, Command::Reply] {
+            let mut whole = [0u8; HEADER_SIZE];
+            whole[60] = command.byte();
+            whole[216..224].copy_from_slice(&GroupId::METADATA.0.to_le_bytes());
+            let mut parts = whole;
+            finish(&mut whole, &body).unwrap();
+            for split in splits {
+                finish_parts(&mut parts, split).unwrap();
+                assert_eq!(parts, whole, "{command:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_finished_commit_decodes() {

@@ -14,6 +14,7 @@ use wire::decode::{DecodeError, EvictionReason};
 use wire::header::{Layout, RequestHeader};
 use wire::{Command, HEADER_SIZE, Operation};
 
+use super::frames::Answer;
 use super::{
     ClientCore, Counters, LOGINS_IN_FLIGHT_MAX, PartitionRead, REQUEST_DEADLINE, frames, registry,
 };
@@ -21,7 +22,6 @@ use crate::client::reply::read_result;
 use crate::client::request::{OffsetTarget, Request, StoreConsumerOffset};
 use crate::client::route::{NodeQuery, Route, route};
 use crate::client::status;
-use crate::partition::last_polled_offset;
 use crate::shard_msg::ShardMsg;
 use crate::timeline;
 
@@ -107,7 +107,13 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
             Counters::add(&counters.closed_undecodable);
             break;
         };
-        if stream.write_all(answer.bytes()).await.is_err() {
+        // A poll's batches follow its header unjoined: one vectored write (decision 405).
+        let written = if answer.more.is_empty() {
+            stream.write_all(answer.frame.bytes()).await
+        } else {
+            shard::net::io::write_vectored_all(&mut stream, &answer.parts()).await
+        };
+        if written.is_err() {
             break;
         }
         if let Some((submitted, replied)) = core.partition_calls.borrow_mut().remove(&conn) {
@@ -216,14 +222,14 @@ impl ClientCore {
         conn: u64,
         raw_header: &[u8; HEADER_SIZE],
         mut owned_body: Vec<u8>,
-    ) -> Option<Frame> {
+    ) -> Option<Answer> {
         let header = match wire::decode::decode_request_parts(
             raw_header,
             &owned_body,
             self.max_message_size,
         ) {
             Ok(header) => *header,
-            Err(error) => return refuse_undecodable(raw_header, error),
+            Err(error) => return refuse_undecodable(raw_header, error).map(Answer::from),
         };
         let body = owned_body.as_slice();
         let operation = Operation::from_byte(header.operation)?;
@@ -232,7 +238,10 @@ impl ClientCore {
         // A stamped request checksum must match the body (client-plane.md §2.3).
         let stamped = header.request_checksum.get();
         if stamped != 0 && stamped != u128::from(xxhash_rust::xxh3::xxh3_64(body)) {
-            return Some(frames::refused(&header, status::INVALID_FORMAT));
+            return Some(Answer::from(frames::refused(
+                &header,
+                status::INVALID_FORMAT,
+            )));
         }
         let user = {
             let sessions = self.node.reader.sessions();
@@ -245,13 +254,19 @@ impl ClientCore {
                 && operation != Operation::Register
                 && session > sessions.op
             {
-                return Some(frames::refused(&header, TRANSIENT_NOT_COMMITTED));
+                return Some(Answer::from(frames::refused(
+                    &header,
+                    TRANSIENT_NOT_COMMITTED,
+                )));
             }
             user
         };
         if operation == Operation::Register && self.logins.get() >= LOGINS_IN_FLIGHT_MAX {
             Counters::add(&self.node.counters.logins_refused);
-            return Some(frames::refused(&header, TRANSIENT_NOT_ACCEPTED));
+            return Some(Answer::from(frames::refused(
+                &header,
+                TRANSIENT_NOT_ACCEPTED,
+            )));
         }
         let legacy_code = u32::from_le_bytes(
             header.reserved[..4]
@@ -264,7 +279,7 @@ impl ClientCore {
             let view = self.node.reader.view();
             route(operation, legacy_code, body, user, &view, round_robin)
         };
-        match decided {
+        let frame = match decided {
             Route::Reply(refusal) => Some(frames::from_refusal(&header, &refusal)),
             Route::Evict(reason, window) => Some(frames::eviction(client, reason, window)),
             Route::Register { user_id, body } => {
@@ -336,7 +351,7 @@ impl ClientCore {
                         }
                     };
                     if let Err(code) = fenced {
-                        return Some(frames::refused(&header, code));
+                        return Some(Answer::from(frames::refused(&header, code)));
                     }
                 }
                 let target = request.auto_commit.then(|| OffsetTarget {
@@ -360,37 +375,40 @@ impl ClientCore {
                 if let Some(target) = target
                     && let Some(user) = user
                     && answer.command() == Some(Command::Reply)
-                    && let Some(offset) = last_polled_offset(answer.body())
+                    && let Some(offset) = answer.polled_last_offset()
                 {
                     self.auto_commit(conn, &header, group, target, offset, user)
                         .await;
                 }
-                Some(answer)
+                return Some(answer);
             }
             Route::ConsumerOffset {
                 group,
                 partition,
                 consumer,
-            } => Some(
-                self.read_call(
-                    conn,
-                    &header,
-                    group,
-                    PartitionRead::Offset {
+            } => {
+                return Some(
+                    self.read_call(
+                        conn,
+                        &header,
                         group,
-                        partition,
-                        consumer,
-                    },
-                )
-                .await,
-            ),
+                        PartitionRead::Offset {
+                            group,
+                            partition,
+                            consumer,
+                        },
+                    )
+                    .await,
+                );
+            }
             Route::Node(NodeQuery::ClusterMetadata) => {
                 Some(frames::reply(&header, 0, &self.cluster_metadata()))
             }
             Route::Node(NodeQuery::Stats) => Some(frames::reply(&header, 0, &self.stats())),
             Route::Prepare(prepare) => Some(self.prepare(conn, header, user?, prepare).await),
             Route::Clients(query) => Some(self.clients(&header, query)),
-        }
+        };
+        frame.map(Answer::from)
     }
 
     /// Submits to the metadata group (shard 0's pump, directly or over the mesh) and waits.
@@ -517,14 +535,14 @@ impl ClientCore {
         header: &RequestHeader,
         group: wire::GroupId,
         read: PartitionRead,
-    ) -> Frame {
+    ) -> Answer {
         let target = self.group_shard(group);
         if target == self.shard {
             return self.answer_read(header, &read).await;
         }
         let client = header.client.get();
         let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {
-            return frames::refused(header, TRANSIENT_NOT_ACCEPTED);
+            return frames::refused(header, TRANSIENT_NOT_ACCEPTED).into();
         };
         let message = ShardMsg::Read {
             origin: self.shard,
@@ -534,9 +552,9 @@ impl ClientCore {
         if (self.mesh)(target, Lane::Main, message).is_err() {
             self.registry.forget(client, conn);
             Counters::add(&self.node.counters.mesh_refused);
-            return frames::refused(header, TRANSIENT_NOT_ACCEPTED);
+            return frames::refused(header, TRANSIENT_NOT_ACCEPTED).into();
         }
-        self.await_reply(conn, header, &slot).await
+        self.await_reply(conn, header, &slot).await.into()
     }
 
     async fn await_reply(&self, conn: u64, header: &RequestHeader, slot: &registry::Slot) -> Frame {

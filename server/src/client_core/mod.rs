@@ -53,6 +53,7 @@ use crate::metadata::view::MetadataReader;
 use crate::metrics::Gauges;
 use crate::partition::PollAnswer;
 use crate::shard_msg::ShardMsg;
+use frames::Answer;
 pub use registry::Registry;
 
 /// How long a connection waits for a group's reply before it answers TransientNotCommitted
@@ -319,7 +320,7 @@ impl ClientCore {
                 let client = request.client.get();
                 let core = self.clone();
                 glommio::spawn_local(async move {
-                    let frame = core.answer_read(&request, &read).await;
+                    let frame = core.answer_read(&request, &read).await.into_frame();
                     if (core.mesh)(origin, Lane::Reply, ShardMsg::Reply { client, frame }).is_err()
                     {
                         Counters::add(&core.node.counters.mesh_refused);
@@ -347,7 +348,7 @@ impl ClientCore {
         frames::refused(header, code)
     }
 
-    async fn answer_read(&self, header: &RequestHeader, read: &PartitionRead) -> Frame {
+    async fn answer_read(&self, header: &RequestHeader, read: &PartitionRead) -> Answer {
         match read {
             PartitionRead::Poll {
                 group,
@@ -366,8 +367,12 @@ impl ClientCore {
                     Err(code) => Err(code),
                 };
                 match poll {
-                    Ok(poll) => frames::reply(header, 0, &poll.body),
-                    Err(code) => frames::refused(header, code),
+                    Ok(poll) => {
+                        let mut answer = frames::reply_parts(header, 0, &poll.head, poll.batches);
+                        answer.last_offset = Some(poll.last_offset);
+                        answer
+                    }
+                    Err(code) => frames::refused(header, code).into(),
                 }
             }
             PartitionRead::Offset {
@@ -381,10 +386,10 @@ impl ClientCore {
                 Ok(Some(offset)) => {
                     let mut body = Vec::with_capacity(20);
                     offset.encode(&mut body);
-                    frames::reply(header, 0, &body)
+                    frames::reply(header, 0, &body).into()
                 }
-                Ok(None) => frames::reply(header, 0, &[]),
-                Err(code) => frames::refused(header, code),
+                Ok(None) => frames::reply(header, 0, &[]).into(),
+                Err(code) => frames::refused(header, code).into(),
             },
         }
     }

@@ -99,12 +99,11 @@ impl Partitions for FakePartitions {
             .unwrap()
             .polls
             .push((self.shard, group.0, partition));
-        let mut body = Vec::new();
-        body.extend_from_slice(&u32::from(self.shard).to_le_bytes());
-        body.extend_from_slice(&0u64.to_le_bytes());
-        body.extend_from_slice(&0u32.to_le_bytes());
+        let mut head = [0u8; 16];
+        head[..4].copy_from_slice(&u32::from(self.shard).to_le_bytes());
         Ok(crate::partition::PollAnswer::Ready(Poll {
-            body,
+            head,
+            batches: Vec::new(),
             messages_count: 0,
             last_offset: None,
         }))

@@ -39,7 +39,7 @@ use crate::client::status;
 use crate::groups::ReplySink;
 use crate::partition::reader::{DiskPoll, SharedMap};
 use crate::partition::{
-    Poll, PollAnswer, Start, apply_store_consumer_offset, build_poll_reply, consumer_offset_reply,
+    Poll, PollAnswer, PollBuilder, Start, apply_store_consumer_offset, consumer_offset_reply,
     current_offset, resolve_start, stored_offset,
 };
 
@@ -590,6 +590,9 @@ impl PartitionStateMachine {
         ))
     }
 
+    /// A poll answered from the tail. Its batches are shared, not copied, and not verified
+    /// again: this node verified each before it committed it (decision 262), and the tail
+    /// holds the committed `Bytes` themselves (decision 405).
     fn poll_tail(
         &self,
         partition: u32,
@@ -597,7 +600,6 @@ impl PartitionStateMachine {
         start: Option<Start>,
         count: u32,
     ) -> Result<Poll, u32> {
-        let mut bytes = Vec::new();
         let first = match start {
             None => None,
             Some(Start::Offset(o)) => self
@@ -608,24 +610,24 @@ impl PartitionStateMachine {
                 .or_else(|| self.batches.keys().next().copied()),
             Some(Start::Timestamp(_)) => self.batches.keys().next().copied(),
         };
-        // From an offset, a batch based at or past `offset + count` holds no wanted message:
-        // copying stops there instead of at the byte bound (a 1 MB poll no longer copies 8 MB).
-        let end = match start {
-            Some(Start::Offset(o)) if count > 0 => Some(o.saturating_add(u64::from(count))),
-            _ => None,
-        };
+        let mut reply = PollBuilder::new(start, count);
+        let mut held = 0usize;
         if let Some(first) = first {
-            for (base, batch) in self.batches.range(first..) {
-                if end.is_some_and(|end| *base >= end) && !bytes.is_empty() {
+            for batch in self.batches.range(first..).map(|(_, b)| b) {
+                if !reply.wants_more() {
                     break;
                 }
-                if !bytes.is_empty() && bytes.len() + batch.len() > POLL_BYTES_MAX {
+                if held > 0 && held + batch.len() > POLL_BYTES_MAX {
                     break;
                 }
-                bytes.extend_from_slice(batch);
+                // Committed batches are whole (`apply_batch` checked the header's length).
+                let info = batch::peek(batch).ok_or(status::ERROR)?;
+                if reply.push(&info, batch) {
+                    held += batch.len();
+                }
             }
         }
-        build_poll_reply(partition, current, start, count, &bytes).map_err(|_| status::ERROR)
+        Ok(reply.finish(partition, current))
     }
 
     /// Answers a GetConsumerOffset.
@@ -1197,7 +1199,7 @@ mod tests {
         let PollAnswer::Ready(p) = p else {
             panic!("no disk here")
         };
-        let (head, _) = PollHead::decode(&p.body).unwrap();
+        let (head, _) = PollHead::decode(&p.body()).unwrap();
         (p.messages_count, head.current_offset)
     }
 

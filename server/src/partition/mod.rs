@@ -12,8 +12,9 @@ pub mod lifecycle;
 pub mod machine;
 pub mod reader;
 
+use bytes::Bytes;
 use journal::artifact::OffsetTable;
-use journal::batch::{self, BatchFault};
+use journal::batch::{self, BatchFault, BatchInfo};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::client::codec::{Consumer, PollingStrategy};
@@ -81,23 +82,113 @@ pub enum PollError {
     },
 }
 
-/// A built poll reply.
+/// A built poll reply: the 16-byte head and the batches after it, kept apart so that the
+/// reply is written with one vectored write and no batch is copied into a body (decision 405).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Poll {
-    /// The reply body: the 16-byte head, then batches.
-    pub body: Vec<u8>,
+    /// The body's head (partition id, current offset, messages count; client-plane.md §8.3).
+    pub head: [u8; 16],
+    /// The batches, in order: shared with the tail or the segment read holding them, or a
+    /// batch returned in part under its rewritten header.
+    pub batches: Vec<Bytes>,
     /// Messages returned.
     pub messages_count: u32,
     /// Offset of the last message returned (what auto-commit stores).
     pub last_offset: Option<u64>,
 }
 
+impl Poll {
+    /// The body's length: the head and every batch.
+    pub fn body_len(&self) -> usize {
+        self.head.len() + self.batches.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// The body as one buffer (a copy: for a reply that must travel as one frame, and tests).
+    pub fn body(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.body_len());
+        body.extend_from_slice(&self.head);
+        for b in &self.batches {
+            body.extend_from_slice(b);
+        }
+        body
+    }
+}
+
+/// Builds a [`Poll`] from whole batches the caller has already checked: batches of the
+/// in-memory tail (verified when they were committed, decision 262) or batches read from the
+/// segments and verified by that read. At most `count` messages from `start`.
+pub(crate) struct PollBuilder {
+    start: Option<Start>,
+    count: u32,
+    taken: u32,
+    last_offset: Option<u64>,
+    batches: Vec<Bytes>,
+}
+
+impl PollBuilder {
+    pub(crate) fn new(start: Option<Start>, count: u32) -> PollBuilder {
+        PollBuilder {
+            start,
+            count,
+            taken: 0,
+            last_offset: None,
+            batches: Vec::new(),
+        }
+    }
+
+    /// Whether another batch can add messages.
+    pub(crate) fn wants_more(&self) -> bool {
+        self.start.is_some() && self.taken < self.count
+    }
+
+    /// Takes what `batch` (exactly `info.len` bytes, checked) holds of the poll: the whole
+    /// batch shared, a part under a rewritten header, or nothing (`false`).
+    pub(crate) fn push(&mut self, info: &BatchInfo, batch: &Bytes) -> bool {
+        if !self.wants_more() {
+            return false;
+        }
+        let (from, wanted_all) = match self.start {
+            None => return false,
+            Some(Start::Timestamp(t)) if info.base_timestamp < t => return false,
+            Some(Start::Timestamp(_)) => (0, true),
+            Some(Start::Offset(o)) if info.end_offset() <= o => return false,
+            Some(Start::Offset(o)) => (o.saturating_sub(info.base_offset), o <= info.base_offset),
+        };
+        let available = u64::from(info.message_count) - from;
+        let n = available.min(u64::from(self.count - self.taken)) as u32;
+        if wanted_all && n == info.message_count {
+            self.batches.push(batch.clone());
+        } else {
+            self.batches.push(batch_part(batch, from as u32, n));
+        }
+        self.taken += n;
+        self.last_offset = Some(info.base_offset + from + u64::from(n) - 1);
+        true
+    }
+
+    pub(crate) fn finish(self, partition_id: u32, current: Option<u64>) -> Poll {
+        let mut head = Vec::with_capacity(16);
+        PollHead {
+            partition_id,
+            current_offset: current.unwrap_or(0),
+            messages_count: self.taken,
+        }
+        .encode(&mut head);
+        Poll {
+            head: head.as_slice().try_into().expect("a poll head is 16 bytes"),
+            batches: self.batches,
+            messages_count: self.taken,
+            last_offset: self.last_offset,
+        }
+    }
+}
+
 /// Builds the PollMessages reply from `batches`: whole stored batches in offset order (as
-/// `PartitionLog::read_from_offset` / `read_from_timestamp` return them), at most `count`
-/// messages from `start`. A batch returned in part gets a new header (§8.3): `batch_length`
-/// and `message_count` cover the selected frames, `batch_checksum` is recomputed; base
-/// offset and timestamps are unchanged and frames keep their deltas. An empty result is the
-/// 16-byte head with count 0, never an empty body.
+/// `PartitionLog::read_from_offset` / `read_from_timestamp` return them), each verified here
+/// before it is used, at most `count` messages from `start`. A batch returned in part gets a
+/// new header (§8.3): `batch_length` and `message_count` cover the selected frames,
+/// `batch_checksum` is recomputed; base offset and timestamps are unchanged and frames keep
+/// their deltas. An empty result is the 16-byte head with count 0, never an empty body.
 pub fn build_poll_reply(
     partition_id: u32,
     current: Option<u64>,
@@ -105,46 +196,15 @@ pub fn build_poll_reply(
     count: u32,
     batches: &[u8],
 ) -> Result<Poll, PollError> {
-    let mut body = Vec::with_capacity(16 + batches.len());
-    body.extend_from_slice(&[0; 16]);
-    let mut taken = 0u32;
-    let mut last_offset = None;
+    let mut builder = PollBuilder::new(start, count);
     let mut at = 0;
-    while at < batches.len() && taken < count {
+    while at < batches.len() && builder.wants_more() {
         let bytes = &batches[at..];
         let info = batch::verify(bytes).map_err(|fault| PollError::Batch { at, fault })?;
-        let batch = &bytes[..info.len as usize];
+        builder.push(&info, &Bytes::copy_from_slice(&bytes[..info.len as usize]));
         at += info.len as usize;
-        let (from, wanted_all) = match start {
-            None => break,
-            Some(Start::Timestamp(t)) if info.base_timestamp < t => continue,
-            Some(Start::Timestamp(_)) => (0, true),
-            Some(Start::Offset(o)) if info.end_offset() <= o => continue,
-            Some(Start::Offset(o)) => (o.saturating_sub(info.base_offset), o <= info.base_offset),
-        };
-        let available = u64::from(info.message_count) - from;
-        let n = available.min(u64::from(count - taken)) as u32;
-        if wanted_all && n == info.message_count {
-            body.extend_from_slice(batch);
-        } else {
-            append_part(&mut body, batch, from as u32, n);
-        }
-        taken += n;
-        last_offset = Some(info.base_offset + from + u64::from(n) - 1);
     }
-    let mut head = Vec::with_capacity(16);
-    PollHead {
-        partition_id,
-        current_offset: current.unwrap_or(0),
-        messages_count: taken,
-    }
-    .encode(&mut head);
-    body[..16].copy_from_slice(&head);
-    Ok(Poll {
-        body,
-        messages_count: taken,
-        last_offset,
-    })
+    Ok(builder.finish(partition_id, current))
 }
 
 /// The offset of the last message in a PollMessages reply body (what an auto-commit poll
@@ -168,8 +228,8 @@ pub fn last_polled_offset(body: &[u8]) -> Option<u64> {
     if head.messages_count == 0 { None } else { last }
 }
 
-/// Appends frames `first..first + n` of a verified batch under a rewritten header.
-fn append_part(out: &mut Vec<u8>, batch: &[u8], first: u32, n: u32) {
+/// Frames `first..first + n` of a checked batch under a rewritten header.
+fn batch_part(batch: &[u8], first: u32, n: u32) -> Bytes {
     assert!(n > 0, "a part holds at least one message");
     let mut at = BATCH_HEADER_SIZE;
     let mut frames = 0..0;
@@ -203,8 +263,10 @@ fn append_part(out: &mut Vec<u8>, batch: &[u8], first: u32, n: u32) {
         digest.extend_from_slice(&c.to_le_bytes());
     }
     header[40..48].copy_from_slice(&xxh3_64(&digest).to_le_bytes());
+    let mut out = Vec::with_capacity(BATCH_HEADER_SIZE + frames.len());
     out.extend_from_slice(&header);
     out.extend_from_slice(&batch[frames]);
+    Bytes::from(out)
 }
 
 /// The highest committed offset of a partition whose next offset is `next_offset`.

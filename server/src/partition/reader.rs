@@ -24,10 +24,10 @@ use std::rc::Rc;
 use bytes::Bytes;
 use journal::batch::{self, BatchFault, BatchInfo};
 use journal::segment::{IndexEntry, PartitionLog};
-use journal::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
+use journal::storage::{OpenMode, SECTOR, Storage, StorageError, sector_ceil};
 use xxhash_rust::xxh3::Xxh3Default;
 
-use crate::partition::{Poll, Start, build_poll_reply};
+use crate::partition::{Poll, PollBuilder, Start};
 
 /// Bytes read from a segment file per storage call.
 pub const READ_CHUNK: usize = 256 << 10;
@@ -64,13 +64,14 @@ pub type LocalFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 /// Reads of a partition directory's files, object safe so that the (non-generic) host can hand
 /// a poll's reads to the client core.
 pub trait SegmentFiles {
-    /// Up to `len` bytes of `name` from `position` (fewer at the end of the file).
+    /// Up to `len` bytes of `name` from `position` (fewer at the end of the file), in one
+    /// buffer the caller shares out by slices.
     fn read(
         &self,
         name: String,
         position: u64,
         len: usize,
-    ) -> LocalFuture<Result<Vec<u8>, ReadError>>;
+    ) -> LocalFuture<Result<Bytes, ReadError>>;
 }
 
 /// [`SegmentFiles`] over a journal [`Storage`] (`DmaStorage` on the node).
@@ -83,7 +84,7 @@ impl<S: Storage + Clone + 'static> SegmentFiles for StorageFiles<S> {
         name: String,
         position: u64,
         len: usize,
-    ) -> LocalFuture<Result<Vec<u8>, ReadError>> {
+    ) -> LocalFuture<Result<Bytes, ReadError>> {
         let storage = self.0.clone();
         Box::pin(async move {
             let fail = |error| ReadError::Storage {
@@ -97,13 +98,14 @@ impl<S: Storage + Clone + 'static> SegmentFiles for StorageFiles<S> {
             // Aligned for O_DIRECT: from the sector holding `position`.
             let from = position / SECTOR as u64 * SECTOR as u64;
             let skip = (position - from) as usize;
-            let mut buf = vec![0u8; sector_ceil((skip + len) as u64) as usize];
-            let n = read_exact_at(&storage, &file, from, &mut buf)
+            // One read of the whole range into a buffer nobody zeroes; the sector head before
+            // `position` is sliced off, not moved (decision 406).
+            let buf = storage
+                .read_vec(&file, from, sector_ceil((skip + len) as u64) as usize)
                 .await
                 .map_err(fail)?;
-            buf.truncate(n.min(skip + len));
-            buf.drain(..skip.min(buf.len()));
-            Ok(buf)
+            let end = buf.len().min(skip + len);
+            Ok(Bytes::from(buf).slice(skip.min(end)..end))
         })
     }
 }
@@ -199,11 +201,28 @@ impl SegmentMap {
     }
 
     /// Where a read for `start` begins: the segments from the first one that may hold it, the
-    /// first starting at the last index entry before `start` (0 when none).
-    fn plan(&self, start: Start) -> Vec<(MappedSegment, u64)> {
+    /// first starting at the last index entry before `start` (0 when none). With each, the
+    /// bytes its first read asks for (decision 407): from an offset, up to the first index
+    /// entry at or past `start + count` (no batch there holds a wanted message), so that a
+    /// poll is one read per segment; at most `bytes_max`; [`READ_CHUNK`] from a timestamp.
+    fn plan(&self, start: Start, count: u32, bytes_max: usize) -> Vec<(MappedSegment, u64, usize)> {
         let wanted = |offset: u64, timestamp: u64| match start {
             Start::Offset(o) => offset >= o,
             Start::Timestamp(t) => timestamp >= t,
+        };
+        let read_len = |seg: &MappedSegment, position: u64| match start {
+            Start::Offset(o) => {
+                let end = o.saturating_add(u64::from(count.max(1)));
+                let stop = seg
+                    .index
+                    .iter()
+                    .find(|e| e.offset >= end && e.position > position)
+                    .map_or(seg.len, |e| e.position);
+                usize::try_from(stop.saturating_sub(position))
+                    .unwrap_or(usize::MAX)
+                    .clamp(SECTOR, bytes_max.max(SECTOR))
+            }
+            Start::Timestamp(_) => READ_CHUNK,
         };
         let mut out = Vec::new();
         for seg in self.segments.iter().filter(|s| s.len > 0) {
@@ -217,34 +236,43 @@ impl SegmentMap {
                     .index
                     .partition_point(|e| !wanted(e.offset, e.timestamp));
                 let position = seg.index[..i].last().map_or(0, |e| e.position);
-                out.push((seg.clone(), position));
+                out.push((seg.clone(), position, read_len(seg, position)));
             } else {
-                out.push((seg.clone(), 0));
+                if let Start::Offset(o) = start
+                    && seg.base >= o.saturating_add(u64::from(count.max(1)))
+                {
+                    break; // holds no wanted message
+                }
+                out.push((seg.clone(), 0, read_len(seg, 0)));
             }
         }
         out
     }
 }
 
-/// Whole verified batches read in order from a segment, by chunk.
+/// Whole verified batches read in order from a segment, by chunk; each batch is a slice of
+/// the read that holds it (no copy), unless it straddles two reads.
 struct BatchCursor<'a> {
     files: &'a dyn SegmentFiles,
     seg: &'a MappedSegment,
     /// File position of `window[0]`.
     window_at: u64,
-    window: Vec<u8>,
+    window: Bytes,
     /// File position of the next batch.
     at: u64,
+    /// Bytes asked of the next read (at least what the next batch needs).
+    read_len: usize,
 }
 
 impl<'a> BatchCursor<'a> {
-    fn new(files: &'a dyn SegmentFiles, seg: &'a MappedSegment, at: u64) -> Self {
+    fn new(files: &'a dyn SegmentFiles, seg: &'a MappedSegment, at: u64, read_len: usize) -> Self {
         BatchCursor {
             files,
             seg,
             window_at: at,
-            window: Vec::new(),
+            window: Bytes::new(),
             at,
+            read_len: read_len.max(SECTOR),
         }
     }
 
@@ -263,23 +291,33 @@ impl<'a> BatchCursor<'a> {
             return Ok(());
         }
         // Keep the unread part, read the rest.
-        self.window.drain(..have_from);
+        let rest = self.window.slice(have_from.min(self.window.len())..);
         self.window_at = self.at;
-        let next = self.window_at + self.window.len() as u64;
-        let want = (need - self.window.len()).max(READ_CHUNK);
+        let next = self.window_at + rest.len() as u64;
+        let want = (need - rest.len()).max(self.read_len);
         let len = want.min((self.seg.len - next) as usize);
-        if len > 0 {
+        self.window = if len == 0 {
+            rest
+        } else {
             let bytes = self.files.read(self.seg.name.clone(), next, len).await?;
-            self.window.extend_from_slice(&bytes);
-        }
+            if rest.is_empty() {
+                bytes
+            } else {
+                // A batch across two reads: only then are its bytes joined.
+                let mut joined = Vec::with_capacity(rest.len() + bytes.len());
+                joined.extend_from_slice(&rest);
+                joined.extend_from_slice(&bytes);
+                Bytes::from(joined)
+            }
+        };
         if self.window.len() < need {
             return Err(self.corrupt("the segment ends inside a batch"));
         }
         Ok(())
     }
 
-    /// The next batch (its info and bytes), `None` at the written end.
-    async fn next(&mut self) -> Result<Option<(BatchInfo, &[u8])>, ReadError> {
+    /// The next batch (its info and bytes), verified; `None` at the written end.
+    async fn next(&mut self) -> Result<Option<(BatchInfo, Bytes)>, ReadError> {
         if self.at >= self.seg.len {
             return Ok(None);
         }
@@ -294,8 +332,9 @@ impl<'a> BatchCursor<'a> {
         }
         self.fill(len).await?;
         let from = (self.at - self.window_at) as usize;
-        let bytes = &self.window[from..from + len];
-        let info = batch::verify(bytes).map_err(|f| self.corrupt(f))?;
+        let bytes = self.window.slice(from..from + len);
+        // Segment data is untrusted: every batch read is verified, once (decision 405).
+        let info = batch::verify(&bytes).map_err(|f| self.corrupt(f))?;
         self.at += info.len;
         Ok(Some((info, bytes)))
     }
@@ -305,7 +344,7 @@ impl<'a> BatchCursor<'a> {
 /// the tail batches it carries.
 pub struct DiskPoll {
     pub(crate) files: Rc<dyn SegmentFiles>,
-    pub(crate) segments: Vec<(MappedSegment, u64)>,
+    pub(crate) segments: Vec<(MappedSegment, u64, usize)>,
     /// Batches from this offset on come from `tail`.
     pub(crate) tail_first: u64,
     pub(crate) tail: Vec<Bytes>,
@@ -337,7 +376,7 @@ impl DiskPoll {
     ) -> DiskPoll {
         DiskPoll {
             files,
-            segments: map.plan(start),
+            segments: map.plan(start, count, bytes_max),
             tail_first,
             tail,
             partition,
@@ -350,33 +389,30 @@ impl DiskPoll {
 
     /// Reads the batches and builds the reply (client-plane.md §8.3), exactly as the tail
     /// would have: whole batches from the one holding the start, at most `bytes_max` bytes
-    /// (one batch at least), at most `count` messages.
+    /// (one batch at least), at most `count` messages. Batches read from the segments are
+    /// verified once, as they are read; the tail's batches were verified at commit.
     pub async fn read(self) -> Result<Poll, ReadError> {
         let wanted = |info: &BatchInfo| match self.start {
             Start::Offset(o) => info.end_offset() > o,
             Start::Timestamp(t) => info.base_timestamp >= t,
         };
-        let selected = |info: &BatchInfo| match self.start {
-            Start::Offset(o) => info.end_offset() - o.max(info.base_offset),
-            Start::Timestamp(_) => u64::from(info.message_count),
-        };
-        let mut out = Vec::new();
-        let mut messages = 0u64;
+        let mut reply = PollBuilder::new(Some(self.start), self.count);
+        let mut held = 0usize;
         let mut full = false;
-        'segments: for (seg, position) in &self.segments {
-            let mut cursor = BatchCursor::new(&*self.files, seg, *position);
+        'segments: for (seg, position, read_len) in &self.segments {
+            let mut cursor = BatchCursor::new(&*self.files, seg, *position, *read_len);
             while let Some((info, bytes)) = cursor.next().await? {
                 if info.base_offset >= self.tail_first {
                     break 'segments;
                 }
-                if !out.is_empty() || wanted(&info) {
-                    if !out.is_empty() && out.len() + bytes.len() > self.bytes_max {
+                if held > 0 || wanted(&info) {
+                    if held > 0 && held + bytes.len() > self.bytes_max {
                         full = true;
                         break 'segments;
                     }
-                    out.extend_from_slice(bytes);
-                    messages += selected(&info);
-                    if messages >= u64::from(self.count) {
+                    reply.push(&info, &bytes);
+                    held += bytes.len();
+                    if !reply.wants_more() {
                         full = true;
                         break 'segments;
                     }
@@ -386,31 +422,20 @@ impl DiskPoll {
         if !full {
             for b in &self.tail {
                 let Some(info) = batch::peek(b) else { break };
-                if !out.is_empty() && out.len() + b.len() > self.bytes_max {
+                if held > 0 && held + b.len() > self.bytes_max {
                     break;
                 }
-                if out.is_empty() && !wanted(&info) {
+                if held == 0 && !wanted(&info) {
                     continue;
                 }
-                out.extend_from_slice(b);
-                messages += selected(&info);
-                if messages >= u64::from(self.count) {
+                reply.push(&info, b);
+                held += b.len();
+                if !reply.wants_more() {
                     break;
                 }
             }
         }
-        build_poll_reply(
-            self.partition,
-            self.current,
-            Some(self.start),
-            self.count,
-            &out,
-        )
-        .map_err(|e| ReadError::Corrupt {
-            name: "poll".into(),
-            position: 0,
-            fault: e.to_string(),
-        })
+        Ok(reply.finish(self.partition, self.current))
     }
 }
 
@@ -447,7 +472,7 @@ pub async fn scan(
     };
     let mut held = 0usize;
     'segments: for seg in map.segments.iter().filter(|s| s.len > 0) {
-        let mut cursor = BatchCursor::new(files, seg, 0);
+        let mut cursor = BatchCursor::new(files, seg, 0, READ_CHUNK);
         while let Some((info, bytes)) = cursor.next().await? {
             if info.end_offset() > until {
                 break 'segments;
@@ -465,9 +490,9 @@ pub async fn scan(
             }
             scan.first.get_or_insert(info.base_offset);
             scan.end = Some(info.end_offset());
-            scan.hasher.update(bytes);
+            scan.hasher.update(&bytes);
             scan.len += info.len;
-            scan.tail.push_back(Bytes::copy_from_slice(bytes));
+            scan.tail.push_back(bytes.clone());
             held += bytes.len();
             while held > tail_bytes && scan.tail.len() > 1 {
                 held -= scan.tail.pop_front().map_or(0, |b| b.len());

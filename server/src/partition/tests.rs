@@ -55,40 +55,40 @@ fn poll(strategy: PollingStrategy, count: u32, stored_offset: Option<u64>) -> Po
 #[test]
 fn strategies_resolve_as_the_spec_says() {
     assert_eq!(
-        offsets(&poll(PollingStrategy::Offset(0), 100, None).body),
+        offsets(&poll(PollingStrategy::Offset(0), 100, None).body()),
         (0..9).collect::<Vec<_>>()
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Offset(4), 3, None).body),
+        offsets(&poll(PollingStrategy::Offset(4), 3, None).body()),
         vec![4, 5, 6]
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::First(77), 2, None).body),
+        offsets(&poll(PollingStrategy::First(77), 2, None).body()),
         vec![0, 1]
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Last(0), 3, None).body),
+        offsets(&poll(PollingStrategy::Last(0), 3, None).body()),
         vec![6, 7, 8]
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Next(0), 2, None).body),
+        offsets(&poll(PollingStrategy::Next(0), 2, None).body()),
         vec![0, 1]
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Next(0), 2, Some(4)).body),
+        offsets(&poll(PollingStrategy::Next(0), 2, Some(4)).body()),
         vec![5, 6]
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Timestamp(150), 10, None).body),
+        offsets(&poll(PollingStrategy::Timestamp(150), 10, None).body()),
         (3..9).collect::<Vec<_>>()
     );
     assert_eq!(
-        offsets(&poll(PollingStrategy::Timestamp(301), 10, None).body),
+        offsets(&poll(PollingStrategy::Timestamp(301), 10, None).body()),
         Vec::<u64>::new()
     );
     let p = poll(PollingStrategy::Offset(4), 3, None);
     assert_eq!((p.messages_count, p.last_offset), (3, Some(6)));
-    let (head, _) = messages(&p.body);
+    let (head, _) = messages(&p.body());
     assert_eq!((head.partition_id, head.current_offset), (4, 8));
 }
 
@@ -99,7 +99,7 @@ fn an_empty_poll_is_the_sixteen_byte_head() {
         (PollingStrategy::Next(0), Some(8)),
     ] {
         let p = poll(strategy, 5, stored_offset);
-        assert_eq!(p.body.len(), 16);
+        assert_eq!(p.body().len(), 16);
         assert_eq!((p.messages_count, p.last_offset), (0, None));
     }
     let empty = build_poll_reply(
@@ -110,9 +110,9 @@ fn an_empty_poll_is_the_sixteen_byte_head() {
         &[],
     )
     .unwrap();
-    assert_eq!(empty.body, vec![0; 16]);
+    assert_eq!(empty.body(), vec![0; 16]);
     let zero = build_poll_reply(4, Some(8), Some(Start::Offset(0)), 0, &stored()).unwrap();
-    assert_eq!(zero.body.len(), 16);
+    assert_eq!(zero.body().len(), 16);
 }
 
 #[test]
@@ -120,19 +120,19 @@ fn a_partly_returned_batch_gets_a_consistent_header() {
     let stored = stored();
     // Offsets 1..2 out of the first batch (0..3): a middle run.
     let p = build_poll_reply(4, Some(8), Some(Start::Offset(1)), 1, &stored).unwrap();
-    let part = &p.body[16..];
+    let part = &p.body()[16..];
     let info = batch::verify(part).unwrap();
     assert_eq!(
         (info.base_offset, info.message_count, info.base_timestamp),
         (0, 1, 100)
     );
     assert_eq!(info.len as usize, part.len());
-    assert_eq!(messages(&p.body).1, vec![(1, vec![b'm', 1])]);
+    assert_eq!(messages(&p.body()).1, vec![(1, vec![b'm', 1])]);
     // Whole batches are passed through unchanged.
     let p = build_poll_reply(4, Some(8), Some(Start::Offset(3)), 2, &stored).unwrap();
     let second = &stored[batch::verify(&stored).unwrap().len as usize..];
     assert_eq!(
-        &p.body[16..],
+        &p.body()[16..],
         &second[..batch::verify(second).unwrap().len as usize]
     );
 }
@@ -305,7 +305,7 @@ proptest! {
         };
         let start = resolve_start(strategy, count, current, stored_offset);
         let poll = build_poll_reply(0, current, start, count, &bytes).unwrap();
-        let got = offsets(&poll.body);
+        let got = offsets(&poll.body());
         // The expected first offset, from the strategy alone.
         let first = match start {
             None => None,
@@ -327,6 +327,6 @@ proptest! {
         prop_assert_eq!(&got, &expected);
         prop_assert_eq!(poll.last_offset, expected.last().copied());
         // What auto-commit reads back from the reply bytes is the same offset.
-        prop_assert_eq!(super::last_polled_offset(&poll.body), expected.last().copied());
+        prop_assert_eq!(super::last_polled_offset(&poll.body()), expected.last().copied());
     }
 }

@@ -137,6 +137,28 @@ impl ReadHalf {
     }
 }
 
+/// Writes every byte of `parts`, in order, to a plaintext stream: vectored `sendmsg` calls
+/// (one system call for all parts when the socket has room); when the socket is full, glommio
+/// waits for room and sends the next slice. Parts are never joined.
+pub async fn write_vectored_all(tcp: &mut TcpStream, parts: &[Bytes]) -> io::Result<()> {
+    let mut cursor = Cursor::default();
+    cursor.advance(parts, 0);
+    while !cursor.done(parts) {
+        let slices = cursor.slices(parts);
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        match SockRef::from(&*tcp).send_vectored_with_flags(&slices, flags) {
+            Ok(n) => cursor.advance(parts, n),
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                let n = tcp.write(&slices[0]).await?;
+                cursor.advance(parts, n);
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
 /// The writing half.
 pub struct WriteHalf {
     tcp: TcpStream,
@@ -204,21 +226,7 @@ impl WriteHalf {
             }
             return Ok(());
         }
-        while !cursor.done(frames) {
-            let slices = cursor.slices(frames);
-            let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
-            match SockRef::from(&self.tcp).send_vectored_with_flags(&slices, flags) {
-                Ok(n) => cursor.advance(frames, n),
-                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                    // The socket is full: let glommio wait for room and send the next slice.
-                    let n = self.tcp.write(&slices[0]).await?;
-                    cursor.advance(frames, n);
-                }
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(())
+        write_vectored_all(&mut self.tcp, frames).await
     }
 
     /// Sends whatever records the session holds (after a batch, or a key update answer).

@@ -376,3 +376,106 @@ fn unwritten_batches_stay_in_the_tail() {
         assert!(got == want, "offset {offset} after the flush");
     }
 }
+
+/// Counts the reads of the segment files (decision 407) and their lengths.
+struct CountingFiles {
+    inner: StorageFiles<FileStorage>,
+    reads: Rc<RefCell<Vec<usize>>>,
+}
+
+impl SegmentFiles for CountingFiles {
+    fn read(
+        &self,
+        name: String,
+        position: u64,
+        len: usize,
+    ) -> LocalFuture<Result<Bytes, ReadError>> {
+        self.reads.borrow_mut().push(len);
+        self.inner.read(name, position, len)
+    }
+}
+
+/// A poll of many batches below the tail is one read of the segment, from the index entry
+/// before its start to the entry at or past its end (decisions 406-407), and its batches are
+/// slices of that read, back to back (no copy per batch); it equals the all-in-memory answer.
+/// The old path read 256 KiB chunks: this poll of ~400 KB took two reads and copied every
+/// batch out of them.
+#[test]
+fn a_poll_below_the_tail_is_one_read_shared_by_its_batches() {
+    let policy = FlushPolicy {
+        messages_required_to_save: 100,
+        segment_size: 64 << 20,
+        ..POLICY
+    };
+    let mut rig = Rig::with_policy("one-read", policy);
+    for _ in 0..20 {
+        rig.send(100);
+    }
+    let reads = Rc::new(RefCell::new(Vec::new()));
+    rig.map.borrow_mut().files = Some(Rc::new(CountingFiles {
+        inner: StorageFiles(rig.storage.clone()),
+        reads: reads.clone(),
+    }));
+    let (disk, got) = Rig::poll(&rig.machine, PollingStrategy::Offset(250), 800);
+    let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(250), 800);
+    assert!(disk, "offset 250 left the tail");
+    assert!(got == want, "equal to the all-in-memory answer");
+    assert_eq!(got.messages_count, 800);
+    let bytes: usize = got.batches.iter().map(Bytes::len).sum();
+    assert!(
+        bytes > READ_CHUNK,
+        "the poll spans more than one old chunk: {bytes} B"
+    );
+    let reads = reads.borrow().clone();
+    assert_eq!(reads.len(), 1, "one read for the poll: {reads:?}");
+    // From batch 200..300 (the entry before 250) to the entry at 1100 (past 250 + 800).
+    assert!(
+        reads[0] >= bytes && reads[0] < bytes + 60_000,
+        "{reads:?} for {bytes} B"
+    );
+    // The first and last batches are parts (rewritten headers); the whole ones between are
+    // slices of the one read buffer, back to back.
+    let whole = &got.batches[1..got.batches.len() - 1];
+    assert!(whole.len() >= 6);
+    for pair in whole.windows(2) {
+        assert_eq!(
+            pair[0].as_ptr().wrapping_add(pair[0].len()),
+            pair[1].as_ptr(),
+            "whole batches share the read's buffer"
+        );
+    }
+}
+
+/// A poll from the tail shares the committed batches (decision 405): its whole batches are the
+/// very `Bytes` the machine committed (the ones it handed the storage task), not copies, and
+/// they are not hashed again.
+#[test]
+fn a_tail_poll_shares_the_committed_batches() {
+    let mut m = PartitionStateMachine::new(group());
+    let mut committed = Vec::new();
+    for b in 0..3u64 {
+        let payloads = [vec![b as u8; 300], vec![7; 20]];
+        let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let body = batch::build(3, 2 * b, 1_000 + b, &refs);
+        let mut h = PrepareHeader::zeroed();
+        h.operation = Operation::SendMessages.byte();
+        m.apply(&h, &body, &mut Vec::new());
+        for work in m.take_storage() {
+            if let StorageWork::Batch(bytes) = work {
+                committed.push(bytes);
+            }
+        }
+    }
+    let (disk, p) = Rig::poll(&m, PollingStrategy::Offset(0), 6);
+    assert!(!disk);
+    assert_eq!(p.messages_count, 6);
+    assert_eq!(p.batches.len(), 3);
+    for (got, kept) in p.batches.iter().zip(&committed) {
+        assert_eq!(
+            got.as_ptr(),
+            kept.as_ptr(),
+            "the committed bytes, not a copy"
+        );
+        assert_eq!(got, kept);
+    }
+}
