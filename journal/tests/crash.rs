@@ -139,10 +139,22 @@ impl Acks {
 /// it. The probe is a read of every file in `dir` through the filesystem (every powerfs open
 /// is direct I/O, so no cache answers it): it fails only once the power is off.
 fn say_damage(dir: &Path, acks: &mut Acks, line: String) -> ! {
+    // Strict: an entry that cannot be listed or a file that cannot be read means no power,
+    // and so does a directory without a single readable file.
     let powered = std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries
-            .flatten()
-            .all(|entry| !entry.path().is_file() || std::fs::read(entry.path()).is_ok())
+        let mut read = 0;
+        for entry in entries {
+            let Ok(entry) = entry else {
+                return false;
+            };
+            if entry.path().is_file() {
+                if std::fs::read(entry.path()).is_err() {
+                    return false;
+                }
+                read += 1;
+            }
+        }
+        read > 0
     });
     if powered {
         acks.say(line);
