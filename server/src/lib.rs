@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod boot;
+pub mod catch_up;
 pub mod client;
 pub mod client_core;
 pub mod config;

@@ -502,7 +502,8 @@ pub struct Pump<S: Storage, M: StateMachine> {
     /// Where `Effect::Reply` frames go (the shard's client registry); `None`: dropped.
     pub replies: Option<Rc<dyn crate::groups::ReplySink>>,
     /// Where the committed sessions are published for every shard's session check (decision
-    /// 126), whenever they change at a commit.
+    /// 126), whenever they change at a commit, and where the replica's catch-up is published
+    /// once (decision 397).
     pub sessions: Option<Arc<crate::metadata::view::MetadataHandle>>,
     /// `cluster.dead_node_session_timeout`: the sessions of a peer down this long are ended
     /// by the primary, and this node's stale own sessions always (decision 372); `None`: off.
@@ -602,6 +603,9 @@ where
             exec.run(&replica, &mut out);
         }
     }
+    // Decision 397: partition pumps wait until this replica caught up in this process life.
+    let mut catch_up = crate::catch_up::CatchUp::default();
+    caught_up(&mut catch_up, &replica, exec.sessions.as_deref());
     gauges.observe(&replica);
     info!(
         replica = self_id.0,
@@ -623,6 +627,7 @@ where
             ticks += 1;
             let _ = replica.step(now(start, ticks), Input::Tick, &mut out);
             exec.run(&replica, &mut out);
+            caught_up(&mut catch_up, &replica, exec.sessions.as_deref());
             if exec.gate.is_holding() {
                 // Decision 395: a purge's or a delete's reply waits for the backups' applied
                 // points; ask for them each tick, or answer 57 once this node leads no more.
@@ -676,14 +681,17 @@ where
                         .forwards
                         .observe(crate::forward_metrics::Direction::Received, &bytes);
                     exec.gate.observe(from, &bytes);
-                    replica.step(
+                    let stepped = replica.step(
                         at,
                         Input::Frame {
                             from: ReplicaId(from),
                             frame: &bytes,
                         },
                         &mut out,
-                    )
+                    );
+                    let view = replica.view();
+                    catch_up.heard(from, &bytes, view, replica.primary_index(view).0);
+                    stepped
                 }
                 Event::Done(done) => {
                     if let Completion::Checkpointed { op } = done {
@@ -750,6 +758,7 @@ where
                 }
             };
             exec.run(&replica, &mut out);
+            caught_up(&mut catch_up, &replica, exec.sessions.as_deref());
             if fatal.borrow().is_some() {
                 break;
             }
@@ -778,6 +787,32 @@ where
     match fatal.borrow().clone() {
         Some(cause) => Outcome::Fatal(cause),
         None => outcome,
+    }
+}
+
+/// Publishes, once, that the replica caught up (decision 397). Called after the effects of a
+/// step ran, so the view its applies published is in the handle before the flag.
+fn caught_up<M: Checkpointable>(
+    tracker: &mut crate::catch_up::CatchUp,
+    replica: &Replica<M>,
+    handle: Option<&crate::metadata::view::MetadataHandle>,
+) {
+    let state = crate::catch_up::ReplicaState {
+        status: replica.status(),
+        is_primary: replica.is_primary(),
+        view: replica.view(),
+        commit_min: replica.commit_min(),
+        commit_max: replica.commit_max(),
+    };
+    if tracker.check(state) {
+        info!(
+            view = state.view,
+            commit = state.commit_min,
+            "metadata replica caught up in this process life; partition groups may boot"
+        );
+        if let Some(handle) = handle {
+            handle.set_caught_up();
+        }
     }
 }
 

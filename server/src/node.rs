@@ -155,6 +155,9 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(|e| anyhow::anyhow!("hashing the root password: {e}"))?;
     let metadata_handle = machine.handle().clone();
+    // Partition groups boot only once the metadata replica caught up in this process life
+    // (decision 397); shard 0's metadata pump clears this.
+    metadata_handle.await_catch_up();
     let client_counters = Arc::new(client_core::Counters::default());
     let node_info = NodeInfo {
         addresses: Arc::default(),

@@ -2083,11 +2083,27 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         .map(|(group, _)| *group)
         .collect();
     let mut requested: BTreeSet<u64> = BTreeSet::new();
-    for group in on_disk.keys().chain(replayed.iter()).chain(wanted.keys()) {
-        if requested.insert(*group) {
-            let policy = wanted.get(group).map(|s| s.policy).unwrap_or_default();
-            queues.boot(*group, policy);
-        }
+    // Decision 397: nothing boots before the metadata caught up in this process life (a view
+    // behind a purge or delete this node applied before a crash would boot the dead
+    // incarnation); until then the tick retries, and frames for groups not hosted are dropped.
+    let mut waiting: Option<Vec<u64>> =
+        Some(on_disk.keys().chain(replayed.iter()).copied().collect());
+    if metadata.caught_up() {
+        boot_initial(
+            &queues,
+            &mut requested,
+            &mut waiting,
+            &metadata,
+            &host,
+            &ack_overrides,
+            &mut wanted,
+            &mut seen_op,
+        );
+    } else {
+        info!(
+            shard = host.shard,
+            "partition groups wait for the metadata replica to catch up"
+        );
     }
     let task = StorageTask {
         partitions: disk.partitions,
@@ -2178,9 +2194,21 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                     "partition group deleted; removing it"
                 );
             }
+            if waiting.is_some() && metadata.caught_up() {
+                boot_initial(
+                    &queues,
+                    &mut requested,
+                    &mut waiting,
+                    &metadata,
+                    &host,
+                    &ack_overrides,
+                    &mut wanted,
+                    &mut seen_op,
+                );
+            }
             // The committed metadata, once per tick: new groups of this shard boot.
             let op = metadata.view().op;
-            if op != seen_op || std::mem::take(&mut rescan) {
+            if waiting.is_none() && (op != seen_op || std::mem::take(&mut rescan)) {
                 seen_op = op;
                 wanted = wanted_groups(
                     &metadata,
@@ -2252,6 +2280,34 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
     match fatal.borrow().clone() {
         Some(cause) => Outcome::Fatal(cause),
         None => outcome,
+    }
+}
+
+/// The boot of the groups found on the disk and of those the metadata wants, once the
+/// metadata caught up (decision 397): the storage task proves each against this view before
+/// it boots it, so an incarnation the node's metadata had retired before a crash is removed,
+/// not run.
+#[allow(clippy::too_many_arguments)]
+fn boot_initial(
+    queues: &Queues,
+    requested: &mut BTreeSet<u64>,
+    waiting: &mut Option<Vec<u64>>,
+    metadata: &MetadataReader,
+    host: &Host,
+    overrides: &AckOverrides,
+    wanted: &mut BTreeMap<u64, GroupSpec>,
+    seen_op: &mut u64,
+) {
+    let Some(found) = waiting.take() else {
+        return;
+    };
+    *seen_op = metadata.view().op;
+    *wanted = wanted_groups(metadata, host.shard, host.lanes, host.shards, overrides);
+    for group in found.iter().chain(wanted.keys()) {
+        if requested.insert(*group) {
+            let policy = wanted.get(group).map(|s| s.policy).unwrap_or_default();
+            queues.boot(*group, policy);
+        }
     }
 }
 

@@ -80,6 +80,7 @@ struct Node {
 struct Cluster {
     dirs: Vec<PathBuf>,
     nodes: Vec<Node>,
+    net: Rc<Net>,
 }
 
 impl Drop for Cluster {
@@ -132,6 +133,51 @@ fn view(op: u64, incarnation: u64) -> MetadataView {
     }
 }
 
+/// Starts node `r`'s partition pump on `dir` with `handle` as its committed metadata.
+fn start(net: &Rc<Net>, dir: &Path, r: u8, metadata: Arc<MetadataHandle>) -> Node {
+    let host = Host::new(0, 1, LANES, Arc::new(PartitionGauges::default()));
+    let stop = Rc::new(std::cell::Cell::new(false));
+    let replies = Rc::new(Replies::default());
+    let flag = stop.clone();
+    let task = glommio::spawn_local(pg::run(Pump {
+        host: host.clone(),
+        core: RawConfig::new(CLUSTER, ReplicaId(r), NODES, group()),
+        identity: journal::Identity {
+            cluster: CLUSTER,
+            replica_id: r,
+            replica_count: NODES,
+        },
+        disk: ShardDisk {
+            partitions: storage(dir, "partitions"),
+            wal: storage(dir, "wal"),
+        },
+        wal: WalConfig {
+            file_size_max: 64 * 1024,
+            window_bytes_max: 16 * 1024,
+            window_us_max: 500,
+        },
+        metadata: MetadataReader::new(metadata.clone()),
+        transport: Rc::new(Link {
+            net: net.clone(),
+            me: r,
+        }),
+        replies: replies.clone(),
+        stop: Box::new(move || flag.get()),
+        limits: ReclaimLimits::default(),
+        ack_overrides: Default::default(),
+        rejoin: false,
+    }))
+    .detach();
+    net.hosts.borrow_mut()[r as usize] = Some(host.clone());
+    Node {
+        host,
+        stop,
+        task,
+        replies,
+        metadata,
+    }
+}
+
 fn storage(dir: &Path, sub: &str) -> FileStorage {
     let dir = dir.join(sub);
     std::fs::create_dir_all(&dir).unwrap();
@@ -145,6 +191,7 @@ impl Cluster {
         let mut c = Cluster {
             dirs: Vec::new(),
             nodes: Vec::new(),
+            net,
         };
         for r in 0..NODES {
             let dir = std::env::temp_dir().join(format!(
@@ -155,51 +202,22 @@ impl Cluster {
             std::fs::create_dir_all(&dir).unwrap();
             let handle = Arc::new(MetadataHandle::default());
             handle.publish(view(7, 1));
-            let metadata = handle;
-            let host = Host::new(0, 1, LANES, Arc::new(PartitionGauges::default()));
-            let stop = Rc::new(std::cell::Cell::new(false));
-            let replies = Rc::new(Replies::default());
-            let flag = stop.clone();
-            let task = glommio::spawn_local(pg::run(Pump {
-                host: host.clone(),
-                core: RawConfig::new(CLUSTER, ReplicaId(r), NODES, group()),
-                identity: journal::Identity {
-                    cluster: CLUSTER,
-                    replica_id: r,
-                    replica_count: NODES,
-                },
-                disk: ShardDisk {
-                    partitions: storage(&dir, "partitions"),
-                    wal: storage(&dir, "wal"),
-                },
-                wal: WalConfig {
-                    file_size_max: 64 * 1024,
-                    window_bytes_max: 16 * 1024,
-                    window_us_max: 500,
-                },
-                metadata: MetadataReader::new(metadata.clone()),
-                transport: Rc::new(Link {
-                    net: net.clone(),
-                    me: r,
-                }),
-                replies: replies.clone(),
-                stop: Box::new(move || flag.get()),
-                limits: ReclaimLimits::default(),
-                ack_overrides: Default::default(),
-                rejoin: false,
-            }))
-            .detach();
-            net.hosts.borrow_mut()[r as usize] = Some(host.clone());
+            let node = start(&c.net, &dir, r, handle);
             c.dirs.push(dir);
-            c.nodes.push(Node {
-                host,
-                stop,
-                task,
-                replies,
-                metadata,
-            });
+            c.nodes.push(node);
         }
         c
+    }
+
+    /// Stops node `r` (its pump flushes and ends; peers see it gone) and starts it again on
+    /// the same disk with `handle` as its committed metadata.
+    async fn restart(&mut self, r: u8, handle: Arc<MetadataHandle>) {
+        self.net.hosts.borrow_mut()[r as usize] = None;
+        let node = &self.nodes[r as usize];
+        node.stop.set(true);
+        let fresh = start(&self.net, &self.dirs[r as usize], r, handle);
+        let old = std::mem::replace(&mut self.nodes[r as usize], fresh);
+        assert_eq!(old.task.await, Some(Outcome::Stopped));
     }
 
     fn host(&self, r: u8) -> &Rc<Host> {
@@ -573,6 +591,86 @@ fn a_send_in_flight_when_its_partition_is_deleted_is_answered_once() {
             status(&answered[0]),
             consensus::codes::TRANSIENT_NOT_COMMITTED
         );
+        c.stop().await;
+    });
+}
+
+/// Decision 397: node 0 applied the purge (it and node 2 make the `n - Q_rep + 1` appliers
+/// decision 395's gate waits for, node 1 still lags), then crashed before its pump's tick
+/// removed incarnation 1, and restarts with a metadata view from before the purge (its
+/// checkpoint). Booting from that view would run incarnation 1 again beside node 1's: a
+/// quorum of the dead incarnation. The restarted pump boots nothing until its metadata
+/// replica caught up; then incarnation 1 is proven dead at boot, removed, and incarnation 2
+/// boots empty.
+#[test]
+fn a_restarted_node_boots_no_group_before_its_metadata_caught_up() {
+    run(|| async {
+        let mut c = Cluster::new("reboot");
+        send_committed(&c, 0xA0, &payload(0xAA, 0)).await;
+        c.nodes[2].metadata.publish(view(8, 2));
+        until(
+            "node 2 removed incarnation 1 and hosts incarnation 2",
+            || {
+                c.host(2)
+                    .gauges
+                    .groups_removed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 1
+                    && c.host(2).hosts(group().0)
+            },
+        )
+        .await;
+        // Node 0's restart: its metadata replica recovered only up to before the purge.
+        let behind = Arc::new(MetadataHandle::default());
+        behind.publish(view(7, 1));
+        behind.await_catch_up();
+        c.restart(0, behind.clone()).await;
+        // Its pump runs (peers' frames reach it and are dropped: no group is hosted) for at
+        // least a hundred ticks; without the wait it boots incarnation 1 from its disk at once.
+        let dropped = || {
+            c.host(0)
+                .gauges
+                .dropped_unknown
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        for i in 0.. {
+            assert!(
+                !c.host(0).hosts(group().0),
+                "node 0 booted a partition group from a metadata view that had not caught up"
+            );
+            if i >= 100 && dropped() > 0 {
+                break;
+            }
+            assert!(i < 3000, "node 0's pump dropped no peer frame");
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+        }
+        // Its metadata replica catches up: the purge is applied again, then the flag.
+        behind.publish(view(8, 2));
+        behind.set_caught_up();
+        until(
+            "node 0 removed incarnation 1 and hosts incarnation 2",
+            || {
+                c.host(0)
+                    .gauges
+                    .groups_removed
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 1
+                    && c.host(0).hosts(group().0)
+            },
+        )
+        .await;
+        c.nodes[1].metadata.publish(view(8, 2));
+        send_committed(&c, 0xC0, &payload(0xCC, 0)).await;
+        until(
+            "every node holds the later send and not the purged one",
+            || {
+                (0..NODES).all(|r| {
+                    let (_, body) = poll_all(c.host(r));
+                    holds(&body, 0xCC) && !holds(&body, 0xAA)
+                })
+            },
+        )
+        .await;
         c.stop().await;
     });
 }

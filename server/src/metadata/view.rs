@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::{ArcSwap, Guard};
 use wire::GroupId;
@@ -83,6 +84,11 @@ impl Sessions {
 pub struct MetadataHandle {
     view: ArcSwap<MetadataView>,
     sessions: ArcSwap<Sessions>,
+    /// Set while the view may lag what this node applied in an earlier process life
+    /// (decision 397): a node's handle starts so ([`MetadataHandle::await_catch_up`]) and its
+    /// metadata pump clears it once the replica caught up with a primary it heard from in this
+    /// life. A handle no metadata replica feeds (tests that publish views by hand) never waits.
+    awaiting_catch_up: AtomicBool,
 }
 
 /// A cheap, cloneable reader of the committed metadata, for any shard.
@@ -102,6 +108,12 @@ impl MetadataReader {
     pub fn sessions(&self) -> Guard<Arc<Sessions>> {
         self.0.sessions.load()
     }
+    /// Whether the view has caught up in this process life (decision 397): partition pumps
+    /// boot no group before, since a view behind a purge or delete this node applied before
+    /// a crash would boot the dead incarnation from the disk.
+    pub fn caught_up(&self) -> bool {
+        !self.0.awaiting_catch_up.load(Ordering::Acquire)
+    }
 }
 
 impl MetadataHandle {
@@ -113,6 +125,15 @@ impl MetadataHandle {
     /// Register or Logout commits).
     pub fn publish_sessions(&self, sessions: Sessions) {
         self.sessions.store(Arc::new(sessions));
+    }
+    /// Marks the view as not caught up yet (a node does this before its shards start).
+    pub fn await_catch_up(&self) {
+        self.awaiting_catch_up.store(true, Ordering::Release);
+    }
+    /// The metadata replica caught up (published after the view it caught up to, so a reader
+    /// that sees this sees that view or a later one).
+    pub fn set_caught_up(&self) {
+        self.awaiting_catch_up.store(false, Ordering::Release);
     }
 }
 
