@@ -371,8 +371,11 @@ fn the_baseline_probes_return_plausible_numbers() {
     assert!(disk.is_finite() && disk > 0.0, "{b:?}");
     assert!(b.fdatasync_us_p50.unwrap() > 0.0, "{b:?}");
     assert!(b.disk_direct_io.is_some());
+    let read = b.disk_read_mb_s.unwrap();
+    assert!(read.is_finite() && read > 0.0, "{b:?}");
     let probe = baseline::disk(&dir, 5000, budget).unwrap();
     assert!(probe.writes >= 4, "{probe:?}");
+    assert!(probe.read_mb_s > 0.0, "{probe:?}");
     assert!(
         !dir.join(".strand-bench-disk-probe").exists(),
         "the probe file is removed"

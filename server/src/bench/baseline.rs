@@ -25,6 +25,11 @@ pub struct Baseline {
     pub disk_write_mb_s: Option<f64>,
     /// `fdatasync` after one such write, p50 (µs).
     pub fdatasync_us_p50: Option<f64>,
+    /// Sequential read bandwidth of what the write probe wrote, read back at the same size
+    /// (`O_DIRECT` where the write was), MB/s; what a poll from the segments can get from the
+    /// disk (decision 413). `null` without a data directory, and in reports older than it.
+    #[serde(default)]
+    pub disk_read_mb_s: Option<f64>,
     /// Whether the disk probe opened with `O_DIRECT` (tmpfs refuses it; then the page cache
     /// carries the writes and every one is still `fdatasync`ed).
     pub disk_direct_io: Option<bool>,
@@ -73,6 +78,7 @@ pub fn measure(
         rtt_us_p99,
         disk_write_mb_s: disk.as_ref().map(|d| d.write_mb_s),
         fdatasync_us_p50: disk.as_ref().map(|d| d.fdatasync_us_p50),
+        disk_read_mb_s: disk.as_ref().map(|d| d.read_mb_s),
         disk_direct_io: disk.as_ref().map(|d| d.direct_io),
         write_size,
     })
@@ -150,6 +156,8 @@ pub struct DiskProbe {
     pub write_mb_s: f64,
     /// `fdatasync` p50, µs.
     pub fdatasync_us_p50: f64,
+    /// MB/s reading the written bytes back in order, at the same size and open mode.
+    pub read_mb_s: f64,
     /// Opened with `O_DIRECT`.
     pub direct_io: bool,
     /// Writes made.
@@ -161,7 +169,8 @@ const ALIGN: usize = 4096;
 
 /// Sequential writes of `write_size` (rounded up to 4096) bytes to a new file in `dir`, each
 /// followed by `fdatasync`, for `budget.time` or `budget.disk_bytes_max` bytes (at least 4
-/// writes); the file is removed after.
+/// writes); then the same bytes read back in order at the same size, for at most
+/// `budget.time`; the file is removed after.
 pub fn disk(dir: &Path, write_size: usize, budget: Budget) -> std::io::Result<DiskProbe> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir)?;
@@ -206,14 +215,39 @@ pub fn disk(dir: &Path, write_size: usize, budget: Budget) -> std::io::Result<Di
     })();
     let elapsed = started.elapsed();
     drop(file);
+    let read = result.and_then(|()| read_back(&path, buf, written, budget.time, direct_io));
     let _ = std::fs::remove_file(&path);
-    result?;
+    let read_mb_s = read?;
     Ok(DiskProbe {
         write_mb_s: mb_per_s(written, elapsed),
         fdatasync_us_p50: syncs.value_at_quantile(0.5) as f64 / 1000.0,
+        read_mb_s,
         direct_io,
         writes,
     })
+}
+
+/// Reads the first `written` bytes of `path` in order, `buf.len()` at a time (with `O_DIRECT`
+/// when `direct_io`; `buf` is aligned for it), for at most `time` (at least one read): MB/s.
+fn read_back(
+    path: &Path,
+    buf: &mut [u8],
+    written: u64,
+    time: Duration,
+    direct_io: bool,
+) -> std::io::Result<f64> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(if direct_io { libc::O_DIRECT } else { 0 })
+        .open(path)?;
+    let mut read = 0u64;
+    let started = Instant::now();
+    while read + buf.len() as u64 <= written && (read == 0 || started.elapsed() < time) {
+        file.read_exact(buf)?;
+        read += buf.len() as u64;
+    }
+    Ok(mb_per_s(read, started.elapsed()))
 }
 
 fn nanos_histogram() -> Histogram<u64> {

@@ -696,7 +696,7 @@ fn baseline_line(b: &baseline::Baseline) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
     format!(
         "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s ({}), \
-         fdatasync p50 {} us, at {} bytes per write",
+         fdatasync p50 {} us, disk read {} MB/s, at {} bytes per write",
         b.loopback_mb_s,
         b.rtt_us_p50,
         b.rtt_us_p99,
@@ -707,6 +707,7 @@ fn baseline_line(b: &baseline::Baseline) -> String {
             None => "not measured",
         },
         opt(b.fdatasync_us_p50),
+        opt(b.disk_read_mb_s),
         b.write_size
     )
 }

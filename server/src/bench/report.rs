@@ -292,7 +292,7 @@ pub fn checks(r: &Report) -> Vec<Check> {
             bound: 0.5,
             unit: "ratio".to_string(),
             pass: c.ratio_to_loopback >= 0.5,
-            limit: None,
+            limit: segment_read_cap(r),
         });
     }
     if r.rate_msgs_s.is_none()
@@ -347,6 +347,19 @@ pub fn quorum_write_floor_us(r: &Report) -> Option<(f64, String)> {
             "{quorum} cop(ies) of the {bytes:.0} B batch written to one disk at {disk:.0} MB/s"
         ),
     ))
+}
+
+/// The ratio to loopback a read-back served from the segments can reach at the disk probe's
+/// read bandwidth (decision 413): the in-memory tail (`partition.read_cache_bytes`) serves
+/// only the newest batches, so a read-back of more than it holds reads the rest from disk.
+pub fn segment_read_cap(r: &Report) -> Option<Limit> {
+    let read = r.baseline.disk_read_mb_s.filter(|d| *d > 0.0)?;
+    (r.baseline.loopback_mb_s > 0.0).then(|| Limit {
+        value: read / r.baseline.loopback_mb_s,
+        why: format!(
+            "the segments read back at the disk probe's {read:.0} MB/s, the in-memory tail aside"
+        ),
+    })
 }
 
 /// One check as a line of the summary.
@@ -726,6 +739,11 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         "baseline.rtt_us_p99",
         num(a.baseline.rtt_us_p99),
         num(b.baseline.rtt_us_p99),
+    );
+    row(
+        "baseline.disk_read_mb_s",
+        opt(a.baseline.disk_read_mb_s),
+        opt(b.baseline.disk_read_mb_s),
     );
     row(
         "baseline.disk_write_mb_s",

@@ -96,6 +96,7 @@ fn baseline(loopback: f64, disk: Option<f64>) -> baseline::Baseline {
         rtt_us_p99: 20.0,
         disk_write_mb_s: disk,
         fdatasync_us_p50: disk.map(|_| 500.0),
+        disk_read_mb_s: disk.map(|d| 2.0 * d),
         disk_direct_io: disk.map(|_| true),
         write_size: 4096,
     }
@@ -458,6 +459,10 @@ fn single_messages_read_back_and_throughput_have_their_checks() {
     let read = checked(read);
     let c = check(&read, "read_back").unwrap();
     assert_eq!((c.value, c.bound, c.pass), (0.499, 0.5, false));
+    // Beside it, what the segments allow: the sample's disk reads 1200 MB/s, loopback 1000.
+    let limit = c.limit.clone().expect("the segment read cap");
+    assert!((limit.value - 1.2).abs() < 1e-9, "{limit:?}");
+    assert!(limit.why.contains("1200 MB/s"), "{limit:?}");
 
     // 1000 B as fast as acks come, on disk: 0.5 for 3 replicas, 0.6 for 1.
     let three = checked(sample_report(100.0, "a"));
