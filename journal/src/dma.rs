@@ -110,6 +110,43 @@ impl DmaStorage {
     }
 
     /// A DMA buffer holding `data`: a kept one of the same length if there is one.
+    /// Reads `len` bytes from `offset` through io_uring in chunks of at most 1 MiB, handing
+    /// each to `sink` with its position in the range as it completes (glommio reads into DMA
+    /// buffers of its own). Returns the bytes read and whether the file ended short of `len`;
+    /// it stops early without error when the filesystem refuses `O_DIRECT` reads (then
+    /// `reads_through_std` is set and the caller reads the rest through std).
+    async fn read_chunks(
+        &self,
+        file: &DmaHandle,
+        offset: u64,
+        len: usize,
+        mut sink: impl FnMut(usize, &[u8]),
+    ) -> Result<(usize, bool), StorageError> {
+        let mut done = 0;
+        while done < len && !self.reads_through_std.get() {
+            let chunk = (len - done).min(1 << 20);
+            let read = match file.file.read_at_aligned(offset + done as u64, chunk).await {
+                Ok(read) => read,
+                Err(e) => {
+                    let error = std::io::Error::from(e);
+                    if error.raw_os_error() == Some(libc::EOPNOTSUPP)
+                        || error.kind() == std::io::ErrorKind::Unsupported
+                    {
+                        self.reads_through_std.set(true);
+                        break;
+                    }
+                    return Err(StorageError::io("read", &file.name, &error));
+                }
+            };
+            sink(done, &read);
+            done += read.len();
+            if read.len() < chunk {
+                return Ok((done, true));
+            }
+        }
+        Ok((done, false))
+    }
+
     fn write_buf(&self, file: &DmaFile, data: &[u8]) -> DmaBuffer {
         let kept = {
             let mut bufs = self.write_bufs.borrow_mut();
@@ -188,27 +225,13 @@ impl Storage for DmaStorage {
         buf: &mut [u8],
     ) -> Result<usize, StorageError> {
         check_aligned("read", &file.name, offset, buf.len())?;
-        let mut done = 0;
-        while done < buf.len() && !self.reads_through_std.get() {
-            let chunk = (buf.len() - done).min(1 << 20);
-            let read = match file.file.read_at_aligned(offset + done as u64, chunk).await {
-                Ok(read) => read,
-                Err(e) => {
-                    let error = std::io::Error::from(e);
-                    if error.raw_os_error() == Some(libc::EOPNOTSUPP)
-                        || error.kind() == std::io::ErrorKind::Unsupported
-                    {
-                        self.reads_through_std.set(true);
-                        break;
-                    }
-                    return Err(StorageError::io("read", &file.name, &error));
-                }
-            };
-            buf[done..done + read.len()].copy_from_slice(&read);
-            done += read.len();
-            if read.len() < chunk {
-                return Ok(done);
-            }
+        let (mut done, short) = self
+            .read_chunks(file, offset, buf.len(), |at, read| {
+                buf[at..at + read.len()].copy_from_slice(read);
+            })
+            .await?;
+        if short {
+            return Ok(done);
         }
         if done < buf.len() {
             let mut aligned = AlignedBuf::zeroed(buf.len() - done);
@@ -241,29 +264,11 @@ impl Storage for DmaStorage {
         // glommio reads into DMA buffers of its own: copy each into the new buffer as it
         // completes, never zeroing it first (decision 406).
         let mut out = Vec::with_capacity(len);
-        while out.len() < len && !self.reads_through_std.get() {
-            let chunk = (len - out.len()).min(1 << 20);
-            let read = match file
-                .file
-                .read_at_aligned(offset + out.len() as u64, chunk)
-                .await
-            {
-                Ok(read) => read,
-                Err(e) => {
-                    let error = std::io::Error::from(e);
-                    if error.raw_os_error() == Some(libc::EOPNOTSUPP)
-                        || error.kind() == std::io::ErrorKind::Unsupported
-                    {
-                        self.reads_through_std.set(true);
-                        break;
-                    }
-                    return Err(StorageError::io("read", &file.name, &error));
-                }
-            };
-            out.extend_from_slice(&read);
-            if read.len() < chunk {
-                return Ok(out);
-            }
+        let (_, short) = self
+            .read_chunks(file, offset, len, |_, read| out.extend_from_slice(read))
+            .await?;
+        if short {
+            return Ok(out);
         }
         if out.len() < len {
             let done = out.len();
