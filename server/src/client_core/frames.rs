@@ -18,6 +18,11 @@ const SENDER: Sender = Sender {
 /// A Reply to `request` with header `status` and `body`; the common fields echo the request
 /// (client, request number, operation, checksum, timestamp).
 pub fn reply(request: &RequestHeader, status: u32, body: &[u8]) -> Frame {
+    seal(reply_header(request, status), body)
+}
+
+/// A Reply header echoing `request`, with `status`; the size and checksums are left to seal.
+fn reply_header(request: &RequestHeader, status: u32) -> ReplyHeader {
     let mut h = ReplyHeader::zeroed();
     h.frame = FrameHeader::new(Command::Reply, SENDER);
     h.request_checksum = request.request_checksum;
@@ -26,7 +31,7 @@ pub fn reply(request: &RequestHeader, status: u32, body: &[u8]) -> Frame {
     h.request = request.request;
     h.operation = request.operation;
     h.status.set(status);
-    seal(h, body)
+    h
 }
 
 /// A reply ready to be written: a frame (the header and the first part of the body) and
@@ -94,14 +99,7 @@ impl Answer {
 /// A Reply whose body is `head` then `more` (a poll: its head, then its batches as they are
 /// held); the frame holds the header and `head`, the parts follow it unjoined.
 pub fn reply_parts(request: &RequestHeader, status: u32, head: &[u8], more: Vec<Bytes>) -> Answer {
-    let mut h = ReplyHeader::zeroed();
-    h.frame = FrameHeader::new(Command::Reply, SENDER);
-    h.request_checksum = request.request_checksum;
-    h.client = request.client;
-    h.timestamp = request.timestamp;
-    h.request = request.request;
-    h.operation = request.operation;
-    h.status.set(status);
+    let mut h = reply_header(request, status);
     let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + more.len());
     parts.push(head);
     parts.extend(more.iter().map(|b| &b[..]));
