@@ -295,6 +295,20 @@ impl<S: Storage> FaultRecord<S> {
         &self.faulty
     }
 
+    /// Records `ops` of `group` faulty, durably: ops found lost after the shard's boot (a
+    /// referenced body that its group's boot did not find intact, decision 414).
+    pub async fn add(&mut self, group: u64, ops: FaultyOps) -> Result<(), StorageError> {
+        let ranges = self.faulty.entry(group).or_default();
+        if ranges.contains(&ops) {
+            return Ok(());
+        }
+        ranges.push(ops);
+        ranges.sort();
+        self.store
+            .write(&encode_faults(&self.faulty, &self.seen), true)
+            .await
+    }
+
     /// Forgets `group`'s faulty ops up to `through_op` (repaired from peers, journaled again
     /// and durable, or covered by a checkpoint), durably.
     pub async fn repaired(&mut self, group: u64, through_op: u64) -> Result<(), StorageError> {
@@ -456,10 +470,8 @@ pub async fn boot_shard<S: Storage + Clone>(
             .write(&encode_faults(&faults.faulty, &faults.seen), true)
             .await?;
     }
-    for (group, ops) in replay.groups.iter_mut() {
-        if let Some(ranges) = faults.faulty.get(group) {
-            ops.retain(|op, _| !ranges.iter().any(|r| r.contains(*op)));
-        }
+    for (group, ranges) in &faults.faulty {
+        replay.retain(*group, |op| !ranges.iter().any(|r| r.contains(op)));
     }
     Ok(ShardBoot {
         wal,

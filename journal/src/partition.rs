@@ -10,9 +10,12 @@ use wire::{HEADER_SIZE, Operation};
 
 use crate::artifact::{ArtifactError, OffsetStore, OffsetTable};
 use crate::batch;
-use crate::segment::{FlushPolicy, PartitionLog, SegmentError, SegmentRecovery};
+use crate::segment::{
+    Expected, ExpectedBatch, FlushPolicy, PartitionLog, SegmentError, SegmentRecovery,
+};
 use crate::storage::Storage;
 use crate::superblock::{Identity, Superblock, SuperblockError, VsrState};
+use crate::wal::BodyRef;
 
 /// Why the group cannot boot (an unreadable superblock tombstones this partition; the rest of
 /// the node boots).
@@ -48,6 +51,14 @@ pub struct PartitionBoot<S: Storage> {
     pub offsets_damaged: bool,
     /// The next offset to mint (G8).
     pub next_offset: u64,
+    /// The replayed prepares, whole: those held in the WAL and those whose referenced body
+    /// was found intact in the segments (decision 414).
+    pub frames: BTreeMap<u64, Vec<u8>>,
+    /// Ops whose referenced body was not found intact: neither present nor nacked (the caller
+    /// records them faulty, durably, before the group journals anything).
+    pub unresolved: Vec<u64>,
+    /// Bytes of the segment tail no replayed prepare vouched for, cut.
+    pub tail_cut: u64,
 }
 
 /// The end offset of the SendMessages batch a prepare carries, if it carries one.
@@ -58,22 +69,63 @@ pub fn send_messages_end(frame: &[u8]) -> Option<u64> {
     batch::peek(frame.get(HEADER_SIZE..)?).map(|info| info.end_offset())
 }
 
-/// Boots the partition group stored under `prefix`; `prepares` are its replayed WAL entries.
+/// Boots the partition group stored under `prefix`; `prepares` are its replayed WAL entries
+/// (the header alone for an op in `bodies`, whose body is in the segments where its
+/// [`BodyRef`] says: decision 414).
 pub async fn recover_partition<S: Storage + Clone>(
     storage: S,
     prefix: &str,
     identity: Identity,
     policy: FlushPolicy,
-    prepares: &BTreeMap<u64, Vec<u8>>,
+    mut prepares: BTreeMap<u64, Vec<u8>>,
+    bodies: &BTreeMap<u64, BodyRef>,
 ) -> Result<PartitionBoot<S>, PartitionError> {
     // A fresh group is formatted (its first superblock before its first data).
     let (superblock, state) =
         crate::recover::open_formatted(storage.clone(), prefix, identity).await?;
     let frontier = state.map_or(0, |s| s.offset_frontier);
-    let (log, segments) = PartitionLog::open(storage.clone(), prefix, policy, frontier).await?;
+    let (mut log, segments) = PartitionLog::open(storage.clone(), prefix, policy, frontier).await?;
+    // The segment tail past the frontier is kept only where the replayed prepares vouch for
+    // it, in op order (`PartitionLog::settle`).
+    let mut expected = Vec::new();
+    for (op, frame) in &prepares {
+        let batch = match bodies.get(op) {
+            Some(body) => Some(ExpectedBatch {
+                op: *op,
+                base_offset: body.base_offset,
+                expected: Expected::Referenced {
+                    len: body.len,
+                    hash: body.hash,
+                },
+            }),
+            None => send_messages_body(frame).and_then(|body| {
+                Some(ExpectedBatch {
+                    op: *op,
+                    base_offset: batch::peek(body)?.base_offset,
+                    expected: Expected::Held(body),
+                })
+            }),
+        };
+        expected.extend(batch);
+    }
+    let settled = log.settle(frontier, &expected).await?;
+    drop(expected);
+    let mut found: BTreeMap<u64, bytes::Bytes> = settled.bodies.into_iter().collect();
+    let mut unresolved = Vec::new();
+    for op in bodies.keys() {
+        match (found.remove(op), prepares.get_mut(op)) {
+            (Some(body), Some(frame)) => frame.extend_from_slice(&body),
+            (None, Some(_)) => {
+                prepares.remove(op);
+                unresolved.push(*op);
+            }
+            _ => {}
+        }
+    }
     let replayed = prepares
         .values()
         .filter_map(|f| send_messages_end(f))
+        .chain(bodies.values().map(|b| b.end_offset))
         .max()
         .unwrap_or(0);
     let next_offset = log.next_offset().max(frontier).max(replayed);
@@ -95,7 +147,18 @@ pub async fn recover_partition<S: Storage + Clone>(
         offsets,
         offsets_damaged,
         next_offset,
+        frames: prepares,
+        unresolved,
+        tail_cut: settled.cut,
     })
+}
+
+/// The SendMessages batch a whole prepare frame carries, if it carries one.
+fn send_messages_body(frame: &[u8]) -> Option<&[u8]> {
+    if frame.get(208) != Some(&Operation::SendMessages.byte()) {
+        return None;
+    }
+    frame.get(HEADER_SIZE..)
 }
 
 #[cfg(test)]
@@ -115,9 +178,16 @@ mod tests {
         };
         block_on(async {
             let policy = FlushPolicy::default();
-            let mut boot = recover_partition(disk.clone(), "g7-", id, policy, &BTreeMap::new())
-                .await
-                .unwrap();
+            let mut boot = recover_partition(
+                disk.clone(),
+                "g7-",
+                id,
+                policy,
+                BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .await
+            .unwrap();
             assert_eq!(boot.next_offset, 0);
             // The group's first superblock before its first data: a later boot must not find
             // segments without one (it would refuse to format over them).
@@ -131,6 +201,13 @@ mod tests {
                 .commit_batch(build(7, 0, 1, &[b"a", b"b"]))
                 .unwrap();
             boot.log.sync().await.unwrap();
+            // The checkpoint that covers them (segment data past the frontier is kept only
+            // where a replayed prepare vouches for it: decision 414).
+            let checkpointed = VsrState {
+                offset_frontier: 2,
+                ..formatted
+            };
+            boot.superblock.write(&checkpointed).await.unwrap();
             let mut table = OffsetTable::default();
             table.consumers.insert(1, 99);
             boot.offset_store.write(&table, true).await.unwrap();
@@ -139,9 +216,16 @@ mod tests {
             frame[208] = Operation::SendMessages.byte();
             frame.extend_from_slice(&build(7, 2, 2, &[b"c", b"d", b"e"]));
             let prepares: BTreeMap<u64, Vec<u8>> = [(1, frame)].into_iter().collect();
-            let boot = recover_partition(disk.clone(), "g7-", id, policy, &prepares)
-                .await
-                .unwrap();
+            let boot = recover_partition(
+                disk.clone(),
+                "g7-",
+                id,
+                policy,
+                prepares.clone(),
+                &BTreeMap::new(),
+            )
+            .await
+            .unwrap();
             assert_eq!(boot.log.next_offset(), 2);
             assert_eq!(boot.next_offset, 5);
             assert_eq!(
@@ -156,9 +240,16 @@ mod tests {
                 ..VsrState::default()
             };
             sb.write(&state).await.unwrap();
-            let boot = recover_partition(disk.clone(), "g7-", id, policy, &prepares)
-                .await
-                .unwrap();
+            let boot = recover_partition(
+                disk.clone(),
+                "g7-",
+                id,
+                policy,
+                prepares.clone(),
+                &BTreeMap::new(),
+            )
+            .await
+            .unwrap();
             assert_eq!(boot.next_offset, 50);
         });
     }

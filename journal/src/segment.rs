@@ -141,6 +141,8 @@ pub struct PartitionLog<S: Storage> {
     tail: Option<(u64, u64, Box<[u8; SECTOR]>)>,
     /// Sealing apart from the flushes (decision 355) and the timings of segment syncs.
     seal: seal::SealState,
+    /// Held batches include bodies reserved ahead of their commit ([`PartitionLog::reserve`]).
+    ahead: bool,
 }
 
 /// Name of a segment's log file.
@@ -302,6 +304,7 @@ impl<S: Storage> PartitionLog<S> {
             scratch: AlignedBuf::zeroed(0),
             tail: None,
             seal: seal::SealState::default(),
+            ahead: false,
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
@@ -389,6 +392,41 @@ impl<S: Storage> PartitionLog<S> {
         self.hold(info, bytes)
     }
 
+    /// Takes the body of a prepare that is not committed yet, to be written with the next
+    /// [`PartitionLog::flush_synced`] (decision 414: a batch is written once, at its segment's
+    /// tail, before the prepare is acknowledged). Returns where it will be, `(segment base,
+    /// byte position)`, or `None` when it cannot go there now: it does not start at the next
+    /// offset (an op that arrived out of order, or a re-sent one), or a full segment waits
+    /// for its seal. Like [`PartitionLog::commit_verified_batch`] only its header is read.
+    pub fn reserve(&mut self, bytes: Bytes) -> Option<(u64, u64)> {
+        let info = batch::peek(&bytes)?;
+        if info.len != bytes.len() as u64
+            || info.base_offset != self.next_offset
+            || self.seal.sealing.is_some()
+        {
+            return None;
+        }
+        let at = match self.segments.last() {
+            Some(seg) => (seg.base, seg.len + self.pending_bytes),
+            // `flush` starts the first segment at the first held batch.
+            None => (
+                self.pending
+                    .front()
+                    .map_or(info.base_offset, |(i, _)| i.base_offset),
+                self.pending_bytes,
+            ),
+        };
+        self.hold(info, bytes).ok()?;
+        self.ahead = true;
+        Some(at)
+    }
+
+    /// Whether held batches include bodies reserved ahead ([`PartitionLog::reserve`]): the
+    /// caller must [`PartitionLog::flush_synced`] before it acknowledges them.
+    pub fn has_reserved(&self) -> bool {
+        self.ahead
+    }
+
     fn hold(&mut self, info: BatchInfo, bytes: Bytes) -> Result<(), SegmentError> {
         if info.base_offset != self.next_offset {
             return Err(SegmentError::Offset {
@@ -420,6 +458,18 @@ impl<S: Storage> PartitionLog<S> {
     /// both files when the policy enforces fsync, and rotates a full segment. On error the
     /// batches stay held for a retry (the caller fail-stops in practice).
     pub async fn flush(&mut self) -> Result<(), SegmentError> {
+        self.flush_inner(false).await
+    }
+
+    /// [`PartitionLog::flush`], then the `.log`'s `fdatasync` whatever the policy, so that
+    /// everything held (bodies reserved ahead included) is durable when it returns; a
+    /// segment it fills is sealed inline (its log is synced already: only the index's sync is
+    /// added). The WAL window that references the reserved bodies is acknowledged after this.
+    pub async fn flush_synced(&mut self) -> Result<(), SegmentError> {
+        self.flush_inner(true).await
+    }
+
+    async fn flush_inner(&mut self, synced: bool) -> Result<(), SegmentError> {
         if self.pending.is_empty() || self.seal.sealing.is_some() {
             // While a sealed segment syncs apart, the batches stay held (decision 355).
             return Ok(());
@@ -484,6 +534,12 @@ impl<S: Storage> PartitionLog<S> {
             self.storage.sync(&seg.idx).await?;
             let bytes = self.seal.dirty;
             self.seal.timed(started.elapsed(), bytes);
+        } else if synced {
+            // The index needs no sync here: recovery rebuilds what it lacks by a scan.
+            let started = Instant::now();
+            self.storage.sync(&seg.log).await?;
+            let bytes = self.seal.dirty;
+            self.seal.timed(started.elapsed(), bytes);
         }
         let last = self.pending.back().expect("non-empty").0;
         let seg = self.segments.last_mut().expect("a segment");
@@ -500,14 +556,17 @@ impl<S: Storage> PartitionLog<S> {
         self.pending.clear();
         self.pending_bytes = 0;
         self.pending_messages = 0;
-        if self.policy.enforce_fsync {
+        self.ahead = false;
+        if self.policy.enforce_fsync || synced {
             self.synced_offset = seg.end_offset;
         }
         if seg.len >= self.policy.segment_size {
             // A sealed segment is synced before the next one exists, so a crash never leaves
             // data after a hole (once per segment, whatever the policy).
             let next = seg.end_offset;
-            if !self.policy.enforce_fsync {
+            if synced && !self.policy.enforce_fsync {
+                self.storage.sync(&seg.idx).await?;
+            } else if !self.policy.enforce_fsync {
                 if self.seal.apart {
                     // The sync runs as a [`SealJob`]; the next segment is created when it is
                     // done (decision 355).
@@ -645,9 +704,11 @@ impl<S: Storage> PartitionLog<S> {
     }
 }
 
+mod ahead;
 mod extents;
 mod install;
 mod seal;
+pub use ahead::{Expected, ExpectedBatch, Settled};
 pub use extents::Extent;
 pub use install::install_from_file;
 pub use seal::{SealDone, SealJob, SyncTiming};

@@ -59,6 +59,7 @@
 //! no window accounts for (a last window that lost both head and marker) are reported in
 //! [`WalRecovery::damage`]; the last kind is sealed like a damaged last window.
 
+use wire::HEADER_SIZE;
 use wire::integrity::xxh3;
 
 pub use end::{END_FILE, EndFault, EndRecord, WalEnd, open as open_end};
@@ -80,6 +81,9 @@ const MARKER: usize = SECTOR;
 const ZERO_CHUNK: usize = 1024 * 1024;
 const KIND_PREPARE: u8 = 0;
 const KIND_TRUNCATE: u8 = 1;
+/// A prepare whose body lives in its group's segment (decision 414): the payload is the
+/// prepare's header and a [`BodyRef`].
+const KIND_BODY_REF: u8 = 2;
 /// A window header that is not a seal.
 const SEAL_NONE: u8 = 0;
 /// A seal over a window that landed whole and was damaged ([`WalRecovery::damage`]).
@@ -152,6 +156,62 @@ pub struct WalRecord<'a> {
     /// `Some(op)`: not a prepare but the durable truncation of the group's ops `>= op`
     /// (view-change reconciliation); replay drops the group's earlier entries from `op` on.
     pub truncate_from: Option<u64>,
+    /// `Some`: `frame` is the prepare's header alone, and its body is in the group's segment
+    /// where this says (decision 414).
+    pub body: Option<BodyRef>,
+}
+
+/// Where a prepare's body was written in its group's segments, and what it holds: the record
+/// a body-reference WAL entry carries instead of the body (decision 414). Untrusted on replay:
+/// the body found there is checked against `len`, `hash` and the offsets before it is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyRef {
+    /// Base offset of the segment the body was written to.
+    pub segment: u64,
+    /// Byte position of the body in that segment's `.log`.
+    pub position: u64,
+    /// Body length in bytes (the prepare's `size` minus its header).
+    pub len: u64,
+    /// XXH3-64 of the body.
+    pub hash: u64,
+    /// The batch's base offset.
+    pub base_offset: u64,
+    /// One past the batch's last offset.
+    pub end_offset: u64,
+}
+
+impl BodyRef {
+    /// Encoded length.
+    pub const LEN: usize = 48;
+
+    fn encode(&self) -> [u8; Self::LEN] {
+        let mut out = [0u8; Self::LEN];
+        for (i, v) in [
+            self.segment,
+            self.position,
+            self.len,
+            self.hash,
+            self.base_offset,
+            self.end_offset,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> BodyRef {
+        BodyRef {
+            segment: u64_at(bytes, 0),
+            position: u64_at(bytes, 8),
+            len: u64_at(bytes, 16),
+            hash: u64_at(bytes, 24),
+            base_offset: u64_at(bytes, 32),
+            end_offset: u64_at(bytes, 40),
+        }
+    }
 }
 
 /// Interior damage: acknowledged records that no longer verify.
@@ -427,7 +487,10 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
         return None;
     }
     let kind = head[32];
-    if kind > KIND_TRUNCATE || (kind == KIND_TRUNCATE && len != 8) {
+    if kind > KIND_BODY_REF
+        || (kind == KIND_TRUNCATE && len != 8)
+        || (kind == KIND_BODY_REF && len != HEADER_SIZE + BodyRef::LEN)
+    {
         return None;
     }
     Some((
@@ -730,17 +793,25 @@ impl<S: Storage> PartitionWal<S> {
                         }
                     }
                     for (lsn, group, payload, kind) in records {
-                        let (frame, truncate_from) = if kind == KIND_TRUNCATE {
-                            let op = u64::from_le_bytes(payload.try_into().expect("8"));
-                            (&payload[..0], Some(op))
-                        } else {
-                            (payload, None)
+                        let (frame, truncate_from, body) = match kind {
+                            KIND_TRUNCATE => {
+                                let op = u64::from_le_bytes(payload.try_into().expect("8"));
+                                (&payload[..0], Some(op), None)
+                            }
+                            // The length was checked by `parse_record`.
+                            KIND_BODY_REF => (
+                                &payload[..HEADER_SIZE],
+                                None,
+                                Some(BodyRef::decode(&payload[HEADER_SIZE..])),
+                            ),
+                            _ => (payload, None, None),
                         };
                         visit(WalRecord {
                             lsn,
                             group,
                             frame,
                             truncate_from,
+                            body,
                         });
                         recovery.records += 1;
                         recovery.lsn_last = lsn;
@@ -1086,6 +1157,23 @@ impl<S: Storage> PartitionWal<S> {
         self.submit_kind(group, frame, KIND_PREPARE, now_us)
     }
 
+    /// Adds a prepare whose body its caller writes to the group's segment (decision 414): the
+    /// record holds `header` (the prepare's 256 bytes) and `body`, a few hundred bytes whatever
+    /// the body's size. Durable like [`PartitionWal::submit`]'s records; the body is durable
+    /// once the caller has synced the segment.
+    pub fn submit_ref(
+        &mut self,
+        group: u64,
+        header: &[u8; HEADER_SIZE],
+        body: &BodyRef,
+        now_us: u64,
+    ) -> Result<u64, WalError> {
+        let mut payload = [0u8; HEADER_SIZE + BodyRef::LEN];
+        payload[..HEADER_SIZE].copy_from_slice(header);
+        payload[HEADER_SIZE..].copy_from_slice(&body.encode());
+        self.submit_kind(group, &payload, KIND_BODY_REF, now_us)
+    }
+
     /// Adds the truncation of `group`'s ops `>= from_op` to the open window (the partition
     /// plane's `Effect::Truncate`); it takes effect for replay once committed, and orders before
     /// every later record of the group.
@@ -1350,8 +1438,11 @@ impl<S: Storage> PartitionWal<S> {
 /// order, so each group gets the journal state its consensus core last made durable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupReplay {
-    /// Group → op → prepare frame.
+    /// Group → op → prepare frame (the header alone for an op in `bodies`).
     pub groups: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, Vec<u8>>>,
+    /// Group → op → where the body of a body-reference record is (decision 414): the group's
+    /// boot reads and checks it ([`crate::recover_partition`]).
+    pub bodies: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, BodyRef>>,
     /// Records that are not a decodable prepare (ignored, counted).
     pub undecodable: u64,
 }
@@ -1360,15 +1451,50 @@ impl GroupReplay {
     /// Applies one record (hand this to [`PartitionWal::open`]'s visitor).
     pub fn apply(&mut self, record: WalRecord<'_>) {
         let ops = self.groups.entry(record.group).or_default();
+        let bodies = self.bodies.entry(record.group).or_default();
         if let Some(from) = record.truncate_from {
             ops.split_off(&from);
+            bodies.split_off(&from);
             return;
         }
+        let expected = |body: Option<BodyRef>| match body {
+            Some(b) => (HEADER_SIZE as u64).checked_add(b.len),
+            None => Some(record.frame.len() as u64),
+        };
         match crate::prepare::verify_header(record.frame) {
-            Ok(header) if header.size() as usize == record.frame.len() => {
+            Ok(header) if Some(u64::from(header.size())) == expected(record.body) => {
                 ops.insert(header.op(), record.frame.to_vec());
+                match record.body {
+                    Some(body) => bodies.insert(header.op(), body),
+                    None => bodies.remove(&header.op()),
+                };
             }
             _ => self.undecodable += 1,
+        }
+    }
+
+    /// Takes `group`'s replayed ops: the frames (headers alone where a body is referenced)
+    /// and the body references.
+    pub fn take(
+        &mut self,
+        group: u64,
+    ) -> (
+        std::collections::BTreeMap<u64, Vec<u8>>,
+        std::collections::BTreeMap<u64, BodyRef>,
+    ) {
+        (
+            self.groups.remove(&group).unwrap_or_default(),
+            self.bodies.remove(&group).unwrap_or_default(),
+        )
+    }
+
+    /// Keeps `group`'s ops for which `keep` holds.
+    pub fn retain(&mut self, group: u64, mut keep: impl FnMut(u64) -> bool) {
+        if let Some(ops) = self.groups.get_mut(&group) {
+            ops.retain(|op, _| keep(*op));
+        }
+        if let Some(bodies) = self.bodies.get_mut(&group) {
+            bodies.retain(|op, _| keep(*op));
         }
     }
 }

@@ -98,9 +98,16 @@ fn a_partition_group_without_its_superblock_beside_segments_refuses() {
     let disk = MemStorage::new();
     block_on(async {
         let policy = crate::FlushPolicy::default();
-        let mut boot = crate::recover_partition(disk.clone(), "g7-", ID, policy, &BTreeMap::new())
-            .await
-            .unwrap();
+        let mut boot = crate::recover_partition(
+            disk.clone(),
+            "g7-",
+            ID,
+            policy,
+            BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap();
         boot.superblock
             .write(&VsrState {
                 cluster: 42,
@@ -112,9 +119,16 @@ fn a_partition_group_without_its_superblock_beside_segments_refuses() {
         boot.log.commit_batch(build(7, 0, 1, &[b"a"])).unwrap();
         boot.log.sync().await.unwrap();
         disk.remove("g7-superblock").await.unwrap();
-        let error = crate::recover_partition(disk.clone(), "g7-", ID, policy, &BTreeMap::new())
-            .await
-            .unwrap_err();
+        let error = crate::recover_partition(
+            disk.clone(),
+            "g7-",
+            ID,
+            policy,
+            BTreeMap::new(),
+            &BTreeMap::new(),
+        )
+        .await
+        .unwrap_err();
         assert!(
             matches!(
                 error,
@@ -124,9 +138,16 @@ fn a_partition_group_without_its_superblock_beside_segments_refuses() {
         );
         // Another group's prefix in the same directory holds nothing: it boots fresh.
         assert!(
-            crate::recover_partition(disk.clone(), "g8-", ID, policy, &BTreeMap::new())
-                .await
-                .is_ok()
+            crate::recover_partition(
+                disk.clone(),
+                "g8-",
+                ID,
+                policy,
+                BTreeMap::new(),
+                &BTreeMap::new()
+            )
+            .await
+            .is_ok()
         );
     });
 }

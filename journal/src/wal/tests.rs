@@ -1000,3 +1000,45 @@ fn released_files_left_at_a_crash_are_removed_by_the_next_open() {
     assert!(recovery.is_clean(), "{recovery:?}");
     assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), vec![7]);
 }
+
+/// A body-reference record replays as the prepare's header and where its body is; a later
+/// whole record of the op replaces it, a truncation drops it, and a reference whose header
+/// does not name the referenced length is not a prepare.
+#[test]
+fn body_references_replay_with_their_header_and_place() {
+    use crate::prepare::tests::prepare_in;
+    let disk = MemStorage::new();
+    let (mut wal, _, _) = open(&disk);
+    let header = |op: u64, body_len: usize| -> [u8; HEADER_SIZE] {
+        prepare_in(9, op, 0, body_len, 0)[..HEADER_SIZE]
+            .try_into()
+            .unwrap()
+    };
+    let body = |op: u64| BodyRef {
+        segment: 0,
+        position: op * 100,
+        len: 100,
+        hash: op,
+        base_offset: op * 10,
+        end_offset: op * 10 + 10,
+    };
+    for op in 1..=4 {
+        wal.submit_ref(9, &header(op, 100), &body(op), 0).unwrap();
+    }
+    wal.submit(9, &prepare_in(9, 2, 0, 100, 3), 0).unwrap();
+    wal.submit_truncate(9, 4, 0).unwrap();
+    wal.submit_ref(9, &header(5, 99), &body(5), 0).unwrap();
+    let small = wal.window_bytes();
+    assert!(small < 8 * 512, "references stay small: {small} bytes");
+    block_on(wal.commit()).unwrap();
+    let mut replay = GroupReplay::default();
+    block_on(PartitionWal::open(disk.clone(), CONFIG, |r| replay.apply(r))).unwrap();
+    assert_eq!(replay.undecodable, 1, "op 5's header names 99 bytes, its record 100");
+    let ops: Vec<u64> = replay.groups[&9].keys().copied().collect();
+    assert_eq!(ops, vec![1, 2, 3]);
+    let referenced: Vec<u64> = replay.bodies[&9].keys().copied().collect();
+    assert_eq!(referenced, vec![1, 3], "op 2 was written whole after its reference");
+    assert_eq!(replay.bodies[&9][&3], body(3));
+    assert_eq!(replay.groups[&9][&3], header(3, 100).to_vec());
+    assert_eq!(replay.groups[&9][&2], prepare_in(9, 2, 0, 100, 3));
+}
