@@ -45,7 +45,7 @@ use journal::boot::{FaultRecord, ReclaimGuard, boot_shard};
 use journal::segment::{FlushPolicy, PartitionLog};
 use journal::storage::Storage;
 use journal::superblock::Superblock;
-use journal::wal::{GroupReplay, PartitionWal, WalConfig, WalError};
+use journal::wal::{BodyRef, GroupReplay, PartitionWal, WalConfig, WalError};
 use shard::mapping::{lane, shard_of};
 use shard::pump::TICK;
 use tracing::{debug, error, info, warn};
@@ -86,6 +86,13 @@ pub const RECLAIM_LAG_BUSY_LSNS: u64 = 16_384;
 /// A holding group's entries are copied forward only when the lsns that frees are at least this
 /// many times the entries copied.
 const COPY_FORWARD_RATIO: u64 = 8;
+
+/// A SendMessages body at least this long is written once, ahead of its commit, at its
+/// segment's tail, and the WAL holds only a reference to it (decision 414); a shorter one
+/// rides whole in the WAL as before, so that a window of small prepares still costs one
+/// `fdatasync` (the segment copy of a short body is written in the window but not synced:
+/// the WAL holds it). 64 KiB: below it the second copy costs less than a second flush.
+pub const REF_BODY_MIN: usize = 64 * 1024;
 
 /// Durable lsns between two reclaim passes when no checkpoint asks for one.
 const RECLAIM_EVERY_LSNS: u64 = 256;
@@ -151,6 +158,13 @@ pub struct PartitionGauges {
     pub wal_commit_ns: AtomicU64,
     /// Bytes submitted to the WAL.
     pub wal_bytes: AtomicU64,
+    /// SendMessages bodies written once at their segment's tail and referenced from the WAL
+    /// (decision 414), and their bytes.
+    pub bodies_ahead: AtomicU64,
+    /// Bytes of those bodies.
+    pub bodies_ahead_bytes: AtomicU64,
+    /// Segment tails cut back after a view change truncated prepares (decision 414).
+    pub segment_rewinds: AtomicU64,
     /// WAL lsns held below the durable end (what reclaim cannot free yet).
     pub wal_lag: AtomicU64,
     /// Reclaims held back by a group lagging over [`ReclaimLimits::warn_lsns`].
@@ -229,6 +243,8 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
+/// `strand_partition_bodies_ahead_total`, `strand_partition_bodies_ahead_bytes_total`,
+/// `strand_segment_rewinds_total`,
 /// `strand_partition_checkpoints_total`, `strand_partition_transfers_total`,
 /// `strand_reclaim_blocked_total`, `strand_wal_copied_forward_total`,
 /// `strand_wal_files_reclaimed_total`, `strand_wal_files_retiring`,
@@ -239,7 +255,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 23] = [
+    let rows: [(&str, &str, &str, Pick); 26] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -311,6 +327,24 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "bytes appended to the WAL",
             |g| &g.wal_bytes,
+        ),
+        (
+            "partition_bodies_ahead_total",
+            "counter",
+            "message batches written once at their segment's tail, referenced from the WAL",
+            |g| &g.bodies_ahead,
+        ),
+        (
+            "partition_bodies_ahead_bytes_total",
+            "counter",
+            "bytes of the batches written once at their segment's tail",
+            |g| &g.bodies_ahead_bytes,
+        ),
+        (
+            "segment_rewinds_total",
+            "counter",
+            "segment tails cut back after a view change truncated prepares",
+            |g| &g.segment_rewinds,
         ),
         (
             "partition_checkpoints_total",
@@ -650,6 +684,14 @@ impl Queues {
     }
 }
 
+/// The base offset of the SendMessages batch a whole prepare frame carries.
+fn send_messages_base(frame: &[u8]) -> Option<u64> {
+    if frame.get(208) != Some(&wire::Operation::SendMessages.byte()) {
+        return None;
+    }
+    journal::batch::peek(frame.get(wire::HEADER_SIZE..)?).map(|i| i.base_offset)
+}
+
 /// One group's disk state in the storage task.
 struct GroupDisk<S: Storage> {
     prefix: String,
@@ -661,6 +703,9 @@ struct GroupDisk<S: Storage> {
     /// held at the WAL floor).
     frames: BTreeMap<u64, (u64, Frame)>,
     checkpoint_op: u64,
+    /// The end offset of the batches committed here (the checkpoint's frontier at boot): a
+    /// rewind never goes below it.
+    committed_end: u64,
     last_persist_failed: bool,
     /// Where the read path finds the written batches (decision 280), refreshed after every
     /// flush and install.
@@ -834,6 +879,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     async fn append_window(&mut self) {
         let mut window: Vec<(u64, u64, u64, Frame)> = Vec::new();
         let mut flush: BTreeSet<u64> = BTreeSet::new();
+        // Groups whose segment takes bodies in this window: whether one is referenced.
+        let mut ahead: BTreeMap<u64, bool> = BTreeMap::new();
         loop {
             let next = {
                 let mut queues = self.queues.groups.borrow_mut();
@@ -887,17 +934,21 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 continue;
             }
             let now = self.now_us();
-            let mut submitted = self.wal.submit(group, frame.bytes(), now);
+            let body = self.reserve_ahead(group, &frame, &mut ahead);
+            let mut submitted = self.submit(group, &frame, body.as_ref(), now);
             if matches!(submitted, Err(WalError::WindowFull { .. })) {
-                if let Err(e) = self.finish_window(&mut window).await {
-                    self.fail(format!("partition WAL commit: {e}"));
+                if let Err(e) = self
+                    .finish_window_flushing(&mut window, &BTreeSet::new(), &mut ahead)
+                    .await
+                {
+                    self.fail(e);
                     return;
                 }
-                submitted = self.wal.submit(group, frame.bytes(), now);
+                submitted = self.submit(group, &frame, body.as_ref(), now);
             }
             match submitted {
-                Ok(lsn) => {
-                    add(&self.gauges.wal_bytes, frame.bytes().len() as u64);
+                Ok((lsn, bytes)) => {
+                    add(&self.gauges.wal_bytes, bytes);
                     self.timeline.windowed(group, op, Instant::now());
                     window.push((group, op, lsn, frame));
                 }
@@ -913,8 +964,66 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
         }
-        if let Err(e) = self.finish_window_flushing(&mut window, &flush).await {
+        if let Err(e) = self
+            .finish_window_flushing(&mut window, &flush, &mut ahead)
+            .await
+        {
             self.fail(e);
+        }
+    }
+
+    /// Reserves a SendMessages body at its segment's tail when it can go there now
+    /// (`PartitionLog::reserve`: it starts at the next offset) and returns the reference the
+    /// WAL record carries instead of it when it is [`REF_BODY_MIN`] bytes or more. `ahead`
+    /// notes the group: its segment is written in this window, and synced if it holds a
+    /// referenced body.
+    fn reserve_ahead(
+        &mut self,
+        group: u64,
+        frame: &Frame,
+        ahead: &mut BTreeMap<u64, bool>,
+    ) -> Option<BodyRef> {
+        if frame.bytes().get(208) != Some(&wire::Operation::SendMessages.byte()) {
+            return None;
+        }
+        let disk = self.groups.get_mut(&group)?;
+        let body = frame.shared().slice(wire::HEADER_SIZE..);
+        let info = journal::batch::peek(&body)?;
+        let (segment, position) = disk.log.reserve(body.clone())?;
+        let referenced = body.len() >= REF_BODY_MIN;
+        *ahead.entry(group).or_default() |= referenced;
+        if referenced {
+            add(&self.gauges.bodies_ahead, 1);
+            add(&self.gauges.bodies_ahead_bytes, body.len() as u64);
+        }
+        referenced.then(|| BodyRef {
+            segment,
+            position,
+            len: body.len() as u64,
+            hash: wire::integrity::xxh3(&body),
+            base_offset: info.base_offset,
+            end_offset: info.end_offset(),
+        })
+    }
+
+    /// Submits an append's WAL record, a reference to its body when it has one: its lsn and
+    /// the record's payload bytes.
+    fn submit(
+        &mut self,
+        group: u64,
+        frame: &Frame,
+        body: Option<&BodyRef>,
+        now: u64,
+    ) -> Result<(u64, u64), WalError> {
+        match (body, frame.header_bytes()) {
+            (Some(body), Some(header)) => self
+                .wal
+                .submit_ref(group, header, body, now)
+                .map(|lsn| (lsn, (wire::HEADER_SIZE + BodyRef::LEN) as u64)),
+            _ => self
+                .wal
+                .submit(group, frame.bytes(), now)
+                .map(|lsn| (lsn, frame.bytes().len() as u64)),
         }
     }
 
@@ -925,6 +1034,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             return Ok(false);
         };
         let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
+        disk.committed_end = disk.committed_end.max(end);
         if end <= disk.log.next_offset() {
             return Ok(false); // in the segments already (flushed before a restart)
         }
@@ -934,86 +1044,59 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         Ok(disk.log.should_flush(0, 0))
     }
 
-    /// [`StorageTask::finish_window`], with the due segment flushes of `flush` running while
-    /// the window is written and synced. Each `Appended` is sent as soon as the window's
-    /// `fdatasync` returned, whether or not the segment writes are done.
+    /// Writes and syncs the window: the WAL's one write and `fdatasync` while the segments of
+    /// `ahead` take their bodies (synced where one is referenced, decision 414) and the due
+    /// segment flushes of `flush` run (decision 270: a segment write is off the critical path
+    /// of the next window). Each `Appended` is sent once the WAL and every synced segment are
+    /// durable.
     async fn finish_window_flushing(
         &mut self,
         window: &mut Vec<(u64, u64, u64, Frame)>,
         flush: &BTreeSet<u64>,
+        ahead: &mut BTreeMap<u64, bool>,
     ) -> Result<(), String> {
-        if window.is_empty() || flush.is_empty() {
-            self.finish_window(window)
-                .await
-                .map_err(|e| format!("partition WAL commit: {e}"))?;
-            return self.flush_segments(flush).await;
+        if window.is_empty() && flush.is_empty() && ahead.is_empty() {
+            return Ok(());
         }
         let wal = &mut self.wal;
         let gauges = &self.gauges;
-        let inbox = &self.inbox;
-        let timeline = &self.timeline;
-        let entries: &[(u64, u64, u64, Frame)] = window;
+        let has_records = !window.is_empty();
         let commit = async move {
+            if !has_records {
+                return Ok::<(), WalError>(());
+            }
+            // One write and one fdatasync for every group's appends.
             let started = Instant::now();
             wal.commit().await?;
-            let synced = Instant::now();
             add(&gauges.wal_commits, 1);
             add(
                 &gauges.wal_commit_ns,
                 u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
             );
-            let written = wal.last_written_at().unwrap_or(synced);
-            for (group, op, _, frame) in entries {
-                timeline.synced(*group, *op, written, synced);
-                add(&gauges.appends, 1);
-                let checksum = identity_of(frame.bytes());
-                inbox.push(Event::Done {
-                    group: *group,
-                    completion: Completion::Appended { op: *op, checksum },
-                });
-            }
-            Ok::<(), WalError>(())
+            Ok(())
         };
         let groups = &mut self.groups;
+        let bodies: &BTreeMap<u64, bool> = ahead;
         let segments = async move {
-            for (group, disk) in groups.iter_mut().filter(|(g, _)| flush.contains(g)) {
-                let flushed = disk.log.flush().await;
+            for (group, disk) in groups
+                .iter_mut()
+                .filter(|(g, _)| flush.contains(g) || bodies.contains_key(g))
+            {
+                let flushed = if bodies.get(group) == Some(&true) {
+                    disk.log.flush_synced().await
+                } else {
+                    disk.log.flush().await
+                };
+                // Readers learn what is written (decision 280), also after a failed flush.
                 disk.map.borrow_mut().refresh(&disk.log);
                 flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
             }
             Ok::<(), String>(())
         };
         let (committed, flushed) = futures_lite::future::zip(commit, segments).await;
+        ahead.clear();
         committed.map_err(|e| format!("partition WAL commit: {e}"))?;
-        for (group, op, lsn, frame) in window.drain(..) {
-            self.guard.note(lsn, group, frame.bytes());
-            if let Some(disk) = self.groups.get_mut(&group) {
-                disk.frames.insert(op, (lsn, frame));
-            }
-        }
-        flushed
-    }
-
-    /// The due segment flushes of `groups`, one after the other.
-    async fn flush_segments(&mut self, groups: &BTreeSet<u64>) -> Result<(), String> {
-        for (group, disk) in self.groups.iter_mut().filter(|(g, _)| groups.contains(g)) {
-            let flushed = disk.log.flush().await;
-            // Readers learn what is written (decision 280), also after a failed flush.
-            disk.map.borrow_mut().refresh(&disk.log);
-            flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
-        }
-        Ok(())
-    }
-
-    async fn finish_window(
-        &mut self,
-        window: &mut Vec<(u64, u64, u64, Frame)>,
-    ) -> Result<(), WalError> {
-        if window.is_empty() {
-            return Ok(());
-        }
-        // One write and one fdatasync for every group's appends.
-        self.commit_window().await?;
+        flushed?;
         let synced = Instant::now();
         let written = self.wal.last_written_at().unwrap_or(synced);
         for (group, op, lsn, frame) in window.drain(..) {
@@ -1025,6 +1108,43 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             }
             add(&self.gauges.appends, 1);
             self.done(group, Completion::Appended { op, checksum });
+        }
+        Ok(())
+    }
+
+    /// Cuts `group`'s segments back to `offset` (the first body of prepares a view change
+    /// truncated; decision 414). Never below a batch this node committed: that would be a
+    /// truncation of committed ops, which the core never asks for.
+    async fn rewind(&mut self, group: u64, offset: u64) -> Result<(), String> {
+        let Some(disk) = self.groups.get_mut(&group) else {
+            return Ok(());
+        };
+        if offset >= disk.log.next_offset() {
+            return Ok(());
+        }
+        if offset < disk.committed_end {
+            return Err(format!(
+                "the segments would be cut to offset {offset}, below the committed offset {}",
+                disk.committed_end
+            ));
+        }
+        let rewound = disk.log.rewind(offset).await;
+        disk.map.borrow_mut().refresh(&disk.log);
+        add(&self.gauges.segment_rewinds, 1);
+        debug!(
+            group = format!("{group:#x}"),
+            offset, "segment tail rewound"
+        );
+        rewound.map_err(|e| format!("segments: {e}"))
+    }
+
+    /// The due segment flushes of `groups`, one after the other.
+    async fn flush_segments(&mut self, groups: &BTreeSet<u64>) -> Result<(), String> {
+        for (group, disk) in self.groups.iter_mut().filter(|(g, _)| groups.contains(g)) {
+            let flushed = disk.log.flush().await;
+            // Readers learn what is written (decision 280), also after a failed flush.
+            disk.map.borrow_mut().refresh(&disk.log);
+            flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
         }
         Ok(())
     }
@@ -1044,7 +1164,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     ));
                     return;
                 }
-                disk.frames.split_off(&from_op);
+                let truncated = disk.frames.split_off(&from_op);
+                // Bodies of the truncated prepares written ahead at the segment's tail go once
+                // the truncation is durable (decision 414).
+                let rewind_to = truncated
+                    .values()
+                    .filter_map(|(_, f)| send_messages_base(f.bytes()))
+                    .min();
                 let now = self.now_us();
                 let lsn = match self.wal.submit_truncate(group, from_op, now) {
                     Ok(lsn) => lsn,
@@ -1058,6 +1184,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     return;
                 }
                 self.guard.note(lsn, group, &[]);
+                if let Some(offset) = rewind_to
+                    && let Err(e) = self.rewind(group, offset).await
+                {
+                    self.fail(format!("group {group:#x}: truncate from op {from_op}: {e}"));
+                }
             }
             PartitionStorageOp::Persist(state) => {
                 let op_head = disk.frames.keys().next_back().copied().unwrap_or(0);
@@ -1239,6 +1370,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .await
                 .map_err(|e| e.to_string())?;
         disk.log = log;
+        // What a transfer installs is committed.
+        disk.committed_end = disk.committed_end.max(disk.log.next_offset());
         seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
@@ -1270,6 +1403,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         .await
         .map_err(|e| e.to_string())?;
         disk.log = log;
+        // What a transfer installs is committed.
+        disk.committed_end = disk.committed_end.max(disk.log.next_offset());
         seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
@@ -1439,13 +1574,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 return;
             }
         };
-        let replayed = self.replay.groups.remove(&group).unwrap_or_default();
-        let boot = match journal::recover_partition(
+        let (replayed, bodies) = self.replay.take(group);
+        let mut boot = match journal::recover_partition(
             self.partitions.clone(),
             &prefix,
             self.identity,
             policy,
-            &replayed,
+            replayed,
+            &bodies,
         )
         .await
         {
@@ -1456,6 +1592,31 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 return;
             }
         };
+        // Referenced bodies not found intact: their prepares may have been acknowledged, so
+        // they are faulty (repaired from peers, never nacked), durably before the group
+        // journals anything (decision 414).
+        for op in std::mem::take(&mut boot.unresolved) {
+            warn!(
+                group = format!("{group:#x}"),
+                op, "a referenced message batch is not intact in the segments; the op is faulty"
+            );
+            let ops = journal::boot::FaultyOps {
+                first: op,
+                last: Some(op),
+            };
+            if let Err(e) = self.faults.add(group, ops).await {
+                error!(group, error = %e, "recording faulty ops failed; the group stays down");
+                return;
+            }
+        }
+        if boot.tail_cut > 0 {
+            info!(
+                group = format!("{group:#x}"),
+                bytes = boot.tail_cut,
+                "segment tail that no journaled prepare names was cut"
+            );
+        }
+        let replayed = std::mem::take(&mut boot.frames);
         let checkpoint_op = boot.state.map_or(0, |s| s.checkpoint_op);
         let frontier = boot.state.map_or(0, |s| s.offset_frontier);
         // One pass over the segments by chunk rebuilds the tail and the log's checksum; the
@@ -1562,6 +1723,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .map(|(op, f)| (*op, (0, Frame::new(f.clone()))))
                 .collect(),
             checkpoint_op,
+            committed_end: frontier,
             last_persist_failed: false,
             map,
         };
@@ -1608,7 +1770,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// a WAL truncate from op 0, then its files, the marker last.
     async fn remove_group(&mut self, group: u64) {
         self.groups.remove(&group);
-        self.replay.groups.remove(&group);
+        self.replay.take(group);
         self.queues.groups.borrow_mut().remove(&group);
         let now = self.now_us();
         let truncated = match self.wal.submit_truncate(group, 0, now) {

@@ -1032,12 +1032,22 @@ fn body_references_replay_with_their_header_and_place() {
     assert!(small < 8 * 512, "references stay small: {small} bytes");
     block_on(wal.commit()).unwrap();
     let mut replay = GroupReplay::default();
-    block_on(PartitionWal::open(disk.clone(), CONFIG, |r| replay.apply(r))).unwrap();
-    assert_eq!(replay.undecodable, 1, "op 5's header names 99 bytes, its record 100");
+    block_on(PartitionWal::open(disk.clone(), CONFIG, |r| {
+        replay.apply(r)
+    }))
+    .unwrap();
+    assert_eq!(
+        replay.undecodable, 1,
+        "op 5's header names 99 bytes, its record 100"
+    );
     let ops: Vec<u64> = replay.groups[&9].keys().copied().collect();
     assert_eq!(ops, vec![1, 2, 3]);
     let referenced: Vec<u64> = replay.bodies[&9].keys().copied().collect();
-    assert_eq!(referenced, vec![1, 3], "op 2 was written whole after its reference");
+    assert_eq!(
+        referenced,
+        vec![1, 3],
+        "op 2 was written whole after its reference"
+    );
     assert_eq!(replay.bodies[&9][&3], body(3));
     assert_eq!(replay.groups[&9][&3], header(3, 100).to_vec());
     assert_eq!(replay.groups[&9][&2], prepare_in(9, 2, 0, 100, 3));
