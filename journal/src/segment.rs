@@ -466,10 +466,32 @@ impl<S: Storage> PartitionLog<S> {
     /// segment it fills is sealed inline (its log is synced already: only the index's sync is
     /// added). The WAL window that references the reserved bodies is acknowledged after this.
     pub async fn flush_synced(&mut self) -> Result<(), SegmentError> {
-        self.flush_inner(true).await
+        if !self.pending.is_empty() {
+            return self.flush_inner(true).await;
+        }
+        // Nothing held: still sync what an unsynced flush wrote since the last sync.
+        match self.segments.last() {
+            Some(seg) if self.seal.dirty > 0 && self.seal.sealing.is_none() => {
+                let started = Instant::now();
+                self.storage.sync(&seg.log).await?;
+                self.synced_offset = seg.end_offset;
+                let bytes = self.seal.dirty;
+                self.seal.timed(started.elapsed(), bytes);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn flush_inner(&mut self, synced: bool) -> Result<(), SegmentError> {
+        if self.ahead && self.seal.sealing.is_some() {
+            // `reserve` refuses while a seal runs, and only a flush starts one: reserved
+            // bodies can never wait here (they would be acknowledged unwritten).
+            return Err(SegmentError::Offset {
+                base_offset: self.pending.front().map_or(0, |(i, _)| i.base_offset),
+                expected: self.seal.sealing.unwrap_or(0),
+            });
+        }
         if self.pending.is_empty() || self.seal.sealing.is_some() {
             // While a sealed segment syncs apart, the batches stay held (decision 355).
             return Ok(());
