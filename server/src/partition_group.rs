@@ -684,6 +684,10 @@ impl Queues {
     }
 }
 
+/// An append in the open window: group, op, lsn, the frame, and its body's reference when
+/// the WAL record carries one (decision 414).
+type WindowEntry = (u64, u64, u64, Frame, Option<BodyRef>);
+
 /// The base offset of the SendMessages batch a whole prepare frame carries.
 fn send_messages_base(frame: &[u8]) -> Option<u64> {
     if frame.get(208) != Some(&wire::Operation::SendMessages.byte()) {
@@ -702,6 +706,9 @@ struct GroupDisk<S: Storage> {
     /// Journaled prepares at or above the checkpoint op, with their lsn (0: replayed at boot,
     /// held at the WAL floor).
     frames: BTreeMap<u64, (u64, Frame)>,
+    /// Where the bodies of the `frames` journaled as references are in the segments
+    /// (decision 414): a copy forward copies the reference, not the body.
+    bodies: BTreeMap<u64, BodyRef>,
     checkpoint_op: u64,
     /// The end offset of the batches committed here (the checkpoint's frontier at boot): a
     /// rewind never goes below it.
@@ -877,7 +884,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// due run while the window's write and `fdatasync` are in flight instead of after them
     /// (decision 270: a segment write is off the critical path of the next window).
     async fn append_window(&mut self) {
-        let mut window: Vec<(u64, u64, u64, Frame)> = Vec::new();
+        let mut window: Vec<WindowEntry> = Vec::new();
         let mut flush: BTreeSet<u64> = BTreeSet::new();
         // Groups whose segment takes bodies in this window: whether one is referenced.
         let mut ahead: BTreeMap<u64, bool> = BTreeMap::new();
@@ -950,7 +957,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 Ok((lsn, bytes)) => {
                     add(&self.gauges.wal_bytes, bytes);
                     self.timeline.windowed(group, op, Instant::now());
-                    window.push((group, op, lsn, frame));
+                    window.push((group, op, lsn, frame, body));
                 }
                 Err(e) => {
                     warn!(group, op, error = %e, "partition append refused by the WAL");
@@ -1051,7 +1058,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// durable.
     async fn finish_window_flushing(
         &mut self,
-        window: &mut Vec<(u64, u64, u64, Frame)>,
+        window: &mut Vec<WindowEntry>,
         flush: &BTreeSet<u64>,
         ahead: &mut BTreeMap<u64, bool>,
     ) -> Result<(), String> {
@@ -1099,12 +1106,16 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         flushed?;
         let synced = Instant::now();
         let written = self.wal.last_written_at().unwrap_or(synced);
-        for (group, op, lsn, frame) in window.drain(..) {
+        for (group, op, lsn, frame, body) in window.drain(..) {
             self.timeline.synced(group, op, written, synced);
             self.guard.note(lsn, group, frame.bytes());
             let checksum = identity_of(frame.bytes());
             if let Some(disk) = self.groups.get_mut(&group) {
                 disk.frames.insert(op, (lsn, frame));
+                match body {
+                    Some(body) => disk.bodies.insert(op, body),
+                    None => disk.bodies.remove(&op),
+                };
             }
             add(&self.gauges.appends, 1);
             self.done(group, Completion::Appended { op, checksum });
@@ -1165,6 +1176,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     return;
                 }
                 let truncated = disk.frames.split_off(&from_op);
+                disk.bodies.split_off(&from_op);
                 // Bodies of the truncated prepares written ahead at the segment's tail go once
                 // the truncation is durable (decision 414).
                 let rewind_to = truncated
@@ -1321,6 +1333,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         mark_superblock(&self.gauges, group);
         disk.checkpoint_op = op;
         disk.frames = disk.frames.split_off(&op);
+        disk.bodies = disk.bodies.split_off(&op);
         // Faulty ops up to the checkpoint are durable in it. A loss of unknown end (decision
         // 162: the group rejoined in lost state) is repaired once the replica left lost state,
         // i.e. holds the view's log durably again, and no bounded range remains above the
@@ -1370,8 +1383,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .await
                 .map_err(|e| e.to_string())?;
         disk.log = log;
-        // What a transfer installs is committed.
+        // What a transfer installs is committed. The segments it replaced held the bodies
+        // references named: later copies forward copy the prepares whole.
         disk.committed_end = disk.committed_end.max(disk.log.next_offset());
+        disk.bodies.clear();
         seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
@@ -1403,8 +1418,10 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         .await
         .map_err(|e| e.to_string())?;
         disk.log = log;
-        // What a transfer installs is committed.
+        // What a transfer installs is committed. The segments it replaced held the bodies
+        // references named: later copies forward copy the prepares whole.
         disk.committed_end = disk.committed_end.max(disk.log.next_offset());
+        disk.bodies.clear();
         seals::apart(&mut disk.log);
         disk.map.borrow_mut().refresh(&disk.log);
         disk.offset_store
@@ -1535,20 +1552,20 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let Some(disk) = self.groups.get(&group) else {
             return Ok(());
         };
-        let frames: Vec<(u64, Frame)> = disk
+        let frames: Vec<(u64, Frame, Option<BodyRef>)> = disk
             .frames
             .iter()
-            .map(|(op, (_, f))| (*op, f.clone()))
+            .map(|(op, (_, f))| (*op, f.clone(), disk.bodies.get(op).copied()))
             .collect();
         let mut moved = Vec::with_capacity(frames.len());
-        for (op, frame) in frames {
+        for (op, frame, body) in frames {
             let now = self.now_us();
-            let mut lsn = self.wal.submit(group, frame.bytes(), now);
+            let mut lsn = self.submit(group, &frame, body.as_ref(), now);
             if matches!(lsn, Err(WalError::WindowFull { .. })) {
                 self.commit_window().await?;
-                lsn = self.wal.submit(group, frame.bytes(), now);
+                lsn = self.submit(group, &frame, body.as_ref(), now);
             }
-            moved.push((op, lsn?, frame));
+            moved.push((op, lsn?.0, frame));
         }
         self.commit_window().await?;
         add(&self.gauges.copied_forward, moved.len() as u64);
@@ -1718,6 +1735,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             superblock: boot.superblock,
             log,
             offset_store: boot.offset_store,
+            bodies: bodies
+                .range(checkpoint_op..)
+                .filter(|(op, _)| replayed.contains_key(op))
+                .map(|(op, b)| (*op, *b))
+                .collect(),
             frames: replayed
                 .range(checkpoint_op..)
                 .map(|(op, f)| (*op, (0, Frame::new(f.clone()))))
