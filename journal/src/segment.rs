@@ -143,6 +143,8 @@ pub struct PartitionLog<S: Storage> {
     seal: seal::SealState,
     /// Held batches include bodies reserved ahead of their commit ([`PartitionLog::reserve`]).
     ahead: bool,
+    /// How many of the held batches are reserved ones.
+    ahead_count: usize,
 }
 
 /// Name of a segment's log file.
@@ -305,6 +307,7 @@ impl<S: Storage> PartitionLog<S> {
             tail: None,
             seal: seal::SealState::default(),
             ahead: false,
+            ahead_count: 0,
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
@@ -418,7 +421,28 @@ impl<S: Storage> PartitionLog<S> {
         };
         self.hold(info, bytes).ok()?;
         self.ahead = true;
+        self.ahead_count += 1;
         Some(at)
+    }
+
+    /// Gives back the last reservation, of the batch starting at `base_offset`, when its
+    /// prepare could not be journaled: it is dropped before anything is written, and the
+    /// next offset goes back to it. `false` (nothing changed) when the last held batch is not
+    /// that one or was not reserved.
+    pub fn unreserve(&mut self, base_offset: u64) -> bool {
+        let last = self.pending.back().map(|(info, _)| *info);
+        match last {
+            Some(info) if self.ahead && info.base_offset == base_offset => {
+                self.pending.pop_back();
+                self.pending_bytes -= info.len;
+                self.pending_messages -= info.message_count as u64;
+                self.next_offset = base_offset;
+                self.ahead = !self.pending.is_empty() && self.ahead_count > 1;
+                self.ahead_count -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether held batches include bodies reserved ahead ([`PartitionLog::reserve`]): the
@@ -579,6 +603,7 @@ impl<S: Storage> PartitionLog<S> {
         self.pending_bytes = 0;
         self.pending_messages = 0;
         self.ahead = false;
+        self.ahead_count = 0;
         if self.policy.enforce_fsync || synced {
             self.synced_offset = seg.end_offset;
         }

@@ -941,7 +941,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 continue;
             }
             let now = self.now_us();
-            let body = self.reserve_ahead(group, &frame, &mut ahead);
+            let reserved = self.reserve_ahead(group, &frame, &mut ahead);
+            let body = reserved.and_then(|(_, body)| body);
             let mut submitted = self.submit(group, &frame, body.as_ref(), now);
             if matches!(submitted, Err(WalError::WindowFull { .. })) {
                 if let Err(e) = self
@@ -961,6 +962,19 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
                 Err(e) => {
                     warn!(group, op, error = %e, "partition append refused by the WAL");
+                    // Its batch must not reach the segment: nothing journals it.
+                    if let Some((base, _)) = reserved
+                        && !self
+                            .groups
+                            .get_mut(&group)
+                            .is_some_and(|d| d.log.unreserve(base))
+                    {
+                        self.fail(format!(
+                            "group {group:#x}: op {op}: its batch was taken for the segment and \
+                             cannot be given back"
+                        ));
+                        return;
+                    }
                     self.done(
                         group,
                         Completion::AppendFailed {
@@ -980,16 +994,16 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     }
 
     /// Reserves a SendMessages body at its segment's tail when it can go there now
-    /// (`PartitionLog::reserve`: it starts at the next offset) and returns the reference the
-    /// WAL record carries instead of it when it is [`REF_BODY_MIN`] bytes or more. `ahead`
-    /// notes the group: its segment is written in this window, and synced if it holds a
-    /// referenced body.
+    /// (`PartitionLog::reserve`: it starts at the next offset): its base offset, and the
+    /// reference the WAL record carries instead of it when it is [`REF_BODY_MIN`] bytes or
+    /// more. `ahead` notes the group: its segment is written in this window, and synced if it
+    /// holds a referenced body.
     fn reserve_ahead(
         &mut self,
         group: u64,
         frame: &Frame,
         ahead: &mut BTreeMap<u64, bool>,
-    ) -> Option<BodyRef> {
+    ) -> Option<(u64, Option<BodyRef>)> {
         if frame.bytes().get(208) != Some(&wire::Operation::SendMessages.byte()) {
             return None;
         }
@@ -1003,14 +1017,15 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             add(&self.gauges.bodies_ahead, 1);
             add(&self.gauges.bodies_ahead_bytes, body.len() as u64);
         }
-        referenced.then(|| BodyRef {
+        let body = referenced.then(|| BodyRef {
             segment,
             position,
             len: body.len() as u64,
             hash: wire::integrity::xxh3(&body),
             base_offset: info.base_offset,
             end_offset: info.end_offset(),
-        })
+        });
+        Some((info.base_offset, body))
     }
 
     /// Submits an append's WAL record, a reference to its body when it has one: its lsn and

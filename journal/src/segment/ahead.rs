@@ -354,6 +354,29 @@ mod tests {
         }
     }
 
+    /// A reservation whose prepare could not be journaled is given back before anything is
+    /// written; only the last one can be.
+    #[test]
+    fn a_reservation_given_back_is_never_written() {
+        let disk = MemStorage::new();
+        let mut log = open(&disk);
+        let a = reserve(&mut log, 1, 3);
+        let b = reserve(&mut log, 2, 3);
+        let base = |x: &Ahead| batch::peek(&x.batch).unwrap().base_offset;
+        assert!(!log.unreserve(base(&a)), "not the last one");
+        assert!(log.unreserve(base(&b)));
+        assert_eq!(log.next_offset(), end_of(&a));
+        assert!(log.has_reserved());
+        let c = reserve(&mut log, 2, 4);
+        assert_eq!(c.at, b.at, "the next batch takes its place");
+        assert!(log.unreserve(base(&c)));
+        block_on(log.flush_synced()).unwrap();
+        let mut log = open(&disk);
+        assert_eq!(log.next_offset(), end_of(&a));
+        let settled = block_on(log.settle(0, &[referenced(&a)])).unwrap();
+        assert_eq!((settled.bodies.len(), settled.cut), (1, 0));
+    }
+
     #[test]
     fn a_body_that_does_not_match_its_record_stops_the_walk_and_is_cut() {
         let disk = MemStorage::new();
