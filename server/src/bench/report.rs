@@ -295,6 +295,9 @@ pub fn checks(r: &Report) -> Vec<Check> {
             limit: segment_read_cap(r),
         });
     }
+    if let Some(check) = replica_plane_check(r) {
+        out.push(check);
+    }
     if r.rate_msgs_s.is_none()
         && r.message_size == 1000
         && r.batch > 1
@@ -320,6 +323,49 @@ pub fn checks(r: &Report) -> Vec<Check> {
         });
     }
     out
+}
+
+/// Issue 10's replica-plane figure (decision 415): 3 replicas, prepares of about 1 MiB
+/// acknowledged on disk, committed MB/s against min(loopback / 2, disk / 3) from the same
+/// run's baselines (every committed byte crosses loopback twice on the chain and is written
+/// three times to the one disk), at least half of it.
+fn replica_plane_check(r: &Report) -> Option<Check> {
+    let batch_bytes = r.message_size as u64 * u64::from(r.batch);
+    if r.rate_msgs_s.is_some()
+        || r.replicas != Some(3)
+        || r.acked != "disk"
+        || !(512 * 1024..=2 * 1024 * 1024).contains(&batch_bytes)
+    {
+        return None;
+    }
+    let disk = r.baseline.disk_write_mb_s.filter(|d| *d > 0.0)?;
+    let ceiling = (r.baseline.loopback_mb_s / 2.0).min(disk / 3.0);
+    if ceiling <= 0.0 {
+        return None;
+    }
+    let ratio = r.throughput_mb_s / ceiling;
+    let limit = r
+        .disk_bytes_per_payload_byte
+        .filter(|b| *b > 0.0)
+        .map(|b| Limit {
+            value: disk / (3.0 * b) / ceiling,
+            why: format!(
+                "the nodes wrote {b:.2} bytes per payload byte each; 3 nodes doing so on one \
+                 disk at the probe's bandwidth reach at most this ratio"
+            ),
+        });
+    Some(Check {
+        name: "replica_plane".to_string(),
+        target: format!(
+            "issue 10: 3 replicas, {batch_bytes} B prepares on disk: committed MB/s >= 0.5 x \
+             min(loopback / 2, disk / 3) = 0.5 x {ceiling:.1} MB/s"
+        ),
+        value: ratio,
+        bound: 0.5,
+        unit: "ratio".to_string(),
+        pass: ratio >= 0.5,
+        limit,
+    })
 }
 
 /// The ratio to the ceiling that the nodes' own disk writes allow at the disk probe's

@@ -245,6 +245,39 @@ fn sample_report(mb: f64, commit: &str) -> report::Report {
     }
 }
 
+/// Issue 10's replica-plane figure: 3 replicas and prepares of about 1 MiB on disk, against
+/// min(loopback / 2, disk / 3) of the same run; no such check for other shapes.
+#[test]
+fn the_replica_plane_check_uses_issue_10s_ceiling() {
+    let check = |mb: f64, edit: &dyn Fn(&mut report::Report)| {
+        let mut r = sample_report(mb, "a");
+        // Loopback 300, disk 600: issue 10's ceiling is min(150, 200) = 150 MB/s (issue
+        // 12's would be min(300, 600) / 3 = 100).
+        r.baseline = baseline(300.0, Some(600.0));
+        r.disk_bytes_per_payload_byte = Some(1.0);
+        edit(&mut r);
+        report::checks(&r)
+            .into_iter()
+            .find(|c| c.name == "replica_plane")
+    };
+    let c = check(80.0, &|_| {}).expect("3 replicas, 1 MB batches");
+    assert!((c.value - 80.0 / 150.0).abs() < 1e-9, "{c:?}");
+    assert!(c.pass && c.target.contains("150.0 MB/s"), "{c:?}");
+    let limit = c.limit.expect("the disk cap");
+    assert!(
+        (limit.value - 600.0 / 3.0 / 150.0).abs() < 1e-9,
+        "{limit:?}"
+    );
+    assert!(
+        !check(70.0, &|_| {}).unwrap().pass,
+        "70 of 150 is under half"
+    );
+    assert!(check(80.0, &|r| r.replicas = Some(1)).is_none());
+    assert!(check(80.0, &|r| r.batch = 10).is_none(), "10 kB prepares");
+    assert!(check(80.0, &|r| r.acked = "memory".into()).is_none());
+    assert!(check(80.0, &|r| r.rate_msgs_s = Some(1.0)).is_none());
+}
+
 #[test]
 fn compare_prints_both_reports_and_their_ratio() {
     let report = sample_report;
