@@ -1,6 +1,10 @@
 //! Partition segments: committed batches materialized per the topic's flush policy
 //! (journal.md §4, §5), with a sparse offset + timestamp index, and reads by offset and by
-//! timestamp for polls.
+//! timestamp for polls. A batch may also be written ahead of its commit, once, at the tail
+//! ([`PartitionLog::reserve`], [`PartitionLog::flush_synced`]; decision 414): the tail past
+//! the committed end then holds prepared batches, which a view change cuts back
+//! ([`PartitionLog::rewind`]) and a boot keeps only where the WAL vouches for them
+//! ([`PartitionLog::settle`]; see the `ahead` module).
 //!
 //! Files per partition (names carry the partition's prefix, e.g. `p42-`):
 //! - `{prefix}{base:020}.log`: stamped batches back to back (the PrepareHeader stripped),

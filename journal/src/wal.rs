@@ -17,8 +17,8 @@
 //!                       records, without padding) | version u8 | seal u8 | reserved 6 |
 //!                       lost_lsn_first u64 | reserved 16 | XXH3-64 of bytes 0..56
 //! record (64 B + payload padded to 8 with zeros): magic "PREC" | len u32 | lsn u64 |
-//!                       group u64 | XXH3-64(payload) u64 | kind u8 (0 prepare, 1 truncate) |
-//!                       reserved 23 | XXH3-64 of bytes 0..56
+//!                       group u64 | XXH3-64(payload) u64 | kind u8 (0 prepare, 1 truncate,
+//!                       2 body reference) | reserved 23 | XXH3-64 of bytes 0..56
 //! zero padding to the next sector
 //! tail marker (one sector, 64 B used): magic "PTAL" | version u8 | reserved 3 | file seq u64 |
 //!                       window offset u64 | lsn_first u64 | lsn_last u64 | window header
@@ -26,7 +26,9 @@
 //! ```
 //!
 //! The payload is the whole prepare frame of the group (partition prepares carry no body digest,
-//! so the record checksum covers the body). Window `n + 1` is written only after window `n` is
+//! so the record checksum covers the body), or for kind 2 the prepare's 256-byte header and a
+//! [`BodyRef`] (48 bytes) naming where its body was written in the group's segments and its
+//! XXH3-64 (decision 414: a large batch is written once, at its segment's tail). Window `n + 1` is written only after window `n` is
 //! synced, and starts at window `n`'s tail marker (overwriting it), so only the last window has
 //! a live marker; the last window of a rotated file keeps its marker, followed by zeros. A
 //! window never uses the last sector of a file, which is reserved for its marker.
