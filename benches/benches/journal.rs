@@ -330,6 +330,92 @@ fn segment_append(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A SendMessages prepare of 1000 x 1000 B made durable the two ways (decision 414), paired in
+/// one group: `twice` journals the whole frame (WAL write + fdatasync) and then writes its
+/// batch to the segment (the committed copy, unsynced, as a flush); `once` writes the batch at
+/// the segment's tail and syncs it, and journals the header with a body reference (WAL write
+/// + fdatasync). The node runs the two writes of `once` side by side; here they run one after
+/// the other, so the figure is the bytes and syncs the disk takes, not the overlap.
+fn write_once(c: &mut Criterion) {
+    let dir = bench_dir("write-once");
+    let storage = FileStorage::new(&dir, true).expect("storage");
+    let payload = vec![0x3cu8; 1000];
+    let payloads: Vec<&[u8]> = (0..1000).map(|_| payload.as_slice()).collect();
+    let policy = journal::FlushPolicy {
+        segment_size: FILE_MAX,
+        ..journal::FlushPolicy::default()
+    };
+    let mut group = c.benchmark_group("write_once");
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(4));
+    let len = journal::batch::build(1, 0, 1, &payloads).len();
+    group.throughput(Throughput::Bytes(len as u64));
+    for once in [false, true] {
+        let name = if once { "once" } else { "twice" };
+        group.bench_function(BenchmarkId::new(name, "1000x1000B"), |b| {
+            b.iter_custom(|iters| {
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir).expect("bench dir");
+                let (mut log, _) = block_on(journal::PartitionLog::open(
+                    storage.clone(),
+                    "p1-",
+                    policy,
+                    0,
+                ))
+                .expect("open");
+                let (mut wal, _) = block_on(PartitionWal::open(
+                    FileStorage::new(&dir.join("wal"), true).expect("wal dir"),
+                    wal_config(),
+                    |_| {},
+                ))
+                .expect("wal");
+                // Frames are built before the clock starts: the node receives them built.
+                let frames: Vec<(Vec<u8>, bytes::Bytes)> = (0..iters)
+                    .map(|i| {
+                        let body = journal::batch::build(1, i * 1000, 1 + i, &payloads);
+                        let mut frame = prepare(5, i + 1, 0, 0);
+                        frame.extend_from_slice(&body);
+                        (frame, bytes::Bytes::from(body))
+                    })
+                    .collect();
+                let start = Instant::now();
+                for (frame, body) in frames {
+                    if once {
+                        let info = journal::batch::peek(&body).expect("batch");
+                        let (segment, position) = log.reserve(body.clone()).expect("tail");
+                        block_on(log.flush_synced()).expect("segment");
+                        let reference = journal::wal::BodyRef {
+                            segment,
+                            position,
+                            len: body.len() as u64,
+                            hash: wire::integrity::xxh3(&body),
+                            base_offset: info.base_offset,
+                            end_offset: info.end_offset(),
+                        };
+                        let header: &[u8; wire::HEADER_SIZE] =
+                            frame[..wire::HEADER_SIZE].try_into().expect("header");
+                        wal.submit_ref(5, header, &reference, 0).expect("submit");
+                        block_on(wal.commit()).expect("commit");
+                    } else {
+                        wal.submit(5, &frame, 0).expect("submit");
+                        block_on(wal.commit()).expect("commit");
+                        log.commit_verified_batch(body).expect("commit");
+                        block_on(log.flush()).expect("flush");
+                    }
+                    if wal.file_count() > 2 {
+                        let lsn = wal.durable_lsn();
+                        block_on(wal.reclaim(lsn)).expect("reclaim");
+                    }
+                }
+                start.elapsed()
+            });
+        });
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("recovery");
     group.sample_size(10);
@@ -738,8 +824,16 @@ criterion_group!(
     append_end_record,
     append_dma,
     segment_append,
+    write_once,
     recovery
 );
 #[cfg(not(feature = "glommio"))]
-criterion_group!(benches, append, append_end_record, segment_append, recovery);
+criterion_group!(
+    benches,
+    append,
+    append_end_record,
+    segment_append,
+    write_once,
+    recovery
+);
 criterion_main!(benches);
