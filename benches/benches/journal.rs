@@ -331,11 +331,11 @@ fn segment_append(c: &mut Criterion) {
 }
 
 /// A SendMessages prepare of 1000 x 1000 B made durable the two ways (decision 414), paired in
-/// one group: `twice` journals the whole frame (WAL write + fdatasync) and then writes its
+/// one group: `twice` journals the whole frame (WAL write and fdatasync) and then writes its
 /// batch to the segment (the committed copy, unsynced, as a flush); `once` writes the batch at
 /// the segment's tail and syncs it, and journals the header with a body reference (WAL write
-/// + fdatasync). The node runs the two writes of `once` side by side; here they run one after
-/// the other, so the figure is the bytes and syncs the disk takes, not the overlap.
+/// and fdatasync). The node runs the two writes of `once` side by side; here they run one
+/// after the other, so the figure is the bytes and syncs the disk takes, not the overlap.
 fn write_once(c: &mut Criterion) {
     let dir = bench_dir("write-once");
     let storage = FileStorage::new(&dir, true).expect("storage");
