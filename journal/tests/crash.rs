@@ -369,6 +369,9 @@ fn once_batch(frame: &[u8]) -> Option<journal::batch::BatchInfo> {
 
 /// One partition group as a write-once child or the parent's check recovers it.
 struct OnceGroup {
+    superblock: journal::Superblock<FileStorage>,
+    /// The group's checkpoint: `(checkpoint_op, offset_frontier)`.
+    checkpoint: (u64, u64),
     log: PartitionLog<FileStorage>,
     /// Op → whole prepare (referenced bodies resolved).
     frames: BTreeMap<u64, Vec<u8>>,
@@ -408,6 +411,10 @@ fn once_recover(storage: &FileStorage) -> Result<OnceBoot, String> {
         ))
         .map_err(|e| format!("recover group {group}: {e}"))?;
         groups.push(OnceGroup {
+            superblock: boot.superblock,
+            checkpoint: boot
+                .state
+                .map_or((0, 0), |s| (s.checkpoint_op, s.offset_frontier)),
             log: boot.log,
             frames: boot.frames,
             unresolved: boot.unresolved,
@@ -458,11 +465,39 @@ fn once_child(dir: &Path, seed: u64, acks: &mut Acks) -> ! {
     let mut prng = Prng::new(seed);
     let mut again = None;
     loop {
+        if prng.one_in(10) {
+            // A checkpoint: the segments synced, then the superblock names the op and the
+            // offset frontier. The WAL keeps the ops below it (nothing is reclaimed here, as
+            // in a node whose slowest group holds the reclaim back), so every boot resolves
+            // their referenced bodies below the frontier.
+            let group = 1 + prng.below(ONCE_GROUPS);
+            let g = &mut groups[group as usize - 1];
+            if let Some((&op, frame)) = g.frames.iter().next_back() {
+                let frontier = once_batch(frame).expect("ours").end_offset();
+                block_on(g.log.sync()).expect("sync");
+                let state = VsrState {
+                    cluster: ID.cluster,
+                    replica_id: ID.replica_id,
+                    replica_count: ID.replica_count,
+                    op_head: op,
+                    commit_max: op,
+                    checkpoint_op: op,
+                    offset_frontier: frontier,
+                    ..VsrState::default()
+                };
+                block_on(g.superblock.write(&state)).expect("superblock");
+                g.checkpoint = (op, frontier);
+                acks.say(format!("K {group} {op} {frontier}"));
+            }
+        }
         if prng.one_in(4) {
             let group = 1 + prng.below(ONCE_GROUPS);
             let g = &mut groups[group as usize - 1];
-            if let Some(&head) = g.frames.keys().next_back() {
-                let from = head - prng.below(head.min(4));
+            // Never below the checkpoint: committed ops are not truncated.
+            if let Some(&head) = g.frames.keys().next_back()
+                && head > g.checkpoint.0
+            {
+                let from = head - prng.below((head - g.checkpoint.0).min(4));
                 let base = once_batch(&g.frames[&from]).expect("ours").base_offset;
                 acks.say(format!("t {group} {from}"));
                 if brk == "rewind-early" {
@@ -586,6 +621,8 @@ enum Ack {
     Truncating(u64, u64),
     /// Write-once: that truncation is durable.
     Truncated(u64, u64),
+    /// Write-once: a group's checkpoint is durable: group, checkpoint op, offset frontier.
+    Checkpoint(u64, u64, u64),
     /// Write-once: a window's WAL commit and segment syncs start; whether the commit goes
     /// first.
     Order(bool),
@@ -607,6 +644,11 @@ fn parse_line(line: &str) -> Option<Ack> {
             op.parse().ok()?,
             base.parse().ok()?,
             salt.parse().ok()?,
+        ),
+        ["K", group, op, frontier] => Ack::Checkpoint(
+            group.parse().ok()?,
+            op.parse().ok()?,
+            frontier.parse().ok()?,
         ),
         ["t", group, from] => Ack::Truncating(group.parse().ok()?, from.parse().ok()?),
         ["T", group, from] => Ack::Truncated(group.parse().ok()?, from.parse().ok()?),
@@ -631,7 +673,7 @@ fn parse_acks(text: &str) -> Result<Vec<Ack>, String> {
 #[test]
 fn ack_parser_takes_every_line_and_refuses_garbage() {
     let acks = parse_acks(
-        "A 1 00000000000000ff\nS 2 0\nD 9\nR\nF 4\nB 12\nP 1 2 3 4\nt 1 2\nT 1 2\nC 1\nA 2 0",
+        "A 1 00000000000000ff\nS 2 0\nD 9\nR\nF 4\nB 12\nP 1 2 3 4\nK 1 2 3\nt 1 2\nT 1 2\nC 1\nA 2 0",
     )
     .unwrap();
     assert_eq!(
@@ -644,6 +686,7 @@ fn ack_parser_takes_every_line_and_refuses_garbage() {
             Ack::Floor(4),
             Ack::Synced(12),
             Ack::Prepared(1, 2, 3, 4),
+            Ack::Checkpoint(1, 2, 3),
             Ack::Truncating(1, 2),
             Ack::Truncated(1, 2),
             Ack::Order(true)
@@ -1052,6 +1095,8 @@ impl Oracle for Segments {
 struct Once<const B: u8> {
     /// `(group, op)` → `(base offset, salt)` of the acknowledged prepares not truncated since.
     acked: BTreeMap<(u64, u64), (u64, u64)>,
+    /// group → the last acknowledged checkpoint `(op, offset frontier)`.
+    checkpoints: BTreeMap<u64, (u64, u64)>,
     /// A truncation `(group, from_op)` whose durability was not acknowledged (yet).
     truncating: Option<(u64, u64)>,
     /// Whether the last window that started its WAL commit and segment syncs committed first.
@@ -1065,6 +1110,8 @@ struct Once<const B: u8> {
     referenced: u64,
     /// Bodies held whole in the WAL whose unsynced segment copy a stop lost.
     held_lost: u64,
+    /// Checkpoints acknowledged.
+    checkpoints_seen: u64,
     /// Fresh directories started (a long campaign would grow quadratic on one).
     resets: u64,
 }
@@ -1096,6 +1143,10 @@ impl<const B: u8> Oracle for Once<B> {
                 self.truncations += 1;
             }
             Ack::Order(wal_first) => self.wal_first = wal_first,
+            Ack::Checkpoint(group, op, frontier) => {
+                self.checkpoints.insert(group, (op, frontier));
+                self.checkpoints_seen += 1;
+            }
             other => return Err(format!("write-once child said {other:?}")),
         }
         Ok(())
@@ -1124,6 +1175,13 @@ impl<const B: u8> Oracle for Once<B> {
                 .map(|(&(_, op), &at)| (op, at))
                 .collect();
             let acked_head = acked.last().map_or(0, |(op, _)| *op);
+            let checkpoint = self.checkpoints.get(&group).copied().unwrap_or_default();
+            if g.checkpoint.0 < checkpoint.0 || g.checkpoint.1 < checkpoint.1 {
+                return Err(format!(
+                    "group {group}: checkpoint {:?} recovered, {checkpoint:?} acknowledged",
+                    g.checkpoint
+                ));
+            }
             // A referenced body that did not come back belongs to a window whose WAL commit
             // landed and whose segment sync the stop beat: never acknowledged, above every
             // acknowledged op, and only possible when the commit went first.
@@ -1239,6 +1297,7 @@ impl<const B: u8> Oracle for Once<B> {
                 .and_then(|d| d.sync_all())
                 .map_err(|e| format!("reset: {e}"))?;
             self.acked.clear();
+            self.checkpoints.clear();
             self.resets += 1;
         }
         Ok(())
@@ -1246,9 +1305,15 @@ impl<const B: u8> Oracle for Once<B> {
 
     fn note(&self) -> String {
         format!(
-            "; {} acknowledged referenced bodies re-verified, {} truncations, {} unresolved \
-             (never acknowledged), {} held-whole segment copies lost, {} fresh directories",
-            self.referenced, self.truncations, self.unresolved, self.held_lost, self.resets
+            "; {} acknowledged referenced bodies re-verified, {} checkpoints, {} truncations, {} \
+             unresolved (never acknowledged), {} held-whole segment copies lost, {} fresh \
+             directories",
+            self.referenced,
+            self.checkpoints_seen,
+            self.truncations,
+            self.unresolved,
+            self.held_lost,
+            self.resets
         )
     }
 }
