@@ -13,9 +13,13 @@
 //!   `JOURNAL_POWER_CUTS=1000` runs the long mode. These tests need `/dev/fuse` and root (or
 //!   `fusermount3`); without them they fail, never skip.
 //!
-//! Three planes: the metadata journal (with superblock writes and checkpoints), the shard WAL
-//! (group commits, file rotation, reclamation), and a partition's segments (flushes with
-//! `enforce_fsync`, each rewriting the partly filled last sector).
+//! Four planes: the metadata journal (with superblock writes and checkpoints), the shard WAL
+//! (group commits, file rotation, reclamation), a partition's segments (flushes with
+//! `enforce_fsync`, each rewriting the partly filled last sector), and bodies written once
+//! (decision 414, plane `once`: several groups whose SendMessages bodies are reserved at their
+//! segments' tails and referenced from the WAL or held whole in it, with truncations, rewinds
+//! and checkpoints; decisions 430-433). The write-once child can break its protocol on purpose
+//! (`JOURNAL_CRASH_BREAK`): the `write_once_*_is_caught` tests assert that the campaign fails.
 //!
 //! Acknowledgements travel in a file of their own (`JOURNAL_CRASH_ACKS`), one `write(2)` per
 //! line, never mixed with the test harness's output; every complete line must parse (a kill
@@ -764,6 +768,26 @@ fn run_child(
     }
     if !matches!(stop, Stop::Power(fs, _) if !fs.powered()) {
         std::thread::sleep(Duration::from_micros(prng.below(60_000)));
+    }
+    // A child that ended on its own while the disk had power failed (a panic in it would
+    // otherwise pass for a quiet run); status 3 is `say_damage`, whose line is judged below.
+    // Its status is read before the power: power only goes off, so an exit seen while the
+    // power is still on happened with power.
+    let ended = child.try_wait().map_err(|e| format!("wait: {e}"))?;
+    let powered = match stop {
+        Stop::Kill => true,
+        Stop::Power(fs, _) => fs.powered(),
+    };
+    if let Some(status) = ended
+        && powered
+        && status.code() != Some(3)
+    {
+        if let Stop::Power(fs, cut) = stop {
+            fs.cut(*cut);
+            let _forking = FORKING.lock().unwrap_or_else(|p| p.into_inner());
+            fs.remount().map_err(|e| format!("remount: {e}"))?;
+        }
+        return Err(format!("the child ended on its own with power: {status}"));
     }
     if let Stop::Power(fs, cut) = stop {
         fs.cut(*cut);
