@@ -112,8 +112,15 @@ pub async fn recover_partition<S: Storage + Clone>(
     drop(expected);
     let mut found: BTreeMap<u64, bytes::Bytes> = settled.bodies.into_iter().collect();
     let mut unresolved = Vec::new();
-    for op in bodies.keys() {
-        match (found.remove(op), prepares.get_mut(op)) {
+    for (op, at) in bodies {
+        let body = match found.remove(op) {
+            Some(body) => Some(body.to_vec()),
+            // At or below the checkpoint (its WAL record not reclaimed yet): committed and
+            // synced below the frontier, where the walk does not go; read and checked there.
+            None if at.end_offset <= frontier => below_frontier(&log, at).await,
+            None => None,
+        };
+        match (body, prepares.get_mut(op)) {
             (Some(body), Some(frame)) => frame.extend_from_slice(&body),
             (None, Some(_)) => {
                 prepares.remove(op);
@@ -151,6 +158,18 @@ pub async fn recover_partition<S: Storage + Clone>(
         unresolved,
         tail_cut: settled.cut,
     })
+}
+
+/// The body `at` names when the segments hold exactly it below the offset frontier (one
+/// batch of its length and hash at its base offset); `None` otherwise, a read error included
+/// (the op is then unresolved, as a body the tail lost is).
+async fn below_frontier<S: Storage>(log: &PartitionLog<S>, at: &BodyRef) -> Option<Vec<u8>> {
+    let bytes = log.read_from_offset(at.base_offset, at.len).await.ok()?;
+    let info = batch::peek(&bytes)?;
+    (bytes.len() as u64 == at.len
+        && info.base_offset == at.base_offset
+        && wire::integrity::xxh3(&bytes) == at.hash)
+        .then_some(bytes)
 }
 
 /// The SendMessages batch a whole prepare frame carries, if it carries one.
@@ -251,6 +270,81 @@ mod tests {
             .await
             .unwrap();
             assert_eq!(boot.next_offset, 50);
+        });
+    }
+
+    /// A prepare at or below the checkpoint whose WAL record is not reclaimed yet (reclaim
+    /// follows the slowest group) and whose body is referenced: its body lies below the
+    /// offset frontier, committed and synced, so it is found there, not taken for a body
+    /// the segments lost (which would record a committed op faulty at every boot).
+    #[test]
+    fn a_referenced_body_below_the_frontier_is_resolved_not_faulty() {
+        let disk = MemStorage::new();
+        let id = Identity {
+            cluster: 1,
+            replica_id: 0,
+            replica_count: 3,
+        };
+        let policy = FlushPolicy::default();
+        block_on(async {
+            let mut boot = recover_partition(
+                disk.clone(),
+                "g7-",
+                id,
+                policy,
+                BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .await
+            .unwrap();
+            let formatted = VsrState {
+                cluster: 1,
+                replica_count: 3,
+                ..VsrState::default()
+            };
+            boot.superblock.write(&formatted).await.unwrap();
+            let mut header = vec![0u8; HEADER_SIZE];
+            header[208] = Operation::SendMessages.byte();
+            let mut prepares = BTreeMap::new();
+            let mut bodies = BTreeMap::new();
+            for op in 1..=2u64 {
+                let body = build(7, boot.log.next_offset(), 1, &[&[op as u8; 3000], b"x"]);
+                let info = batch::peek(&body).unwrap();
+                let (segment, position) = boot.log.reserve(body.clone().into()).unwrap();
+                prepares.insert(op, header.clone());
+                bodies.insert(
+                    op,
+                    BodyRef {
+                        segment,
+                        position,
+                        len: body.len() as u64,
+                        hash: wire::integrity::xxh3(&body),
+                        base_offset: info.base_offset,
+                        end_offset: info.end_offset(),
+                    },
+                );
+            }
+            boot.log.flush_synced().await.unwrap();
+            // Op 1 checkpointed: the frontier is its end.
+            let checkpointed = VsrState {
+                checkpoint_op: 1,
+                offset_frontier: bodies[&1].end_offset,
+                ..formatted
+            };
+            boot.superblock.write(&checkpointed).await.unwrap();
+            drop(boot);
+            let boot = recover_partition(disk.clone(), "g7-", id, policy, prepares, &bodies)
+                .await
+                .unwrap();
+            assert_eq!(boot.unresolved, Vec::<u64>::new(), "both bodies are intact");
+            for op in [1, 2] {
+                assert_eq!(
+                    boot.frames[&op].len() as u64,
+                    HEADER_SIZE as u64 + bodies[&op].len,
+                    "op {op} whole"
+                );
+            }
+            assert_eq!(boot.tail_cut, 0);
         });
     }
 }

@@ -13,9 +13,13 @@
 //!   `JOURNAL_POWER_CUTS=1000` runs the long mode. These tests need `/dev/fuse` and root (or
 //!   `fusermount3`); without them they fail, never skip.
 //!
-//! Three planes: the metadata journal (with superblock writes and checkpoints), the shard WAL
-//! (group commits, file rotation, reclamation), and a partition's segments (flushes with
-//! `enforce_fsync`, each rewriting the partly filled last sector).
+//! Four planes: the metadata journal (with superblock writes and checkpoints), the shard WAL
+//! (group commits, file rotation, reclamation), a partition's segments (flushes with
+//! `enforce_fsync`, each rewriting the partly filled last sector), and bodies written once
+//! (decision 414, plane `once`: several groups whose SendMessages bodies are reserved at their
+//! segments' tails and referenced from the WAL or held whole in it, with truncations, rewinds
+//! and checkpoints; decisions 430-433). The write-once child can break its protocol on purpose
+//! (`JOURNAL_CRASH_BREAK`): the `write_once_*_is_caught` tests assert that the campaign fails.
 //!
 //! Acknowledgements travel in a file of their own (`JOURNAL_CRASH_ACKS`), one `write(2)` per
 //! line, never mixed with the test harness's output; every complete line must parse (a kill
@@ -34,14 +38,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use journal::wal::BodyRef;
 use journal::{
-    FileStorage, FlushPolicy, Identity, JournalConfig, PartitionLog, PartitionWal, Prng, SECTOR,
-    VsrState, WalConfig, block_on, recover_metadata,
+    FileStorage, FlushPolicy, GroupReplay, Identity, JournalConfig, PartitionLog, PartitionWal,
+    Prng, SECTOR, VsrState, WalConfig, block_on, recover_metadata, recover_partition,
 };
 use powerfs::{Cut, PowerFs, Tear};
 use wire::encode::{Sender, finish_header};
 use wire::header::{FrameHeader, Layout, PrepareHeader};
-use wire::{GroupId, Operation};
+use wire::{GroupId, HEADER_SIZE, Operation};
 
 const CHILD_ENV: &str = "JOURNAL_CRASH_CHILD_DIR";
 const ACKS_ENV: &str = "JOURNAL_CRASH_ACKS";
@@ -289,6 +295,299 @@ fn segment_child(dir: &Path, acks: &mut Acks) -> ! {
     }
 }
 
+/// The write-once plane (decision 414): several partition groups whose SendMessages bodies are
+/// reserved at their segments' tails; bodies of [`ONCE_REF_MIN`] bytes or more are referenced
+/// from the shard WAL (`submit_ref`) and synced by `flush_synced` before the window's
+/// acknowledgements, shorter ones ride whole in the WAL and their segment copy is written but
+/// not synced, as the node does (`server::partition_group::REF_BODY_MIN`).
+const ONCE_GROUPS: u64 = 3;
+
+/// As the node: a body this long or longer is referenced, a shorter one is held whole.
+const ONCE_REF_MIN: usize = 64 * 1024;
+
+/// No fsync of its own (only `flush_synced` makes reserved bodies durable), and segments small
+/// enough that bodies and rewinds cross rotations.
+const ONCE_POLICY: FlushPolicy = FlushPolicy {
+    enforce_fsync: false,
+    messages_required_to_save: 1 << 20,
+    size_of_messages_required_to_save: 1 << 30,
+    segment_size: 256 * 1024,
+};
+
+/// The knob that makes the write-once child break its protocol on purpose (the `break_*`
+/// tests): `ack-early` acknowledges a window after the WAL commit and before `flush_synced`,
+/// `rewind-early` rewinds the segment before the truncation is durable in the WAL.
+const BREAK_ENV: &str = "JOURNAL_CRASH_BREAK";
+
+fn once_prefix(group: u64) -> String {
+    format!("g{group}-")
+}
+
+/// The batch `group` prepares at offset `base` with `salt`: its messages and bytes derive from
+/// the three, so the parent can check every byte; the salt's low bit makes it referenced
+/// (at least [`ONCE_REF_MIN`]) or held whole (well below it).
+fn once_body(group: u64, base: u64, salt: u64) -> Vec<u8> {
+    let mut prng = Prng::new(salt ^ (group << 56) ^ base.rotate_left(20));
+    let referenced = salt & 1 == 1;
+    let messages = 1 + prng.below(3) as usize;
+    let payloads: Vec<Vec<u8>> = (0..messages)
+        .map(|i| {
+            let len = match (referenced, i) {
+                (true, 0) => ONCE_REF_MIN + prng.below(64 * 1024) as usize,
+                (true, _) => prng.below(8 * 1024) as usize,
+                (false, _) => 1 + prng.below(16_000) as usize,
+            };
+            (0..len).map(|_| prng.next_u64() as u8).collect()
+        })
+        .collect();
+    let refs: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    journal::batch::build(group, base, 1_000 + base, &refs)
+}
+
+/// The whole SendMessages prepare of `group`'s op `op` carrying `body`.
+fn once_frame(group: u64, op: u64, body: &[u8]) -> Vec<u8> {
+    let mut header = PrepareHeader::zeroed();
+    header.frame = FrameHeader::new(
+        wire::Command::Prepare,
+        Sender {
+            cluster: ID.cluster,
+            replica: 0,
+            view: 1,
+        },
+    );
+    header.op.set(op);
+    header.commit.set(op - 1);
+    header.timestamp.set(op);
+    header.operation = Operation::SendMessages.byte();
+    header.group.set(group);
+    finish_header(&mut header, body).expect("finish");
+    let mut frame = header.bytes().to_vec();
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// The batch a whole prepare frame carries (ours: the parent built or checked it).
+fn once_batch(frame: &[u8]) -> Option<journal::batch::BatchInfo> {
+    journal::batch::peek(frame.get(HEADER_SIZE..)?)
+}
+
+/// One partition group as a write-once child or the parent's check recovers it.
+struct OnceGroup {
+    superblock: journal::Superblock<FileStorage>,
+    /// The group's checkpoint: `(checkpoint_op, offset_frontier)`.
+    checkpoint: (u64, u64),
+    log: PartitionLog<FileStorage>,
+    /// Op → whole prepare (referenced bodies resolved).
+    frames: BTreeMap<u64, Vec<u8>>,
+    unresolved: Vec<u64>,
+}
+
+/// What a write-once recovery found: the WAL, each group, and the last replayed WAL record
+/// when it is a truncation (`(group, from_op)`).
+struct OnceBoot {
+    wal: PartitionWal<FileStorage>,
+    recovery: journal::WalRecovery,
+    groups: Vec<OnceGroup>,
+    last_truncation: Option<(u64, u64)>,
+}
+
+/// Recovers the write-once directory the way a node boots a shard: the WAL with a
+/// [`GroupReplay`], then each group through `recover_partition` (which settles its segment
+/// tail against the replayed records and resolves the body references).
+fn once_recover(storage: &FileStorage) -> Result<OnceBoot, String> {
+    let mut replay = GroupReplay::default();
+    let mut last_truncation = None;
+    let (wal, recovery) = block_on(PartitionWal::open(storage.clone(), WAL, |r| {
+        last_truncation = r.truncate_from.map(|from| (r.group, from));
+        replay.apply(r);
+    }))
+    .map_err(|e| format!("recover the WAL: {e}"))?;
+    let mut groups = Vec::new();
+    for group in 1..=ONCE_GROUPS {
+        let (frames, bodies) = replay.take(group);
+        let boot = block_on(recover_partition(
+            storage.clone(),
+            &once_prefix(group),
+            ID,
+            ONCE_POLICY,
+            frames,
+            &bodies,
+        ))
+        .map_err(|e| format!("recover group {group}: {e}"))?;
+        groups.push(OnceGroup {
+            superblock: boot.superblock,
+            checkpoint: boot
+                .state
+                .map_or((0, 0), |s| (s.checkpoint_op, s.offset_frontier)),
+            log: boot.log,
+            frames: boot.frames,
+            unresolved: boot.unresolved,
+        });
+    }
+    Ok(OnceBoot {
+        wal,
+        recovery,
+        groups,
+        last_truncation,
+    })
+}
+
+/// The write-once child: recover, drop (durably) the ops whose referenced body did not come
+/// back (never acknowledged: the parent checks that), put bodies held whole in the WAL whose
+/// segment copy a crash lost back at the tail, then loop: now and then a durable truncation
+/// of a group's last ops followed by a rewind of its segment and new bodies at the same
+/// offsets; windows of a few prepares over the groups, WAL commit and `flush_synced` of the
+/// segments holding referenced bodies in either order, and only then the acknowledgements.
+fn once_child(dir: &Path, seed: u64, acks: &mut Acks) -> ! {
+    let brk = std::env::var(BREAK_ENV).unwrap_or_default();
+    let storage = storage(dir);
+    let OnceBoot {
+        mut wal,
+        recovery,
+        mut groups,
+        ..
+    } = once_recover(&storage).expect("recover");
+    if !recovery.damage.is_empty() || !recovery.truncated.is_empty() {
+        say_damage(dir, acks, format!("ERR {recovery:?}"));
+    }
+    for (group, g) in (1..).zip(groups.iter_mut()) {
+        if let Some(&first) = g.unresolved.first() {
+            // A single replica has no peer to repair them from; never acknowledged, they go.
+            g.frames.split_off(&first);
+            wal.submit_truncate(group, first, 0).expect("truncate");
+            block_on(wal.commit()).expect("commit");
+        }
+        for frame in g.frames.values() {
+            let info = once_batch(frame).expect("ours");
+            if info.base_offset >= g.log.next_offset() {
+                g.log
+                    .reserve(Bytes::copy_from_slice(&frame[HEADER_SIZE..]))
+                    .expect("a held body goes back at the tail");
+            }
+        }
+    }
+    let mut prng = Prng::new(seed);
+    let mut again = None;
+    loop {
+        if prng.one_in(10) {
+            // A checkpoint: the segments synced, then the superblock names the op and the
+            // offset frontier. The WAL keeps the ops below it (nothing is reclaimed here, as
+            // in a node whose slowest group holds the reclaim back), so every boot resolves
+            // their referenced bodies below the frontier.
+            let group = 1 + prng.below(ONCE_GROUPS);
+            let g = &mut groups[group as usize - 1];
+            if let Some((&op, frame)) = g.frames.iter().next_back() {
+                let frontier = once_batch(frame).expect("ours").end_offset();
+                block_on(g.log.sync()).expect("sync");
+                let state = VsrState {
+                    cluster: ID.cluster,
+                    replica_id: ID.replica_id,
+                    replica_count: ID.replica_count,
+                    op_head: op,
+                    commit_max: op,
+                    checkpoint_op: op,
+                    offset_frontier: frontier,
+                    ..VsrState::default()
+                };
+                block_on(g.superblock.write(&state)).expect("superblock");
+                g.checkpoint = (op, frontier);
+                acks.say(format!("K {group} {op} {frontier}"));
+            }
+        }
+        if prng.one_in(4) {
+            let group = 1 + prng.below(ONCE_GROUPS);
+            let g = &mut groups[group as usize - 1];
+            // Never below the checkpoint: committed ops are not truncated.
+            if let Some(&head) = g.frames.keys().next_back()
+                && head > g.checkpoint.0
+            {
+                let from = head - prng.below((head - g.checkpoint.0).min(4));
+                let base = once_batch(&g.frames[&from]).expect("ours").base_offset;
+                acks.say(format!("t {group} {from}"));
+                if brk == "rewind-early" {
+                    block_on(g.log.rewind(base)).expect("rewind");
+                }
+                wal.submit_truncate(group, from, 0).expect("truncate");
+                block_on(wal.commit()).expect("commit");
+                acks.say(format!("T {group} {from}"));
+                if brk != "rewind-early" {
+                    block_on(g.log.rewind(base)).expect("rewind");
+                }
+                g.frames.split_off(&from);
+                again = Some(group);
+            }
+        }
+        let mut lines = Vec::new();
+        let mut touched = std::collections::BTreeSet::new();
+        let mut referenced = std::collections::BTreeSet::new();
+        for i in 0..1 + prng.below(3) {
+            let group = match again.take() {
+                Some(group) if i == 0 => group,
+                _ => 1 + prng.below(ONCE_GROUPS),
+            };
+            let g = &mut groups[group as usize - 1];
+            let op = g.frames.keys().next_back().map_or(1, |h| h + 1);
+            let base = g.log.next_offset();
+            let salt = prng.next_u64();
+            let body = once_body(group, base, salt);
+            let frame = once_frame(group, op, &body);
+            let (segment, position) = g
+                .log
+                .reserve(Bytes::from(body.clone()))
+                .expect("reserved at the tail");
+            touched.insert(group);
+            if body.len() >= ONCE_REF_MIN {
+                let info = journal::batch::peek(&body).expect("ours");
+                let at = BodyRef {
+                    segment,
+                    position,
+                    len: body.len() as u64,
+                    hash: wire::integrity::xxh3(&body),
+                    base_offset: base,
+                    end_offset: info.end_offset(),
+                };
+                let header: &[u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().expect("256");
+                wal.submit_ref(group, header, &at, 0).expect("submit");
+                referenced.insert(group);
+            } else {
+                wal.submit(group, &frame, 0).expect("submit");
+            }
+            g.frames.insert(op, frame);
+            lines.push(format!("P {group} {op} {base} {salt}"));
+        }
+        // The node runs the WAL commit and the segment syncs together: either may land first.
+        let wal_first = prng.one_in(2) || brk == "ack-early";
+        acks.say(format!("C {}", u8::from(wal_first)));
+        let segments = |groups: &mut Vec<OnceGroup>| {
+            for group in &touched {
+                let log = &mut groups[*group as usize - 1].log;
+                if referenced.contains(group) {
+                    block_on(log.flush_synced()).expect("flush_synced");
+                } else {
+                    // Held whole in the WAL: the segment copy is written, not synced.
+                    block_on(log.flush()).expect("flush");
+                }
+            }
+        };
+        if brk == "ack-early" {
+            block_on(wal.commit()).expect("commit");
+            for line in lines.drain(..) {
+                acks.say(line);
+            }
+            segments(&mut groups);
+        } else if wal_first {
+            block_on(wal.commit()).expect("commit");
+            segments(&mut groups);
+        } else {
+            segments(&mut groups);
+            block_on(wal.commit()).expect("commit");
+        }
+        for line in lines {
+            acks.say(line);
+        }
+    }
+}
+
 #[test]
 fn crash_child() {
     // Runs only as the child of the crash tests below.
@@ -299,6 +598,7 @@ fn crash_child() {
         match std::env::var("JOURNAL_CRASH_PLANE").as_deref() {
             Ok("wal") => wal_child(&dir, seed, &mut acks),
             Ok("segment") => segment_child(&dir, &mut acks),
+            Ok("once") => once_child(&dir, seed, &mut acks),
             _ => metadata_child(&dir, seed, &mut acks),
         }
     }
@@ -319,6 +619,17 @@ enum Ack {
     Floor(u64),
     /// Segments synced up to an offset.
     Synced(u64),
+    /// Write-once: group, op, base offset and salt of an acknowledged prepare.
+    Prepared(u64, u64, u64, u64),
+    /// Write-once: a truncation of a group's ops from an op is starting.
+    Truncating(u64, u64),
+    /// Write-once: that truncation is durable.
+    Truncated(u64, u64),
+    /// Write-once: a group's checkpoint is durable: group, checkpoint op, offset frontier.
+    Checkpoint(u64, u64, u64),
+    /// Write-once: a window's WAL commit and segment syncs start; whether the commit goes
+    /// first.
+    Order(bool),
     /// The child found damage at recovery.
     Err(String),
 }
@@ -332,6 +643,21 @@ fn parse_line(line: &str) -> Option<Ack> {
         ["R"] => Ack::Reclaiming,
         ["F", lsn] => Ack::Floor(lsn.parse().ok()?),
         ["B", offset] => Ack::Synced(offset.parse().ok()?),
+        ["P", group, op, base, salt] => Ack::Prepared(
+            group.parse().ok()?,
+            op.parse().ok()?,
+            base.parse().ok()?,
+            salt.parse().ok()?,
+        ),
+        ["K", group, op, frontier] => Ack::Checkpoint(
+            group.parse().ok()?,
+            op.parse().ok()?,
+            frontier.parse().ok()?,
+        ),
+        ["t", group, from] => Ack::Truncating(group.parse().ok()?, from.parse().ok()?),
+        ["T", group, from] => Ack::Truncated(group.parse().ok()?, from.parse().ok()?),
+        ["C", "0"] => Ack::Order(false),
+        ["C", "1"] => Ack::Order(true),
         ["ERR", ..] => Ack::Err(line.to_owned()),
         _ => return None,
     })
@@ -350,7 +676,10 @@ fn parse_acks(text: &str) -> Result<Vec<Ack>, String> {
 
 #[test]
 fn ack_parser_takes_every_line_and_refuses_garbage() {
-    let acks = parse_acks("A 1 00000000000000ff\nS 2 0\nD 9\nR\nF 4\nB 12\nA 2 0").unwrap();
+    let acks = parse_acks(
+        "A 1 00000000000000ff\nS 2 0\nD 9\nR\nF 4\nB 12\nP 1 2 3 4\nK 1 2 3\nt 1 2\nT 1 2\nC 1\nA 2 0",
+    )
+    .unwrap();
     assert_eq!(
         acks,
         [
@@ -359,9 +688,16 @@ fn ack_parser_takes_every_line_and_refuses_garbage() {
             Ack::Durable(9),
             Ack::Reclaiming,
             Ack::Floor(4),
-            Ack::Synced(12)
+            Ack::Synced(12),
+            Ack::Prepared(1, 2, 3, 4),
+            Ack::Checkpoint(1, 2, 3),
+            Ack::Truncating(1, 2),
+            Ack::Truncated(1, 2),
+            Ack::Order(true)
         ]
     );
+    assert!(parse_acks("C 2\n").is_err());
+    assert!(parse_acks("P 1 2 3\n").is_err());
     assert!(parse_acks("test crash_child ... A 1 00\n").is_err());
     assert!(parse_acks("A 1\n").is_err());
     assert!(parse_acks("A x 00\n").is_err());
@@ -385,6 +721,7 @@ fn run_child(
     dir: &Path,
     acks_path: &Path,
     plane: &str,
+    brk: &str,
     prng: &mut Prng,
     stop: &mut Stop<'_>,
 ) -> Result<Vec<Ack>, String> {
@@ -395,6 +732,7 @@ fn run_child(
         .env(CHILD_ENV, dir)
         .env(ACKS_ENV, acks_path)
         .env("JOURNAL_CRASH_PLANE", plane)
+        .env(BREAK_ENV, brk)
         .env("JOURNAL_CRASH_SEED", prng.next_u64().to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -431,6 +769,26 @@ fn run_child(
     if !matches!(stop, Stop::Power(fs, _) if !fs.powered()) {
         std::thread::sleep(Duration::from_micros(prng.below(60_000)));
     }
+    // A child that ended on its own while the disk had power failed (a panic in it would
+    // otherwise pass for a quiet run); status 3 is `say_damage`, whose line is judged below.
+    // Its status is read before the power: power only goes off, so an exit seen while the
+    // power is still on happened with power.
+    let ended = child.try_wait().map_err(|e| format!("wait: {e}"))?;
+    let powered = match stop {
+        Stop::Kill => true,
+        Stop::Power(fs, _) => fs.powered(),
+    };
+    if let Some(status) = ended
+        && powered
+        && status.code() != Some(3)
+    {
+        if let Stop::Power(fs, cut) = stop {
+            fs.cut(*cut);
+            let _forking = FORKING.lock().unwrap_or_else(|p| p.into_inner());
+            fs.remount().map_err(|e| format!("remount: {e}"))?;
+        }
+        return Err(format!("the child ended on its own with power: {status}"));
+    }
     if let Stop::Power(fs, cut) = stop {
         fs.cut(*cut);
         // The child outlives the power by a moment, as it does whenever this thread is
@@ -456,13 +814,21 @@ struct Figures {
     acks: u64,
     checked: u64,
     head: u64,
+    /// Plane-specific counts for the report (empty or starting with "; ").
+    note: String,
 }
 
 /// The parent's knowledge of one plane: what was acknowledged, and the check after recovery.
 trait Oracle {
     const PLANE: &'static str;
+    /// The child's [`BREAK_ENV`]: empty, or a protocol break the campaign must catch.
+    const BREAK: &'static str = "";
     fn absorb(&mut self, ack: Ack, figures: &mut Figures) -> Result<(), String>;
     fn check(&mut self, dir: &Path, figures: &mut Figures) -> Result<(), String>;
+    /// Plane-specific counts for the report.
+    fn note(&self) -> String {
+        String::new()
+    }
 }
 
 #[derive(Default)]
@@ -747,6 +1113,235 @@ impl Oracle for Segments {
     }
 }
 
+/// The parent's knowledge of the write-once plane (decision 414); `B` picks the child's
+/// protocol break (0: none, 1: `ack-early`, 2: `rewind-early`), which the campaign must catch.
+#[derive(Default)]
+struct Once<const B: u8> {
+    /// `(group, op)` → `(base offset, salt)` of the acknowledged prepares not truncated since.
+    acked: BTreeMap<(u64, u64), (u64, u64)>,
+    /// group → the last acknowledged checkpoint `(op, offset frontier)`.
+    checkpoints: BTreeMap<u64, (u64, u64)>,
+    /// A truncation `(group, from_op)` whose durability was not acknowledged (yet).
+    truncating: Option<(u64, u64)>,
+    /// Whether the last window that started its WAL commit and segment syncs committed first.
+    wal_first: bool,
+    /// Durable truncations seen (acknowledged, or found in effect after the stop beat the
+    /// acknowledgement).
+    truncations: u64,
+    /// Ops found unresolved (a referenced body the stop kept from its sync; never acknowledged).
+    unresolved: u64,
+    /// Acknowledged referenced bodies checked byte for byte.
+    referenced: u64,
+    /// Bodies held whole in the WAL whose unsynced segment copy a stop lost.
+    held_lost: u64,
+    /// Checkpoints acknowledged.
+    checkpoints_seen: u64,
+    /// Fresh directories started (a long campaign would grow quadratic on one).
+    resets: u64,
+}
+
+impl<const B: u8> Once<B> {
+    fn drop_from(&mut self, group: u64, from: u64) {
+        self.acked.retain(|(g, op), _| *g != group || *op < from);
+    }
+}
+
+impl<const B: u8> Oracle for Once<B> {
+    const PLANE: &'static str = "once";
+    const BREAK: &'static str = match B {
+        1 => "ack-early",
+        2 => "rewind-early",
+        _ => "",
+    };
+
+    fn absorb(&mut self, ack: Ack, figures: &mut Figures) -> Result<(), String> {
+        match ack {
+            Ack::Prepared(group, op, base, salt) => {
+                self.acked.insert((group, op), (base, salt));
+                figures.acks += 1;
+            }
+            Ack::Truncating(group, from) => self.truncating = Some((group, from)),
+            Ack::Truncated(group, from) => {
+                self.truncating = None;
+                self.drop_from(group, from);
+                self.truncations += 1;
+            }
+            Ack::Order(wal_first) => self.wal_first = wal_first,
+            Ack::Checkpoint(group, op, frontier) => {
+                self.checkpoints.insert(group, (op, frontier));
+                self.checkpoints_seen += 1;
+            }
+            other => return Err(format!("write-once child said {other:?}")),
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, dir: &Path, figures: &mut Figures) -> Result<(), String> {
+        let boot = once_recover(&storage(dir))?;
+        if !boot.recovery.damage.is_empty() || !boot.recovery.truncated.is_empty() {
+            return Err(format!("WAL damage reported: {:?}", boot.recovery));
+        }
+        // A truncation the stop kept from being acknowledged is in effect exactly when its
+        // record is the last one replayed: the child writes nothing after it before it
+        // acknowledges it.
+        if let Some((group, from)) = self.truncating.take()
+            && boot.last_truncation == Some((group, from))
+        {
+            self.drop_from(group, from);
+            self.truncations += 1;
+        }
+        let mut total = 0;
+        figures.head = 0;
+        for (group, g) in (1..).zip(&boot.groups) {
+            let acked: Vec<(u64, (u64, u64))> = self
+                .acked
+                .range((group, 0)..=(group, u64::MAX))
+                .map(|(&(_, op), &at)| (op, at))
+                .collect();
+            let acked_head = acked.last().map_or(0, |(op, _)| *op);
+            let checkpoint = self.checkpoints.get(&group).copied().unwrap_or_default();
+            if g.checkpoint.0 < checkpoint.0 || g.checkpoint.1 < checkpoint.1 {
+                return Err(format!(
+                    "group {group}: checkpoint {:?} recovered, {checkpoint:?} acknowledged",
+                    g.checkpoint
+                ));
+            }
+            // A referenced body that did not come back belongs to a window whose WAL commit
+            // landed and whose segment sync the stop beat: never acknowledged, above every
+            // acknowledged op, and only possible when the commit went first.
+            if let Some(&first) = g.unresolved.first() {
+                self.unresolved += g.unresolved.len() as u64;
+                if first <= acked_head {
+                    return Err(format!(
+                        "group {group}: ops {:?} unresolved (referenced bodies not found intact), \
+                         acknowledged up to op {acked_head}",
+                        g.unresolved
+                    ));
+                }
+                if !self.wal_first {
+                    return Err(format!(
+                        "group {group}: ops {:?} unresolved after a window that synced its \
+                         segments before its WAL commit",
+                        g.unresolved
+                    ));
+                }
+            }
+            // Ops 1..=head (recovered or unresolved), each recovered batch starting where its
+            // recovered predecessor ended (an unresolved op's batch is not known).
+            let ops: std::collections::BTreeSet<u64> =
+                g.frames.keys().chain(&g.unresolved).copied().collect();
+            let mut end = Some(0);
+            for (i, op) in (1..).zip(&ops) {
+                if *op != i {
+                    return Err(format!(
+                        "group {group}: op {op} recovered where op {i} belongs (unresolved {:?})",
+                        g.unresolved
+                    ));
+                }
+                let Some(frame) = g.frames.get(op) else {
+                    end = None;
+                    continue;
+                };
+                let header = journal::prepare::verify_frame(frame, false)
+                    .map_err(|e| format!("group {group}: op {op} recovered malformed: {e:?}"))?;
+                let info = once_batch(frame)
+                    .filter(|_| header.op() == *op)
+                    .ok_or_else(|| format!("group {group}: op {op} recovered without its batch"))?;
+                if end.is_some_and(|end| info.base_offset != end) {
+                    return Err(format!(
+                        "group {group}: op {op} starts at offset {}, its predecessor ends at {end:?}",
+                        info.base_offset
+                    ));
+                }
+                end = Some(info.end_offset());
+            }
+            for (op, (base, salt)) in acked {
+                let Some(frame) = g.frames.get(&op) else {
+                    return Err(format!(
+                        "group {group}: acknowledged op {op} lost: recovered ops {:?}, unresolved \
+                         {:?}",
+                        g.frames.keys().next().zip(g.frames.keys().next_back()),
+                        g.unresolved
+                    ));
+                };
+                let body = once_body(group, base, salt);
+                if *frame != once_frame(group, op, &body) {
+                    return Err(format!(
+                        "group {group}: acknowledged op {op} came back different"
+                    ));
+                }
+                if body.len() >= ONCE_REF_MIN {
+                    self.referenced += 1;
+                }
+                figures.checked += 1;
+            }
+            // The segment holds the recovered bodies in op order, a prefix of them, and
+            // nothing else: past the last body a record vouches for nothing is served. Only
+            // bodies held whole in the WAL may be missing from it.
+            let bytes = block_on(g.log.read_from_offset(0, u64::MAX))
+                .map_err(|e| format!("group {group}: read back: {e}"))?;
+            let (mut at, mut served) = (0, 0);
+            for (op, frame) in &g.frames {
+                let body = &frame[HEADER_SIZE..];
+                if at < bytes.len() {
+                    if bytes.get(at..at + body.len()) != Some(body) {
+                        return Err(format!(
+                            "group {group}: the segment holds other bytes than op {op}'s body \
+                             at byte {at}"
+                        ));
+                    }
+                    at += body.len();
+                    served = once_batch(frame).expect("checked").end_offset();
+                } else if body.len() >= ONCE_REF_MIN {
+                    return Err(format!(
+                        "group {group}: op {op} recovered with its referenced body, which the \
+                         segment does not hold"
+                    ));
+                } else {
+                    self.held_lost += 1;
+                }
+            }
+            if at != bytes.len() || g.log.next_offset() != served {
+                return Err(format!(
+                    "group {group}: the segment serves {} bytes up to offset {}, the records vouch \
+                     for {at} bytes up to offset {served}",
+                    bytes.len(),
+                    g.log.next_offset()
+                ));
+            }
+            total += bytes.len();
+            figures.head += end.unwrap_or(0);
+        }
+        drop(boot);
+        if total > 6 << 20 {
+            // A fresh directory now and then: every check reads every segment back.
+            std::fs::remove_dir_all(dir).map_err(|e| format!("reset: {e}"))?;
+            let parent = dir.parent().expect("data directory has a parent");
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| format!("reset: {e}"))?;
+            self.acked.clear();
+            self.checkpoints.clear();
+            self.resets += 1;
+        }
+        Ok(())
+    }
+
+    fn note(&self) -> String {
+        format!(
+            "; {} acknowledged referenced bodies re-verified, {} checkpoints, {} truncations, {} \
+             unresolved (never acknowledged), {} held-whole segment copies lost, {} fresh \
+             directories",
+            self.referenced,
+            self.checkpoints_seen,
+            self.truncations,
+            self.unresolved,
+            self.held_lost,
+            self.resets
+        )
+    }
+}
+
 /// Runs `runs` child lives on `dir`, killing each or (with `fs`) cutting its power; the first
 /// violation ends it. Acknowledgements go to `acks`, which must not be on `fs`.
 fn campaign<O: Oracle + Default>(
@@ -771,7 +1366,9 @@ fn campaign<O: Oracle + Default>(
             None => Stop::Kill,
         };
         let context = |e: String| format!("{} run {run} ({cut:?}): {e}", O::PLANE);
-        for ack in run_child(&exe, dir, acks, O::PLANE, &mut prng, &mut stop).map_err(context)? {
+        for ack in
+            run_child(&exe, dir, acks, O::PLANE, O::BREAK, &mut prng, &mut stop).map_err(context)?
+        {
             if let Ack::Err(line) = ack {
                 return Err(context(format!("child found damage: {line}")));
             }
@@ -779,6 +1376,7 @@ fn campaign<O: Oracle + Default>(
         }
         oracle.check(dir, &mut figures).map_err(context)?;
         figures.runs += 1;
+        figures.note = oracle.note();
     }
     Ok(figures)
 }
@@ -795,17 +1393,18 @@ fn temp_dir(tag: &str) -> PathBuf {
 #[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 fn sigkill<O: Oracle + Default>(seed: u64) {
     let kills = env_u64("JOURNAL_CRASH_KILLS", 25);
-    let dir = temp_dir(&format!("crash-{}", O::PLANE));
+    let dir = temp_dir(&format!("crash-{}{}", O::PLANE, O::BREAK));
     let started = Instant::now();
     let figures = campaign::<O>(&dir.join("data"), &dir.join("acks"), kills, seed, None)
         .unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} crash test: {kills} SIGKILLs, {} acknowledgements, {} acknowledged records \
-         re-verified, head {}, none lost, {:.1}s",
+         re-verified, head {}, none lost{}, {:.1}s",
         O::PLANE,
         figures.acks,
         figures.checked,
         figures.head,
+        figures.note,
         started.elapsed().as_secs_f64()
     );
     assert!(
@@ -829,9 +1428,49 @@ fn sigkill_during_wal_group_commit_loses_nothing_durable() {
     sigkill::<Wal>(env_u64("JOURNAL_CRASH_SEED", 0xFEED));
 }
 
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
+#[test]
+fn sigkill_during_write_once_windows_loses_nothing_acknowledged() {
+    sigkill::<Once<0>>(env_u64("JOURNAL_CRASH_SEED", 0x0CE));
+}
+
+/// A campaign whose child breaks the write-once protocol on purpose must fail.
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
+fn break_caught<O: Oracle + Default>(seed: u64) {
+    let runs = env_u64("JOURNAL_CRASH_BREAK_RUNS", 150);
+    let dir = temp_dir(&format!("break-{}{}", O::PLANE, O::BREAK));
+    let result = campaign::<O>(&dir.join("data"), &dir.join("acks"), runs, seed, None);
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(f) => panic!(
+            "{} with {}: survived {runs} SIGKILLs ({} acknowledgements)",
+            O::PLANE,
+            O::BREAK,
+            f.acks
+        ),
+        Err(e) => eprintln!("{} caught: {e}", O::BREAK),
+    }
+}
+
+/// Acknowledging a window after its WAL commit but before `flush_synced` loses referenced
+/// bodies a SIGKILL keeps in memory.
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
+#[test]
+fn write_once_ack_before_flush_synced_is_caught() {
+    break_caught::<Once<1>>(env_u64("JOURNAL_CRASH_SEED", 0xB1));
+}
+
+/// Rewinding a segment before the truncation is durable loses acknowledged referenced bodies
+/// when the kill lands in between.
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
+#[test]
+fn write_once_rewind_before_durable_truncation_is_caught() {
+    break_caught::<Once<2>>(env_u64("JOURNAL_CRASH_SEED", 0xB2));
+}
+
 /// A power-cut campaign on a fresh powerfs mount.
 fn power<O: Oracle + Default>(cuts: u64, seed: u64) -> (Result<Figures, String>, powerfs::Stats) {
-    let dir = temp_dir(&format!("power-{}", O::PLANE));
+    let dir = temp_dir(&format!("power-{}{}", O::PLANE, O::BREAK));
     let mut fs = PowerFs::mount(&dir.join("mnt")).expect("mount powerfs (needs /dev/fuse)");
     // Two directory levels the backend creates itself, so their entries are at stake too.
     let data = dir.join("mnt").join("disk").join(O::PLANE);
@@ -850,13 +1489,14 @@ fn power_test<O: Oracle + Default>(seed: u64) {
     let figures = result.unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} power-loss test: {cuts} cuts, {} acknowledgements, {} acknowledged records \
-         re-verified, head {}, none lost; disk saw {} writes, {} fsyncs, {} directory fsyncs, \
+         re-verified, head {}, none lost{}; disk saw {} writes, {} fsyncs, {} directory fsyncs, \
          {} of {} opens O_DIRECT; cuts dropped or tore {} unsynced writes and reverted {} \
          directory entries; {:.1}s",
         O::PLANE,
         figures.acks,
         figures.checked,
         figures.head,
+        figures.note,
         stats.writes,
         stats.fsyncs,
         stats.dir_fsyncs,
@@ -897,6 +1537,15 @@ fn power_cut_segment_tail_rewrite_loses_no_synced_batch() {
     power_test::<Segments>(0x5E6);
 }
 
+/// Bodies written once at the segments' tails (decision 414), referenced from the WAL or
+/// held whole, through truncations and rewinds: every power cut keeps every acknowledged
+/// prepare whole and serves nothing its records do not vouch for.
+#[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
+#[test]
+fn power_cut_write_once_loses_nothing_acknowledged() {
+    power_test::<Once<0>>(0x0CE1);
+}
+
 /// With a bug knob on, the power-cut campaign must find a loss within its budget.
 #[cfg(any(feature = "bug-sync-noop", feature = "bug-ack-early"))]
 fn bug_knob_caught<O: Oracle + Default>() {
@@ -922,4 +1571,10 @@ fn bug_knob_is_caught_by_metadata_power_cuts() {
 #[test]
 fn bug_knob_is_caught_by_wal_power_cuts() {
     bug_knob_caught::<Wal>();
+}
+
+#[cfg(any(feature = "bug-sync-noop", feature = "bug-ack-early"))]
+#[test]
+fn bug_knob_is_caught_by_write_once_power_cuts() {
+    bug_knob_caught::<Once<0>>();
 }
