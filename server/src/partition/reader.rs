@@ -545,7 +545,7 @@ impl<'a> BatchCursor<'a> {
             if let Some(bytes) = hit {
                 drop(kept);
                 self.kept += 1;
-                self.start_ahead(&keep, generation, &files);
+                self.start_ahead(keep, generation, &files);
                 return Ok(bytes);
             }
             let sequential = kept.window.as_ref().is_some_and(|k| {
@@ -586,7 +586,7 @@ impl<'a> BatchCursor<'a> {
                 self.ahead += 1;
                 let from = usize::try_from(next - ahead.at).unwrap_or(usize::MAX);
                 let slice = bytes.slice(from..bytes.len().min(from + len));
-                self.start_ahead(&keep, generation, &files);
+                self.start_ahead(keep, generation, &files);
                 return Ok(slice);
             }
             // Failed or abandoned: this poll reads for itself (and reports its own error).
@@ -612,7 +612,7 @@ impl<'a> BatchCursor<'a> {
                 sequential,
                 _charge: charge,
             });
-            self.start_ahead(&keep, generation, &files);
+            self.start_ahead(keep, generation, &files);
         }
         Ok(bytes)
     }
