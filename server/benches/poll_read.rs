@@ -1,7 +1,9 @@
 //! A PollMessages read (issue 12 item 5; decisions 280-281): 1000 messages of 1000 B answered
 //! from the partition's in-memory tail, and the same poll answered from the segments (the
 //! tail holds only the newest batches), through `FileStorage` in a temporary directory (page
-//! cache: the read path's CPU cost, not the device's).
+//! cache: the read path's CPU cost, not the device's). `segments` polls the same offset
+//! again and again, so after the first iteration it is answered from the partition's kept
+//! read (decision 421); `segments_not_kept` drops that read first, so it reads the file.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -15,7 +17,7 @@ use server::client::codec::{Consumer, Identifier, PollingStrategy};
 use server::client::request::PollMessages;
 use server::partition::PollAnswer;
 use server::partition::machine::{PartitionStateMachine, StorageWork};
-use server::partition::reader::{SegmentMap, StorageFiles};
+use server::partition::reader::{Keep, SegmentMap, StorageFiles};
 use wire::header::{Layout, PrepareHeader};
 use wire::{GroupId, Operation, PartitionKey};
 
@@ -91,6 +93,17 @@ fn poll(c: &mut Criterion) {
         b.iter(|| match m.poll(0, &request(10 * PER_BATCH)).unwrap() {
             PollAnswer::Disk(read) => block_on(read.read()).unwrap(),
             PollAnswer::Ready(_) => panic!("batch 10 left the tail"),
+        });
+    });
+    // The same poll with the partition's kept read dropped first (decision 421): every
+    // iteration reads the file, as a poll whose bytes no earlier read holds.
+    group.bench_function("segments_not_kept", |b| {
+        b.iter(|| {
+            map.borrow().recent.replace(Keep::default());
+            match m.poll(0, &request(10 * PER_BATCH)).unwrap() {
+                PollAnswer::Disk(read) => block_on(read.read()).unwrap(),
+                PollAnswer::Ready(_) => panic!("batch 10 left the tail"),
+            }
         });
     });
     group.finish();

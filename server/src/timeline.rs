@@ -148,6 +148,227 @@ pub fn render_metrics(out: &mut String) {
             sums(stage).1
         );
     }
+    out.push_str(
+        "# HELP strand_poll_stage_us_total time polls spent in each stage of their life on this \
+         node (decision 420)\n# TYPE strand_poll_stage_us_total counter\n",
+    );
+    for stage in PollStage::ALL {
+        let _ = writeln!(
+            out,
+            "strand_poll_stage_us_total{{stage=\"{}\"}} {}",
+            stage.name(),
+            poll_sums(stage).0
+        );
+    }
+    out.push_str(
+        "# HELP strand_poll_stage_count polls that went through each stage (segment reads for \
+         opened)\n# TYPE strand_poll_stage_count counter\n",
+    );
+    for stage in PollStage::ALL {
+        let _ = writeln!(
+            out,
+            "strand_poll_stage_count{{stage=\"{}\"}} {}",
+            stage.name(),
+            poll_sums(stage).1
+        );
+    }
+}
+
+/// One stage of a poll's life on the node that answers it (decision 420), each from the end of
+/// the previous one: `idle` (the connection's previous reply written until this request's header
+/// is read: the client's turn and the loopback), `read` (the body after the header), `routed`
+/// (decode, session and route up to the read), `machine` (the partition state machine's poll:
+/// the tail's batches, or the plan of a segment read), `disk` (the segment reads awaited, the
+/// file's open included), `verified` (verifying the segment batches and building the poll),
+/// `built` (the reply's header and parts), `forwarded` (a poll answered on another shard: the
+/// mesh round trip, whose own stages that shard records), `other` (the rest of the read call:
+/// waiting to be scheduled between them), `committed` (an auto-commit's store), `wrote` (the
+/// reply's vectored write to the socket). `opened` is part of `disk`: the open of the segment
+/// file alone, one per read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollStage {
+    /// The previous reply written until this request's header is read.
+    Idle,
+    /// The body read after the header.
+    Read,
+    /// Decode and route until the read starts.
+    Routed,
+    /// The state machine's poll.
+    Machine,
+    /// The segment reads (open included).
+    Disk,
+    /// Verifying the read batches and building the poll.
+    Verified,
+    /// The reply's frame built.
+    Built,
+    /// A poll answered on another shard: the mesh round trip.
+    Forwarded,
+    /// The read call's time not in the stages above.
+    Other,
+    /// The auto-commit's store.
+    Committed,
+    /// The reply's write.
+    Wrote,
+    /// The open of a segment file (part of `disk`, one per read).
+    Opened,
+}
+
+impl PollStage {
+    /// Every stage, in order.
+    pub const ALL: [PollStage; 12] = [
+        PollStage::Idle,
+        PollStage::Read,
+        PollStage::Routed,
+        PollStage::Machine,
+        PollStage::Disk,
+        PollStage::Verified,
+        PollStage::Built,
+        PollStage::Forwarded,
+        PollStage::Other,
+        PollStage::Committed,
+        PollStage::Wrote,
+        PollStage::Opened,
+    ];
+
+    /// The `stage` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollStage::Idle => "idle",
+            PollStage::Read => "read",
+            PollStage::Routed => "routed",
+            PollStage::Machine => "machine",
+            PollStage::Disk => "disk",
+            PollStage::Verified => "verified",
+            PollStage::Built => "built",
+            PollStage::Forwarded => "forwarded",
+            PollStage::Other => "other",
+            PollStage::Committed => "committed",
+            PollStage::Wrote => "wrote",
+            PollStage::Opened => "opened",
+        }
+    }
+}
+
+static POLL_SUMS: [Sum; PollStage::ALL.len()] = [ZERO; PollStage::ALL.len()];
+
+/// Adds one poll's `us` in `stage` to the process-wide sums.
+pub fn record_poll(stage: PollStage, us: u64) {
+    let sum = &POLL_SUMS[stage as usize];
+    sum.us.fetch_add(us, Ordering::Relaxed);
+    sum.count.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The sums of a poll `stage`: total microseconds and polls (reads for `opened`).
+pub fn poll_sums(stage: PollStage) -> (u64, u64) {
+    let sum = &POLL_SUMS[stage as usize];
+    (
+        sum.us.load(Ordering::Relaxed),
+        sum.count.load(Ordering::Relaxed),
+    )
+}
+
+/// What the read call of one poll measured where it ran (the group's shard).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadTimes {
+    /// The state machine's poll.
+    pub machine: Duration,
+    /// The segment reads awaited (0 for a poll from the tail).
+    pub disk: Duration,
+    /// Verifying and building after the reads.
+    pub verified: Duration,
+    /// The reply's frame.
+    pub built: Duration,
+    /// Segment reads issued.
+    pub reads: u32,
+    /// Segment reads answered from the partition's kept read (decision 421).
+    pub kept: u32,
+    /// Segment reads answered by a read ahead (decision 421).
+    pub ahead: u32,
+}
+
+impl ReadTimes {
+    /// Records the stages (a poll answered for another shard records them where it ran).
+    pub fn record(&self) {
+        record_poll(PollStage::Machine, duration_us(self.machine));
+        record_poll(PollStage::Disk, duration_us(self.disk));
+        record_poll(PollStage::Verified, duration_us(self.verified));
+        record_poll(PollStage::Built, duration_us(self.built));
+    }
+
+    fn sum(&self) -> Duration {
+        self.machine + self.disk + self.verified + self.built
+    }
+}
+
+/// The stamps of one poll on its connection's shard.
+#[derive(Debug, Clone, Copy)]
+pub struct PollCall {
+    /// The read call started (after routing).
+    pub started: Instant,
+    /// The read call returned.
+    pub answered: Instant,
+    /// The auto-commit's store returned (`answered` without one).
+    pub committed: Instant,
+    /// Where the read ran here: its stages (`None`: forwarded to another shard).
+    pub times: Option<ReadTimes>,
+}
+
+/// A poll's reply was written at `written`: every stage of it is recorded, with `idle` from the
+/// connection's previous reply (`previous`), and one `debug` event of target `strand::timeline`.
+pub fn poll_done(
+    stamps: RequestStamps,
+    call: PollCall,
+    written: Instant,
+    previous: Option<Instant>,
+) {
+    let idle = previous.map(|p| micros(p, stamps.header));
+    if let Some(idle) = idle {
+        record_poll(PollStage::Idle, idle);
+    }
+    let read = micros(stamps.header, stamps.read);
+    let routed = micros(stamps.read, call.started);
+    let call_us = micros(call.started, call.answered);
+    let (times, forwarded, other) = match call.times {
+        Some(t) => {
+            t.record();
+            let other = call_us.saturating_sub(duration_us(t.sum()));
+            (t, 0, other)
+        }
+        None => {
+            record_poll(PollStage::Forwarded, call_us);
+            (ReadTimes::default(), call_us, 0)
+        }
+    };
+    let committed = micros(call.answered, call.committed);
+    let wrote = micros(call.committed, written);
+    record_poll(PollStage::Read, read);
+    record_poll(PollStage::Routed, routed);
+    record_poll(PollStage::Other, other);
+    record_poll(PollStage::Committed, committed);
+    record_poll(PollStage::Wrote, wrote);
+    tracing::debug!(
+        target: "strand::timeline",
+        total_us = micros(stamps.header, written),
+        idle_us = idle.unwrap_or(0),
+        read_us = read,
+        routed_us = routed,
+        machine_us = duration_us(times.machine),
+        disk_us = duration_us(times.disk),
+        reads = times.reads,
+        kept = times.kept,
+        ahead = times.ahead,
+        verified_us = duration_us(times.verified),
+        built_us = duration_us(times.built),
+        forwarded_us = forwarded,
+        other_us = other,
+        committed_us = committed,
+        wrote_us = wrote,
+        "poll timeline"
+    );
+}
+
+fn duration_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn micros(from: Instant, to: Instant) -> u64 {
@@ -442,6 +663,69 @@ mod tests {
         assert_eq!(t.open_ops(), 1, "a truncation forgets its ops");
         t.forget(8, 0);
         assert_eq!(t.open_ops(), 0, "a dropped group forgets all of its ops");
+    }
+
+    /// A poll's stages are recorded once each (decision 420): a poll read on this shard adds
+    /// its machine, disk, verify and build times and what the read call spent beside them; a
+    /// forwarded one its mesh round trip; `idle` only after a previous reply.
+    #[test]
+    fn a_poll_records_each_of_its_stages() {
+        let count = |stage| poll_sums(stage).1;
+        let before: Vec<u64> = PollStage::ALL.iter().map(|&s| count(s)).collect();
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let stamps = RequestStamps {
+            header: ms(1),
+            read: ms(2),
+        };
+        let times = ReadTimes {
+            machine: Duration::from_millis(1),
+            disk: Duration::from_millis(3),
+            verified: Duration::from_millis(1),
+            built: Duration::ZERO,
+            reads: 1,
+            kept: 0,
+            ahead: 0,
+        };
+        let call = PollCall {
+            started: ms(3),
+            answered: ms(10),
+            committed: ms(10),
+            times: Some(times),
+        };
+        let (disk_us, other_us) = (poll_sums(PollStage::Disk).0, poll_sums(PollStage::Other).0);
+        poll_done(stamps, call, ms(12), None);
+        assert!(poll_sums(PollStage::Disk).0 >= disk_us + 3_000);
+        assert!(
+            poll_sums(PollStage::Other).0 >= other_us + 2_000,
+            "the read call's 7 ms less its 5 ms of stages"
+        );
+        poll_done(
+            stamps,
+            PollCall {
+                times: None,
+                ..call
+            },
+            ms(12),
+            Some(t0),
+        );
+        let after: Vec<u64> = PollStage::ALL.iter().map(|&s| count(s)).collect();
+        for (i, stage) in PollStage::ALL.iter().enumerate() {
+            // Other tests run polls of their own on other threads: at least, not exactly.
+            let want = match stage {
+                PollStage::Idle | PollStage::Forwarded => 1,
+                PollStage::Machine | PollStage::Disk | PollStage::Verified | PollStage::Built => 1,
+                PollStage::Opened => 0,
+                _ => 2,
+            };
+            assert!(
+                after[i] >= before[i] + want,
+                "{}: {} -> {}",
+                stage.name(),
+                before[i],
+                after[i]
+            );
+        }
     }
 
     /// Ops that never close (a primary that lost its view emits no reply for them) do not

@@ -56,6 +56,8 @@ pub struct Spawned<'a> {
     pub ack: &'a str,
     /// `partition.wal_size` in bytes (`None`: the node's default).
     pub wal_size: Option<u64>,
+    /// `partition.read_cache_bytes` (`None`: the node's default).
+    pub read_cache: Option<u64>,
 }
 
 /// The config text of an `n`-node cluster on `nodes`, with the keys `spawned` sets.
@@ -64,6 +66,9 @@ pub fn config_text(nodes: &[NodePorts], spawned: &Spawned<'_>) -> String {
     text.push_str(&format!("\n[partition]\nack = \"{}\"\n", spawned.ack));
     if let Some(bytes) = spawned.wal_size {
         text.push_str(&format!("wal_size = \"{bytes}\"\n"));
+    }
+    if let Some(bytes) = spawned.read_cache {
+        text.push_str(&format!("read_cache_bytes = \"{bytes}\"\n"));
     }
     for (i, p) in nodes.iter().enumerate() {
         text.push_str(&format!(

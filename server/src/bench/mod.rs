@@ -145,6 +145,10 @@ pub struct RunArgs {
     /// `268435456` (8 MiB..=1 GiB, a multiple of 4 KiB; default the node's, 64 MiB).
     #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_wal_size)]
     pub wal_size: Option<u64>,
+    /// The spawned nodes' `partition.read_cache_bytes`: each partition's in-memory tail, e.g.
+    /// `256 MiB` (64 KiB..=4 GiB; default the node's, 16 MiB).
+    #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_read_cache)]
+    pub read_cache: Option<u64>,
     /// The spawned cluster's directory (kept); default a temporary one, removed after.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -176,6 +180,19 @@ pub fn parse_wal_size(text: &str) -> Result<u64, String> {
         return Err(format!(
             "--wal-size {text}: {bytes} bytes must be in {low}..={high} and a multiple of {}",
             journal::storage::SECTOR
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Parses `--read-cache`: a size as the config writes it, in the range the config accepts for
+/// `partition.read_cache_bytes`.
+pub fn parse_read_cache(text: &str) -> Result<u64, String> {
+    let bytes = crate::config::parse_size(text)
+        .ok_or_else(|| format!("--read-cache {text}: not a size like \"256 MiB\" or \"4096\""))?;
+    if !(64 << 10..=4 << 30).contains(&bytes) {
+        return Err(format!(
+            "--read-cache {text}: {bytes} bytes must be in 64 KiB..=4 GiB"
         ));
     }
     Ok(bytes)
@@ -360,6 +377,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                 &cluster::Spawned {
                     ack: args.ack.unwrap_or(AckArg::Disk).as_str(),
                     wal_size: args.wal_size,
+                    read_cache: args.read_cache,
                 },
                 dir.clone(),
                 remove,

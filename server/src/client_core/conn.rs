@@ -55,6 +55,8 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
     let addresses = core.node.addresses.clone();
     let (token, peer) = (addresses.connection(), stream.peer_addr().ok());
     let mut carried: Option<u128> = None;
+    // The previous reply's write, for a poll's `idle` stage (decision 420).
+    let mut previous: Option<Instant> = None;
     loop {
         if stream.read_exact(&mut header).await.is_err() {
             break; // closed by the peer (or reset)
@@ -116,9 +118,14 @@ pub(super) async fn serve(core: Rc<ClientCore>, mut stream: TcpStream) {
         if written.is_err() {
             break;
         }
+        let written_at = Instant::now();
         if let Some((submitted, replied)) = core.partition_calls.borrow_mut().remove(&conn) {
-            timeline::request_done(stamps, Some(submitted), Some(replied), Instant::now());
+            timeline::request_done(stamps, Some(submitted), Some(replied), written_at);
         }
+        if let Some(call) = core.poll_calls.borrow_mut().remove(&conn) {
+            timeline::poll_done(stamps, call, written_at, previous);
+        }
+        previous = Some(written_at);
     }
     if let Some(client) = carried {
         addresses.forget(client, token);
@@ -360,7 +367,8 @@ impl ClientCore {
                     topic: request.topic.clone(),
                     partition: Some(partition),
                 });
-                let answer = self
+                let started = Instant::now();
+                let (answer, times) = self
                     .read_call(
                         conn,
                         &header,
@@ -372,6 +380,7 @@ impl ClientCore {
                         },
                     )
                     .await;
+                let answered = Instant::now();
                 if let Some(target) = target
                     && let Some(user) = user
                     && answer.command() == Some(Command::Reply)
@@ -380,6 +389,15 @@ impl ClientCore {
                     self.auto_commit(conn, &header, group, target, offset, user)
                         .await;
                 }
+                self.poll_calls.borrow_mut().insert(
+                    conn,
+                    timeline::PollCall {
+                        started,
+                        answered,
+                        committed: Instant::now(),
+                        times,
+                    },
+                );
                 return Some(answer);
             }
             Route::ConsumerOffset {
@@ -398,7 +416,8 @@ impl ClientCore {
                             consumer,
                         },
                     )
-                    .await,
+                    .await
+                    .0,
                 );
             }
             Route::Node(NodeQuery::ClusterMetadata) => {
@@ -528,18 +547,30 @@ impl ClientCore {
         }
     }
 
-    /// Answers a partition read here, or on the group's shard over the mesh.
+    /// Answers a partition read here, or on the group's shard over the mesh; with the read's
+    /// stages when it ran here (decision 420).
     async fn read_call(
         &self,
         conn: u64,
         header: &RequestHeader,
         group: wire::GroupId,
         read: PartitionRead,
-    ) -> Answer {
+    ) -> (Answer, Option<timeline::ReadTimes>) {
         let target = self.group_shard(group);
         if target == self.shard {
-            return self.answer_read(header, &read).await;
+            let (answer, times) = self.answer_read(header, &read).await;
+            return (answer, Some(times));
         }
+        (self.read_remote(conn, header, target, read).await, None)
+    }
+
+    async fn read_remote(
+        &self,
+        conn: u64,
+        header: &RequestHeader,
+        target: u16,
+        read: PartitionRead,
+    ) -> Answer {
         let client = header.client.get();
         let Some(slot) = self.registry.wait_for(client, conn, header.request.get()) else {
             return frames::refused(header, TRANSIENT_NOT_ACCEPTED).into();

@@ -182,6 +182,9 @@ pub struct ClientCore {
     /// 350), taken when its reply is written.
     partition_calls:
         RefCell<std::collections::HashMap<u64, (std::time::Instant, std::time::Instant)>>,
+    /// Per connection, the stamps of its last poll (decision 420), taken when its reply is
+    /// written.
+    poll_calls: RefCell<std::collections::HashMap<u64, crate::timeline::PollCall>>,
 }
 
 impl ClientCore {
@@ -211,6 +214,7 @@ impl ClientCore {
             round_robin: Cell::new(0),
             next_conn: Cell::new(0),
             partition_calls: RefCell::default(),
+            poll_calls: RefCell::default(),
         });
         let weak = Rc::downgrade(&core);
         core.registry
@@ -320,7 +324,12 @@ impl ClientCore {
                 let client = request.client.get();
                 let core = self.clone();
                 glommio::spawn_local(async move {
-                    let frame = core.answer_read(&request, &read).await.into_frame();
+                    let (answer, times) = core.answer_read(&request, &read).await;
+                    // This shard's stages of a poll answered for another one (decision 420).
+                    if matches!(*read, PartitionRead::Poll { .. }) {
+                        times.record();
+                    }
+                    let frame = answer.into_frame();
                     if (core.mesh)(origin, Lane::Reply, ShardMsg::Reply { client, frame }).is_err()
                     {
                         Counters::add(&core.node.counters.mesh_refused);
@@ -348,32 +357,57 @@ impl ClientCore {
         frames::refused(header, code)
     }
 
-    async fn answer_read(&self, header: &RequestHeader, read: &PartitionRead) -> Answer {
-        match read {
+    /// Answers a partition read on this shard, with its stages when it is a poll (decision
+    /// 420).
+    async fn answer_read(
+        &self,
+        header: &RequestHeader,
+        read: &PartitionRead,
+    ) -> (Answer, crate::timeline::ReadTimes) {
+        let mut times = crate::timeline::ReadTimes::default();
+        let answer = match read {
             PartitionRead::Poll {
                 group,
                 partition,
                 request,
             } => {
+                let started = std::time::Instant::now();
                 let answer = self.partitions().poll(*group, *partition, request);
+                let planned = std::time::Instant::now();
+                times.machine = planned - started;
                 let poll = match answer {
                     Ok(PollAnswer::Ready(poll)) => Ok(poll),
                     // Below the tail: read the segments on this shard (decision 281).
-                    Ok(PollAnswer::Disk(read)) => read.read().await.map_err(|error| {
-                        tracing::warn!(group = group.0, %error, "a poll's segment read failed");
-                        Counters::add(&self.node.counters.poll_read_errors);
-                        status::ERROR
-                    }),
+                    Ok(PollAnswer::Disk(read)) => {
+                        let (poll, disk) = read.read_timed().await;
+                        times.disk = disk.io;
+                        times.reads = disk.reads;
+                        times.kept = disk.kept;
+                        times.ahead = disk.ahead;
+                        // Reads ahead run on the shard beside the reply (decision 421).
+                        for read_ahead in disk.started {
+                            glommio::spawn_local(read_ahead).detach();
+                        }
+                        times.verified = planned.elapsed().saturating_sub(disk.io);
+                        poll.map_err(|error| {
+                            tracing::warn!(group = group.0, %error, "a poll's segment read failed");
+                            Counters::add(&self.node.counters.poll_read_errors);
+                            status::ERROR
+                        })
+                    }
                     Err(code) => Err(code),
                 };
-                match poll {
+                let building = std::time::Instant::now();
+                let answer = match poll {
                     Ok(poll) => {
                         let mut answer = frames::reply_parts(header, 0, &poll.head, poll.batches);
                         answer.last_offset = Some(poll.last_offset);
                         answer
                     }
                     Err(code) => frames::refused(header, code).into(),
-                }
+                };
+                times.built = building.elapsed();
+                answer
             }
             PartitionRead::Offset {
                 group,
@@ -391,7 +425,8 @@ impl ClientCore {
                 Ok(None) => frames::reply(header, 0, &[]).into(),
                 Err(code) => frames::refused(header, code).into(),
             },
-        }
+        };
+        (answer, times)
     }
 
     fn group_shard(&self, group: GroupId) -> u16 {

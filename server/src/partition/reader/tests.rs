@@ -479,3 +479,204 @@ fn a_tail_poll_shares_the_committed_batches() {
         assert_eq!(got, kept);
     }
 }
+
+/// A consumer polling in sequence from the first offset to the tail across several segments
+/// (decision 421): every answer equals the all-in-memory machine's; most polls are answered
+/// from the partition's kept read or its read ahead, so the files are read far fewer times
+/// than there are polls; the read ahead is run after the poll, beside the next poll (waited
+/// for), or dropped (the next poll reads for itself); the kept bytes stay within the budget.
+#[test]
+fn a_sequential_consumer_is_served_from_the_kept_read_and_the_read_ahead() {
+    let policy = FlushPolicy {
+        messages_required_to_save: 100,
+        segment_size: 9 << 20,
+        ..POLICY
+    };
+    let mut rig = Rig::with_policy("ahead", policy);
+    for _ in 0..600 {
+        rig.send(100);
+    }
+    assert!(rig.map.borrow().segments.len() >= 3, "several segments");
+    let reads = Rc::new(RefCell::new(Vec::new()));
+    rig.map.borrow_mut().files = Some(Rc::new(CountingFiles {
+        inner: StorageFiles(rig.storage.clone()),
+        reads: reads.clone(),
+    }));
+    let request = |offset| PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        },
+        stream: Identifier::Numeric(1),
+        topic: Identifier::Numeric(2),
+        partition: Some(3),
+        strategy: PollingStrategy::Offset(offset),
+        count: 250,
+        auto_commit: false,
+    };
+    let (mut offset, mut polls, mut kept, mut ahead) = (0u64, 0u32, 0u32, 0u32);
+    // The reads ahead a poll started, and what becomes of them (one way after another).
+    let mut pending: Vec<LocalFuture<()>> = Vec::new();
+    let (mut started, mut mode) = (0u32, 0u32);
+    loop {
+        let answer = rig.machine.poll(3, &request(offset)).unwrap();
+        let PollAnswer::Disk(read) = answer else {
+            break; // the tail: the rest is in memory
+        };
+        let (got, times) = match mode {
+            // The read ahead runs beside this poll, which waits for it.
+            0 => {
+                let ahead = std::mem::take(&mut pending);
+                // A block_on that parks: the poll waits (pending) until the read ahead wakes it.
+                let (got, ()) = futures_lite::future::block_on(futures_lite::future::zip(
+                    read.read_timed(),
+                    async {
+                        for f in ahead {
+                            f.await;
+                        }
+                    },
+                ));
+                got
+            }
+            // It ran before this poll.
+            1 => {
+                for f in std::mem::take(&mut pending) {
+                    block_on(f);
+                }
+                block_on(read.read_timed())
+            }
+            // It was dropped: abandoned, this poll reads for itself.
+            _ => {
+                pending.clear();
+                block_on(read.read_timed())
+            }
+        };
+        let got = got.unwrap();
+        let PollAnswer::Ready(want) = rig.reference.poll(3, &request(offset)).unwrap() else {
+            panic!("the reference holds everything in memory");
+        };
+        assert!(
+            got == want,
+            "poll at {offset} equals the all-in-memory answer"
+        );
+        assert!(kept_bytes() <= KEPT_BYTES_MAX);
+        kept += times.kept;
+        ahead += times.ahead;
+        pending = times.started;
+        if !pending.is_empty() {
+            mode = started % 3;
+            started += 1;
+        }
+        polls += 1;
+        offset = got.last_offset.unwrap() + 1;
+    }
+    drop(pending);
+    let reads = reads.borrow().len() as u32;
+    assert!(
+        offset > 50_000,
+        "the consumer read most of the log: {offset}"
+    );
+    assert!(started >= 6, "reads ahead started: {started}");
+    assert!(ahead > 0, "some polls were answered by a read ahead");
+    assert!(
+        kept * 10 > polls * 8,
+        "most reads came from the kept read: {kept} of {polls} polls"
+    );
+    assert!(reads * 5 < polls, "{reads} file reads for {polls} polls");
+}
+
+/// Segment bytes served from the kept read or a read ahead are verified like any read
+/// (decision 421): a damaged batch far past the first poll's read is found by the poll that
+/// reaches it, never returned.
+#[test]
+fn a_damaged_batch_in_a_read_ahead_is_a_typed_error() {
+    let policy = FlushPolicy {
+        messages_required_to_save: 100,
+        segment_size: 64 << 20,
+        ..POLICY
+    };
+    let mut rig = Rig::with_policy("ahead-damage", policy);
+    for _ in 0..300 {
+        rig.send(100);
+    }
+    let seg = rig.map.borrow().segments[0].clone();
+    // A byte inside a batch some 6 MB in: past the first read, inside a read ahead.
+    let position = seg
+        .index
+        .iter()
+        .find(|e| e.position > 6 << 20)
+        .unwrap()
+        .position
+        + 500;
+    let path = rig.dir.join(&seg.name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[position as usize] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let mut offset = 0;
+    let mut ahead = 0;
+    let err = loop {
+        let request = PollMessages {
+            consumer: Consumer {
+                group: false,
+                id: Identifier::Numeric(7),
+            },
+            stream: Identifier::Numeric(1),
+            topic: Identifier::Numeric(2),
+            partition: Some(3),
+            strategy: PollingStrategy::Offset(offset),
+            count: 250,
+            auto_commit: false,
+        };
+        let Ok(PollAnswer::Disk(read)) = rig.machine.poll(3, &request) else {
+            panic!("the damage lies below the tail, so some poll reads it");
+        };
+        let (got, times) = block_on(read.read_timed());
+        for f in times.started {
+            block_on(f);
+        }
+        ahead += times.ahead;
+        match got {
+            Ok(p) => offset = p.last_offset.unwrap() + 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        ahead > 0,
+        "polls were answered by reads ahead before the damage"
+    );
+    assert!(
+        matches!(err, ReadError::Corrupt { ref name, .. } if *name == seg.name),
+        "{err}"
+    );
+}
+
+/// A kept read is served only while its segment is mapped as it was (decision 421): a
+/// refresh that replaces a segment (an install, a retention removal) bumps the generation and
+/// drops the kept read and its share of the budget.
+#[test]
+fn a_replaced_segment_drops_the_kept_read() {
+    let policy = FlushPolicy {
+        messages_required_to_save: 100,
+        segment_size: 64 << 20,
+        ..POLICY
+    };
+    let mut rig = Rig::with_policy("ahead-generation", policy);
+    for _ in 0..40 {
+        rig.send(100);
+    }
+    let (disk, _) = Rig::poll(&rig.machine, PollingStrategy::Offset(0), 250);
+    assert!(disk);
+    assert!(rig.map.borrow().recent.borrow().window.is_some());
+    assert!(kept_bytes() > 0);
+    let generation = rig.map.borrow().generation;
+    // The segment as the storage task now sees it differs from the mapped one.
+    rig.map.borrow_mut().segments[0].index[0].position += 1;
+    let log = &rig.log;
+    rig.map.borrow_mut().refresh(log);
+    assert_eq!(rig.map.borrow().generation, generation + 1);
+    assert!(rig.map.borrow().recent.borrow().window.is_none());
+    assert_eq!(kept_bytes(), 0, "its share of the budget is back");
+    // Growing only keeps the generation.
+    rig.send(100);
+    assert_eq!(rig.map.borrow().generation, generation + 1);
+}
