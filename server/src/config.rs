@@ -279,6 +279,7 @@ pub struct RawPartition {
     pub transfer_artifact_bytes_max: String,
     pub checkpoint_interval_ops: u64,
     pub read_cache_bytes: String,
+    pub read_cache_shard_bytes: String,
     pub wal_size: String,
 }
 
@@ -291,7 +292,8 @@ defaults!(RawPartition {
     transfer_served_cache_bytes_max: s("2176 MiB"),
     transfer_artifact_bytes_max: s("1088 MiB"),
     checkpoint_interval_ops: 1024,
-    read_cache_bytes: s("16 MiB"),
+    read_cache_bytes: s("256 MiB"),
+    read_cache_shard_bytes: s("1 GiB"),
     wal_size: s("64 MiB"),
 });
 
@@ -518,6 +520,8 @@ pub struct Partition {
     pub checkpoint_interval_ops: u64,
     /// Each partition's in-memory tail of committed batches (decision 280).
     pub read_cache_bytes: u64,
+    /// Every partition tail of one shard together (decision 424).
+    pub read_cache_shard_bytes: u64,
     /// Bytes of each file of a shard's partition WAL (decision 382): fixed for a data
     /// directory's life (`crate::wal_size`).
     pub wal_size: u64,
@@ -1318,6 +1322,15 @@ impl RawConfig {
                 size("partition.read_cache_bytes", &raw.read_cache_bytes)?,
                 64 << 10,
                 4 << 30,
+            )?,
+            read_cache_shard_bytes: in_range(
+                "partition.read_cache_shard_bytes",
+                size(
+                    "partition.read_cache_shard_bytes",
+                    &raw.read_cache_shard_bytes,
+                )?,
+                1 << 20,
+                256 << 30,
             )?,
             wal_size,
         })

@@ -415,6 +415,8 @@ impl Shard {
         // Each partition's in-memory tail (decision 280).
         let cache = self.node_info.config.partition.read_cache_bytes;
         host.set_read_cache_bytes(usize::try_from(cache).unwrap_or(usize::MAX));
+        let shard_cache = self.node_info.config.partition.read_cache_shard_bytes;
+        host.set_read_cache_shard_bytes(usize::try_from(shard_cache).unwrap_or(usize::MAX));
         let mesh = Rc::new(ctx.mesh);
         // Frames route by group: metadata, this shard's partition groups, another shard's
         // (forwarded over the mesh), or unknown (decision 166).

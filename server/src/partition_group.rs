@@ -763,6 +763,8 @@ struct StorageTask<S: Storage> {
     metadata: MetadataReader,
     /// Each group's in-memory tail budget (decision 280).
     read_cache_bytes: usize,
+    /// [`Host::tail_share`], handed to every machine booted here.
+    tail_share: Rc<Cell<usize>>,
     /// Where each op's time goes (decision 350).
     timeline: Rc<Timeline>,
     /// Reclaimed WAL files being removed apart (decision 400).
@@ -1664,7 +1666,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let map = Rc::new(RefCell::new(map));
         map.borrow_mut().refresh(&boot.log);
         let mapped = map.borrow().clone();
-        let scanned = reader::scan(&mapped, &*files, frontier, self.read_cache_bytes).await;
+        let keep = self.read_cache_bytes.min(self.tail_share.get());
+        let scanned = reader::scan(&mapped, &*files, frontier, keep).await;
         let scanned = match scanned {
             Ok(scan) => scan,
             Err(e) => {
@@ -1674,13 +1677,16 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         };
         let mut offsets = boot.offsets.clone();
         offsets.next_offset = frontier;
-        let machine = match PartitionStateMachine::from_scan(
+        let machine = PartitionStateMachine::from_scan(
             GroupId(group),
             scanned,
             offsets,
             map.clone(),
             self.read_cache_bytes,
-        ) {
+        )
+        // The shard's budget bounds every tail beside its own (decision 424).
+        .map(|m| m.with_tail_share(self.tail_share.clone()));
+        let machine = match machine {
             // A received transfer stages in this directory (decision 220).
             Ok(m) => m.with_staging_dir(self.partitions.local_dir().map(ToOwned::to_owned)),
             Err(e) => {
@@ -1889,6 +1895,13 @@ pub struct Host {
     metadata_lead: RefCell<Option<MetadataLead>>,
     /// Each group's in-memory tail budget (`partition.read_cache_bytes`, decision 280).
     read_cache_bytes: Cell<usize>,
+    /// Every group's tails on this shard together (`partition.read_cache_shard_bytes`,
+    /// decision 424).
+    read_cache_shard_bytes: Cell<usize>,
+    /// What each group's tail may hold now: the per-group budget, or the shard's split over
+    /// the hosted groups when that is less (decision 424). Every machine of the shard reads
+    /// it when it evicts; the pump sets it at every tick.
+    tail_share: Rc<Cell<usize>>,
     /// The committed metadata, once the pump runs: a hosted incarnation it proves dead (a
     /// purge or delete applied, the pump's tick not yet) serves no client (decision 346).
     metadata: RefCell<Option<MetadataReader>>,
@@ -1956,6 +1969,11 @@ impl Host {
 
     /// Sets each group's in-memory tail budget (decision 280); takes effect for groups booted
     /// after the call (the node sets it before the pump runs).
+    /// The shard-wide tail budget (decision 424).
+    pub fn set_read_cache_shard_bytes(&self, bytes: usize) {
+        self.read_cache_shard_bytes.set(bytes);
+    }
+
     pub fn set_read_cache_bytes(&self, bytes: usize) {
         self.read_cache_bytes.set(bytes);
     }
@@ -1980,6 +1998,8 @@ impl Host {
             busy: Rc::default(),
             queues: RefCell::default(),
             read_cache_bytes: Cell::new(crate::partition::machine::READ_CACHE_BYTES),
+            read_cache_shard_bytes: Cell::new(crate::partition::machine::READ_CACHE_SHARD_BYTES),
+            tail_share: Rc::new(Cell::new(crate::partition::machine::READ_CACHE_BYTES)),
             gauges,
             metadata_lead: RefCell::default(),
             metadata: RefCell::default(),
@@ -2323,6 +2343,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         rejoin,
         metadata: metadata.clone(),
         read_cache_bytes: host.read_cache_bytes.get(),
+        tail_share: host.tail_share.clone(),
         timeline: host.timeline.clone(),
         retiring: Rc::default(),
     };
@@ -2680,6 +2701,12 @@ fn dead_groups(host: &Host, metadata: &MetadataReader) -> Vec<u64> {
 
 fn observe(host: &Host) {
     let groups = host.groups.borrow();
+    let hosted = groups.len().max(1);
+    host.tail_share.set(
+        host.read_cache_bytes
+            .get()
+            .min(host.read_cache_shard_bytes.get() / hosted),
+    );
     let g = &host.gauges;
     g.groups.store(groups.len() as u64, Ordering::Relaxed);
     let primaries = groups
@@ -2983,6 +3010,7 @@ mod tests {
             rejoin: false,
             metadata,
             read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
+            tail_share: Rc::new(Cell::new(crate::partition::machine::READ_CACHE_BYTES)),
             timeline: Rc::default(),
             retiring: Rc::default(),
         };

@@ -146,7 +146,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_wal_size)]
     pub wal_size: Option<u64>,
     /// The spawned nodes' `partition.read_cache_bytes`: each partition's in-memory tail, e.g.
-    /// `256 MiB` (64 KiB..=4 GiB; default the node's, 16 MiB).
+    /// `64 MiB` (64 KiB..=4 GiB; default the node's, 256 MiB within the shard's 1 GiB).
     #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_read_cache)]
     pub read_cache: Option<u64>,
     /// The spawned cluster's directory (kept); default a temporary one, removed after.

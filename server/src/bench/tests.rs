@@ -335,7 +335,7 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                 let spawned = cluster::Spawned {
                     ack: ack.as_str(),
                     wal_size,
-                    read_cache: wal_size.map(|_| 256 << 20),
+                    read_cache: wal_size.map(|_| 64 << 20),
                 };
                 let text = cluster::config_text(&nodes, &spawned);
                 let overrides = crate::config::Overrides {
@@ -354,9 +354,9 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                 assert_eq!(config.partition.wal_size, wal_size.unwrap_or(64 << 20));
                 // `--read-cache` reaches the node's config (here with each explicit WAL size).
                 let cache = if wal_size.is_some() {
-                    256 << 20
+                    64 << 20
                 } else {
-                    16 << 20
+                    256 << 20
                 };
                 assert_eq!(config.partition.read_cache_bytes, cache);
             }

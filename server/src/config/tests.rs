@@ -95,7 +95,8 @@ fn every_default() {
     assert_eq!(p.transfer_served_cache_bytes_max, 2176 << 20);
     assert_eq!(p.transfer_artifact_bytes_max, 1088 << 20);
     assert_eq!(p.checkpoint_interval_ops, 1024);
-    assert_eq!(p.read_cache_bytes, 16 << 20);
+    assert_eq!(p.read_cache_bytes, 256 << 20);
+    assert_eq!(p.read_cache_shard_bytes, 1 << 30);
     assert_eq!(p.wal_size, 64 << 20);
     assert!(p.topic_ack.is_empty());
     let s = &config.system;
@@ -779,6 +780,10 @@ fn the_remaining_rules_name_their_keys() {
     assert!(
         refuse("[partition]\nread_cache_bytes = \"many\"")
             .starts_with("config key `partition.read_cache_bytes`")
+    );
+    assert!(
+        refuse("[partition]\nread_cache_shard_bytes = \"512 KiB\"")
+            .starts_with("config key `partition.read_cache_shard_bytes`")
     );
     // Decision 382: sector-aligned, a window and more, read whole at boot.
     assert_eq!(

@@ -15,7 +15,7 @@
 //! the tail is a [`DiskPoll`] the caller awaits; a state-transfer offer reads the evicted part
 //! from the segment files by chunk (decision 282).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -96,6 +96,9 @@ pub struct PartitionStateMachine {
     tail_bytes: usize,
     /// The tail's budget: batches the segments hold leave it beyond this (decision 280).
     cache_budget: usize,
+    /// The shard's current share per group (decision 424): the tail holds at most the less of
+    /// this and `cache_budget`.
+    tail_share: Option<Rc<Cell<usize>>>,
     /// Where the storage task has written this group's batches (`None`: nothing leaves memory).
     disk: Option<SharedMap>,
     /// The SEGMENT_LOG's running checksum and length, from `log_first` to `next_offset`.
@@ -136,8 +139,12 @@ impl std::fmt::Debug for LogHash {
     }
 }
 
-/// The default tail budget per partition (`partition.read_cache_bytes`).
-pub const READ_CACHE_BYTES: usize = 16 << 20;
+/// The default tail budget per partition (`partition.read_cache_bytes`, decision 424).
+pub const READ_CACHE_BYTES: usize = 256 << 20;
+
+/// The default budget of every tail of one shard together
+/// (`partition.read_cache_shard_bytes`, decision 424).
+pub const READ_CACHE_SHARD_BYTES: usize = 1 << 30;
 
 /// A frozen image of the state for one requester: the batches are the machine's own `Bytes`
 /// (shared, never copied), so an offer costs a pointer per batch and the encoded offsets table.
@@ -298,6 +305,7 @@ impl PartitionStateMachine {
             staged: None,
             tail_bytes: stored.len(),
             cache_budget: usize::MAX,
+            tail_share: None,
             disk: None,
             log,
         })
@@ -335,6 +343,7 @@ impl PartitionStateMachine {
             staged: None,
             tail_bytes,
             cache_budget: cache_bytes,
+            tail_share: None,
             disk: Some(disk),
             log: LogHash {
                 hasher: scan.hasher,
@@ -374,9 +383,24 @@ impl PartitionStateMachine {
         self.tail_bytes
     }
 
+    /// Bounds the tail by the shard's share per group too (decision 424).
+    pub fn with_tail_share(mut self, share: Rc<Cell<usize>>) -> Self {
+        self.tail_share = Some(share);
+        self.evict();
+        self
+    }
+
+    /// What the tail may hold now.
+    fn budget(&self) -> usize {
+        self.tail_share
+            .as_ref()
+            .map_or(self.cache_budget, |s| s.get().min(self.cache_budget))
+    }
+
     /// Drops the oldest tail batches the segments hold while the tail exceeds its budget.
     fn evict(&mut self) {
-        if self.tail_bytes <= self.cache_budget {
+        let budget = self.budget();
+        if self.tail_bytes <= budget {
             return;
         }
         let Some(map) = self.disk.as_ref() else {
@@ -387,7 +411,7 @@ impl PartitionStateMachine {
             return;
         }
         let written = map.end_offset().unwrap_or(0);
-        while self.tail_bytes > self.cache_budget {
+        while self.tail_bytes > budget {
             let Some(entry) = self.batches.first_entry() else {
                 break;
             };
@@ -997,7 +1021,7 @@ impl PartitionStateMachine {
                 next = info.end_offset();
                 tail_bytes += bytes.len();
                 tail.push_back(Bytes::from(bytes));
-                while tail_bytes > self.cache_budget && tail.len() > 1 {
+                while tail_bytes > self.budget() && tail.len() > 1 {
                     tail_bytes -= tail.pop_front().map_or(0, |b| b.len());
                 }
             }

@@ -680,3 +680,38 @@ fn a_replaced_segment_drops_the_kept_read() {
     rig.send(100);
     assert_eq!(rig.map.borrow().generation, generation + 1);
 }
+
+/// The shard's share per group bounds a tail below its own budget (decision 424): with the
+/// share a quarter of the tail's budget the tail stays near the share, polls still answer
+/// exactly (older batches from the segments), and a larger share lets the tail grow again.
+#[test]
+fn the_shards_share_bounds_a_tail_below_its_own_budget() {
+    let mut rig = Rig::new("share");
+    let share = Rc::new(std::cell::Cell::new(CACHE / 4));
+    let machine = std::mem::replace(&mut rig.machine, PartitionStateMachine::new(group()));
+    rig.machine = machine.with_tail_share(share.clone());
+    for _ in 0..40 {
+        rig.send(2);
+    }
+    assert!(rig.reference.cache_bytes() > 4 * CACHE);
+    let held = rig.machine.cache_bytes();
+    assert!(
+        held <= CACHE / 4 + 4 * 1024,
+        "the tail holds {held} B, the share is {} B",
+        CACHE / 4
+    );
+    for offset in 0..rig.next {
+        let (_, got) = Rig::poll(&rig.machine, PollingStrategy::Offset(offset), 5);
+        let (_, want) = Rig::poll(&rig.reference, PollingStrategy::Offset(offset), 5);
+        assert!(got == want, "offset {offset}");
+    }
+    share.set(usize::MAX);
+    for _ in 0..40 {
+        rig.send(2);
+    }
+    let held = rig.machine.cache_bytes();
+    assert!(
+        held > CACHE / 2 && held <= CACHE + 4 * 1024,
+        "with the share lifted the tail's own budget bounds it: {held} B"
+    );
+}
