@@ -72,6 +72,31 @@ async fn send_big(c: &Cluster, r: u8, round: u64, count: u64) {
     }
 }
 
+/// Every message of `partition` at `host` from offset 0: (count, current offset, the body).
+fn poll_all(host: &server::partition_group::Host, partition: u32) -> (u32, u64, Vec<u8>) {
+    use server::client::codec::{Consumer, Identifier, PollingStrategy};
+    use server::client::request::PollMessages;
+    let request = PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        },
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(partition),
+        strategy: PollingStrategy::First(0),
+        count: 100_000,
+        auto_commit: false,
+    };
+    let server::partition::PollAnswer::Ready(p) =
+        host.poll(group(partition), partition, &request).unwrap()
+    else {
+        panic!("a poll of partition {partition} left the tail")
+    };
+    let (head, _) = server::client::reply::PollHead::decode(&p.body()).unwrap();
+    (p.messages_count, head.current_offset, p.body())
+}
+
 /// The bytes of the group's segment logs on node `r`'s disk, in segment order.
 fn segment_bytes(c: &Cluster, r: u8) -> Vec<u8> {
     let dir: &Path = &c.dirs[r as usize].join("partitions");
@@ -187,5 +212,79 @@ fn a_truncated_prepares_bodies_are_cut_and_the_committed_batches_written_in_thei
         for r in 0..N {
             let _ = c.stop(r).await;
         }
+    });
+}
+
+/// Sends one SendMessages of `payloads` to `partition` at node 0 until it commits (a fresh
+/// group answers 58 until its first superblock is durable).
+async fn send_until_committed(c: &Cluster, partition: u32, client: u128, payloads: &[&[u8]]) {
+    let node = c.nodes[0].as_ref().expect("running");
+    for number in 1..=500u64 {
+        let before = node.replies.0.borrow().len();
+        if node
+            .host
+            .submit(group(partition), send(client, number, partition, payloads))
+            .is_err()
+        {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        until("the reply", || node.replies.0.borrow().len() > before).await;
+        let (_, frame) = node.replies.0.borrow().last().cloned().unwrap();
+        let status = u32::from_le_bytes(frame.bytes()[216..220].try_into().unwrap());
+        if status == 0 {
+            return;
+        }
+        assert_eq!(status, 58, "reply status {status}");
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("partition {partition} never committed");
+}
+
+/// A group that holds the WAL's reclaim back with a big batch is copied forward as a body
+/// reference (the harness's WAL files of 64 KiB could not hold the 80 kB prepare whole), and
+/// after a crash its batch comes back through that reference.
+#[test]
+fn a_held_prepares_reference_is_copied_forward_and_its_batch_survives_a_crash() {
+    run(|| async {
+        let limits = server::partition_group::ReclaimLimits {
+            warn_lsns: 40,
+            busy_lsns: u64::MAX,
+            copy_forward: true,
+        };
+        // One replica, two groups, WAL files of 64 KiB, checkpoints every 8 ops.
+        let mut c = Cluster::unstarted("forward-ref", 1, view(2, 4), 8, limits);
+        c.start(0);
+        let [a, b] = big(7, 0);
+        send_until_committed(&c, 1, 0x1D1E, &[&a, &b]).await;
+        assert!(c.gauges(0).bodies_ahead.load(Ordering::Relaxed) >= 1);
+        // Group 0 moves the WAL on with small batches; group 1 sits below its checkpoint.
+        for i in 0..80u64 {
+            let small = vec![i as u8; 1000];
+            send_until_committed(&c, 0, 0x5A11 + u128::from(i), &[&small]).await;
+        }
+        let g = c.gauges(0);
+        assert!(
+            g.copied_forward.load(Ordering::Relaxed) > 0,
+            "group 1's held prepare was copied forward"
+        );
+        assert!(
+            g.wal_files_reclaimed.load(Ordering::Relaxed) > 0,
+            "files reclaimed past group 1's first record"
+        );
+        let before = poll_all(c.host(0), 1);
+        assert_eq!(before.0, 2, "group 1 holds its two messages");
+        c.crash(0).await;
+        c.start(0);
+        until("group 1 recovered its batch", || {
+            c.host(0).group_state(group(1)).is_some_and(|s| s.4 == 2)
+                && poll_all(c.host(0), 1).0 == 2
+        })
+        .await;
+        assert!(
+            poll_all(c.host(0), 1).2 == before.2,
+            "group 1's messages after the crash are the committed ones"
+        );
+        assert_eq!(c.stop(0).await, server::partition_group::Outcome::Stopped);
     });
 }
