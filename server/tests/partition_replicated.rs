@@ -13,15 +13,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use consensus::ClientRequest;
-use server::client::codec::{Consumer, Identifier, PollingStrategy};
-use server::client::reply::{PollHead, decode_send_reply, read_result};
-use server::client::request::{OffsetTarget, PollMessages, Request, StoreConsumerOffset};
+use server::client::codec::{Consumer, Identifier};
+use server::client::reply::{decode_send_reply, read_result};
+use server::client::request::{OffsetTarget, Request, StoreConsumerOffset};
 use server::groups::{Partitions, Refused};
 use server::metadata::view::{MetadataHandle, MetadataReader};
 use server::partition_group::{self as pg, Event, Host, Outcome, ReclaimLimits};
 use wire::GroupId;
 
-use partition_cluster::{Cluster, LANES, group, run, send, storage, until, view};
+use partition_cluster::{Cluster, LANES, group, poll_all, run, send, storage, until, view};
 
 fn consumer() -> Consumer {
     Consumer {
@@ -50,26 +50,6 @@ fn store(client: u128, number: u64, partition: u32, offset: u64) -> ClientReques
         number,
         body,
     )
-}
-
-fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
-    let request = PollMessages {
-        consumer: consumer(),
-        stream: Identifier::Numeric(0),
-        topic: Identifier::Numeric(0),
-        partition: Some(partition),
-        strategy: PollingStrategy::First(0),
-        count: 100_000,
-        auto_commit: false,
-    };
-    // These partitions stay far below the read cache: answered from the tail.
-    let server::partition::PollAnswer::Ready(p) =
-        host.poll(group(partition), partition, &request).unwrap()
-    else {
-        panic!("a poll of partition {partition} left the tail")
-    };
-    let (head, _) = PollHead::decode(&p.body()).unwrap();
-    (p.messages_count, head.current_offset, p.body())
 }
 
 /// Poll bodies are equal (reported by length and first difference, not dumped).

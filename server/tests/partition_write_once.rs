@@ -14,7 +14,7 @@ use server::client::reply::{decode_send_reply, read_result};
 use server::groups::Partitions;
 use server::partition_group::{REF_BODY_MIN, group_prefix};
 
-use partition_cluster::{Cluster, group, run, send, until, view};
+use partition_cluster::{Cluster, group, poll_all, run, send, until, view};
 
 const N: u8 = 3;
 
@@ -70,31 +70,6 @@ async fn send_big(c: &Cluster, r: u8, round: u64, count: u64) {
             break;
         }
     }
-}
-
-/// Every message of `partition` at `host` from offset 0: (count, current offset, the body).
-fn poll_all(host: &server::partition_group::Host, partition: u32) -> (u32, u64, Vec<u8>) {
-    use server::client::codec::{Consumer, Identifier, PollingStrategy};
-    use server::client::request::PollMessages;
-    let request = PollMessages {
-        consumer: Consumer {
-            group: false,
-            id: Identifier::Numeric(7),
-        },
-        stream: Identifier::Numeric(0),
-        topic: Identifier::Numeric(0),
-        partition: Some(partition),
-        strategy: PollingStrategy::First(0),
-        count: 100_000,
-        auto_commit: false,
-    };
-    let server::partition::PollAnswer::Ready(p) =
-        host.poll(group(partition), partition, &request).unwrap()
-    else {
-        panic!("a poll of partition {partition} left the tail")
-    };
-    let (head, _) = server::client::reply::PollHead::decode(&p.body()).unwrap();
-    (p.messages_count, head.current_offset, p.body())
 }
 
 /// The bytes of the group's segment logs on node `r`'s disk, in segment order.

@@ -328,3 +328,31 @@ pub fn send(client: u128, number: u64, partition: u32, payloads: &[&[u8]]) -> Cl
     let body = consensus::build_send_messages_request(&batch, partition);
     ClientRequest::new(client, Operation::SendMessages, 0, number, body)
 }
+
+/// Every message of `partition` at `host` from offset 0, answered from the in-memory tail
+/// (these tests stay far below the read cache): (count, current offset, the poll body).
+pub fn poll_all(host: &Host, partition: u32) -> (u32, u64, Vec<u8>) {
+    use server::client::codec::{Consumer, Identifier, PollingStrategy};
+    use server::client::reply::PollHead;
+    use server::client::request::PollMessages;
+    use server::groups::Partitions;
+    let request = PollMessages {
+        consumer: Consumer {
+            group: false,
+            id: Identifier::Numeric(7),
+        },
+        stream: Identifier::Numeric(0),
+        topic: Identifier::Numeric(0),
+        partition: Some(partition),
+        strategy: PollingStrategy::First(0),
+        count: 100_000,
+        auto_commit: false,
+    };
+    let server::partition::PollAnswer::Ready(p) =
+        host.poll(group(partition), partition, &request).unwrap()
+    else {
+        panic!("a poll of partition {partition} left the tail")
+    };
+    let (head, _) = PollHead::decode(&p.body()).unwrap();
+    (p.messages_count, head.current_offset, p.body())
+}
