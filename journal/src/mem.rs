@@ -91,6 +91,8 @@ struct MemState {
     fail: Vec<FailOp>,
     writes: u64,
     syncs: u64,
+    /// Bytes `read_at` was asked for, whatever it returned.
+    read_bytes: u64,
     lying_sync: bool,
     /// Syncs of the file of this name wait until released (a slow device, held by a test).
     held: Option<String>,
@@ -320,6 +322,11 @@ impl MemStorage {
         let state = self.state.borrow();
         (state.writes, state.syncs)
     }
+
+    /// Bytes asked of `read_at` so far (the I/O a reader issued, sector padding included).
+    pub fn bytes_read(&self) -> u64 {
+        self.state.borrow().read_bytes
+    }
 }
 
 impl Storage for MemStorage {
@@ -348,6 +355,7 @@ impl Storage for MemStorage {
         buf: &mut [u8],
     ) -> Result<usize, StorageError> {
         check_aligned("read", &file.0, offset, buf.len())?;
+        self.state.borrow_mut().read_bytes += buf.len() as u64;
         self.with_file(&file.0, |f| {
             let first = offset / SECTOR as u64;
             let last = (offset + buf.len() as u64).div_ceil(SECTOR as u64);

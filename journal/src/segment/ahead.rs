@@ -94,6 +94,48 @@ impl<S: Storage> PartitionLog<S> {
         Ok(None)
     }
 
+    /// Exactly the `len` bytes at byte `position` of the segment whose base offset is
+    /// `segment`, read as the whole sectors that cover them and nothing more; `None` when no
+    /// segment has that base or its written data does not hold them (`position` and `len`
+    /// may come from an untrusted record: nothing is allocated past the written data). The
+    /// bytes are not checked: the caller knows what they must be (decision 450).
+    pub async fn read_span(
+        &self,
+        segment: u64,
+        position: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, SegmentError> {
+        match self.segments.iter().position(|s| s.base == segment) {
+            Some(i) => self.span(i, position, len).await,
+            None => Ok(None),
+        }
+    }
+
+    /// [`PartitionLog::read_span`] of segment `i`.
+    async fn span(
+        &self,
+        i: usize,
+        position: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, SegmentError> {
+        let seg = &self.segments[i];
+        match position.checked_add(len) {
+            Some(end) if end <= seg.len => {}
+            _ => return Ok(None),
+        }
+        let aligned = position / SECTOR as u64 * SECTOR as u64;
+        let mut buf = vec![0u8; sector_ceil(position + len - aligned) as usize];
+        let n = read_exact_at(&self.storage, &seg.log, aligned, &mut buf).await?;
+        let from = (position - aligned) as usize;
+        let to = from + len as usize;
+        if n < to {
+            return Ok(None); // the file is shorter than its recovered length says
+        }
+        buf.copy_within(from..to, 0);
+        buf.truncate(len as usize);
+        Ok(Some(buf))
+    }
+
     /// Cuts the written data back to `offset`, a batch boundary: the bodies reserved ahead
     /// for prepares a view change truncated (the caller made the truncation durable first,
     /// and never passes an offset below what it committed). Held batches are written and
@@ -199,30 +241,23 @@ impl<S: Storage> PartitionLog<S> {
                 i += 1;
                 position = 0;
             }
-            let seg = &self.segments[i];
             let want = match e.expected {
                 Expected::Referenced { len, .. } => len,
                 Expected::Held(body) => body.len() as u64,
             };
-            if position + want > seg.len {
-                break;
-            }
-            let aligned = position / SECTOR as u64 * SECTOR as u64;
-            let mut buf = vec![0u8; sector_ceil(position + want - aligned) as usize];
-            let n = read_exact_at(&self.storage, &seg.log, aligned, &mut buf).await?;
-            let from = (position - aligned) as usize;
-            let Some(body) = buf.get(from..from + want as usize).filter(|_| n >= from) else {
+            let Some(body) = self.span(i, position, want).await? else {
                 break;
             };
             let intact = match e.expected {
-                Expected::Referenced { hash, .. } => xxh3(body) == hash,
+                Expected::Referenced { hash, .. } => xxh3(&body) == hash,
                 Expected::Held(held) => body == held,
             };
-            let Some(info) = batch::peek(body).filter(|i| intact && i.base_offset == cursor) else {
+            let Some(info) = batch::peek(&body).filter(|i| intact && i.base_offset == cursor)
+            else {
                 break;
             };
             if matches!(e.expected, Expected::Referenced { .. }) {
-                settled.bodies.push((e.op, Bytes::copy_from_slice(body)));
+                settled.bodies.push((e.op, Bytes::from(body)));
             }
             cursor = info.end_offset();
             position += want;
