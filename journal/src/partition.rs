@@ -51,11 +51,14 @@ pub struct PartitionBoot<S: Storage> {
     pub offsets_damaged: bool,
     /// The next offset to mint (G8).
     pub next_offset: u64,
-    /// The replayed prepares, whole: those held in the WAL and those whose referenced body
-    /// was found intact in the segments (decision 414).
+    /// The replayed prepares from the checkpoint op up, whole: those held in the WAL and
+    /// those whose referenced body was found intact in the segments (decision 414). Those
+    /// below the checkpoint op are covered by the checkpoint and left out, their bodies
+    /// unread (decision 450).
     pub frames: BTreeMap<u64, Vec<u8>>,
-    /// Ops whose referenced body was not found intact: neither present nor nacked (the caller
-    /// records them faulty, durably, before the group journals anything).
+    /// Ops from the checkpoint op up whose referenced body was not found intact: neither
+    /// present nor nacked (the caller records them faulty, durably, before the group
+    /// journals anything).
     pub unresolved: Vec<u64>,
     /// Bytes of the segment tail no replayed prepare vouched for, cut.
     pub tail_cut: u64,
@@ -71,7 +74,8 @@ pub fn send_messages_end(frame: &[u8]) -> Option<u64> {
 
 /// Boots the partition group stored under `prefix`; `prepares` are its replayed WAL entries
 /// (the header alone for an op in `bodies`, whose body is in the segments where its
-/// [`BodyRef`] says: decision 414).
+/// [`BodyRef`] says: decision 414). Only the ops from the checkpoint op up are kept and
+/// resolved (decision 450).
 pub async fn recover_partition<S: Storage + Clone>(
     storage: S,
     prefix: &str,
@@ -84,6 +88,13 @@ pub async fn recover_partition<S: Storage + Clone>(
     let (superblock, state) =
         crate::recover::open_formatted(storage.clone(), prefix, identity).await?;
     let frontier = state.map_or(0, |s| s.offset_frontier);
+    let checkpoint_op = state.map_or(0, |s| s.checkpoint_op);
+    // The ops below the checkpoint op are in the checkpoint (their WAL records wait for the
+    // slowest group's reclaim): the group restarts from the checkpoint op, so their bodies
+    // are not read. Their offsets still count towards the next offset (G8).
+    let kept = prepares.split_off(&checkpoint_op);
+    let below_end = prepares.values().filter_map(|f| send_messages_end(f)).max();
+    let mut prepares = kept;
     let (mut log, segments) = PartitionLog::open(storage.clone(), prefix, policy, frontier).await?;
     // The segment tail past the frontier is kept only where the replayed prepares vouch for
     // it, in op order (`PartitionLog::settle`).
@@ -112,11 +123,12 @@ pub async fn recover_partition<S: Storage + Clone>(
     drop(expected);
     let mut found: BTreeMap<u64, bytes::Bytes> = settled.bodies.into_iter().collect();
     let mut unresolved = Vec::new();
-    for (op, at) in bodies {
+    for (op, at) in bodies.range(checkpoint_op..) {
         let body = match found.remove(op) {
             Some(body) => Some(body.to_vec()),
-            // At or below the checkpoint (its WAL record not reclaimed yet): committed and
-            // synced below the frontier, where the walk does not go; read and checked there.
+            // Below the frontier (the checkpoint op's own body, its WAL record not reclaimed
+            // yet): committed and synced where the walk does not go; read and checked where
+            // its record says, exactly its bytes (decision 450).
             None if at.end_offset <= frontier => below_frontier(&log, at).await,
             None => None,
         };
@@ -132,6 +144,7 @@ pub async fn recover_partition<S: Storage + Clone>(
     let replayed = prepares
         .values()
         .filter_map(|f| send_messages_end(f))
+        .chain(below_end)
         .chain(bodies.values().map(|b| b.end_offset))
         .max()
         .unwrap_or(0);
@@ -160,11 +173,17 @@ pub async fn recover_partition<S: Storage + Clone>(
     })
 }
 
-/// The body `at` names when the segments hold exactly it below the offset frontier (one
-/// batch of its length and hash at its base offset); `None` otherwise, a read error included
-/// (the op is then unresolved, as a body the tail lost is).
+/// The body `at` names when the segments hold exactly it below the offset frontier: the
+/// `len` bytes at its segment and position, one batch at its base offset with its hash. Only
+/// those bytes are read (whole sectors), so resolving `n` references reads about the sum of
+/// their lengths, not `n` segment tails (decision 450). `None` otherwise, a read error
+/// included (the op is then unresolved, as a body the tail lost is).
 async fn below_frontier<S: Storage>(log: &PartitionLog<S>, at: &BodyRef) -> Option<Vec<u8>> {
-    let bytes = log.read_from_offset(at.base_offset, at.len).await.ok()?;
+    let bytes = log
+        .read_span(at.segment, at.position, at.len)
+        .await
+        .ok()
+        .flatten()?;
     let info = batch::peek(&bytes)?;
     (bytes.len() as u64 == at.len
         && info.base_offset == at.base_offset
@@ -185,7 +204,7 @@ mod tests {
     use super::*;
     use crate::batch::build;
     use crate::mem::MemStorage;
-    use crate::storage::block_on;
+    use crate::storage::{SECTOR, block_on};
 
     #[test]
     fn the_next_offset_never_falls_below_wal_segments_or_frontier() {
@@ -346,5 +365,162 @@ mod tests {
             }
             assert_eq!(boot.tail_cut, 0);
         });
+    }
+
+    const ID: Identity = Identity {
+        cluster: 1,
+        replica_id: 0,
+        replica_count: 3,
+    };
+
+    /// Group `g7-` on `disk` holding `n` referenced bodies (ops `1..=n`, about `payload` bytes
+    /// each) written ahead, synced in one flush (one index entry for all of them), and a
+    /// checkpoint at `checkpoint_op` whose offset frontier is the end of the last one: the
+    /// prepares' headers and body references as the WAL replays them (nothing reclaimed).
+    fn referenced_bodies(
+        disk: &MemStorage,
+        n: u64,
+        payload: usize,
+        checkpoint_op: u64,
+    ) -> (BTreeMap<u64, Vec<u8>>, BTreeMap<u64, BodyRef>) {
+        block_on(async {
+            let mut boot = recover_partition(
+                disk.clone(),
+                "g7-",
+                ID,
+                FlushPolicy::default(),
+                BTreeMap::new(),
+                &BTreeMap::new(),
+            )
+            .await
+            .unwrap();
+            let formatted = VsrState {
+                cluster: 1,
+                replica_count: 3,
+                ..VsrState::default()
+            };
+            boot.superblock.write(&formatted).await.unwrap();
+            let mut header = vec![0u8; HEADER_SIZE];
+            header[208] = Operation::SendMessages.byte();
+            let mut prepares = BTreeMap::new();
+            let mut bodies = BTreeMap::new();
+            for op in 1..=n {
+                let fill = vec![op as u8; payload];
+                let body = build(7, boot.log.next_offset(), op, &[&fill, b"x"]);
+                let info = batch::peek(&body).unwrap();
+                let (segment, position) = boot.log.reserve(body.clone().into()).unwrap();
+                prepares.insert(op, header.clone());
+                bodies.insert(
+                    op,
+                    BodyRef {
+                        segment,
+                        position,
+                        len: body.len() as u64,
+                        hash: wire::integrity::xxh3(&body),
+                        base_offset: info.base_offset,
+                        end_offset: info.end_offset(),
+                    },
+                );
+            }
+            boot.log.flush_synced().await.unwrap();
+            let checkpointed = VsrState {
+                checkpoint_op,
+                offset_frontier: bodies[&n].end_offset,
+                ..formatted
+            };
+            boot.superblock.write(&checkpointed).await.unwrap();
+            (prepares, bodies)
+        })
+    }
+
+    /// Bytes `recover_partition` reads beyond what booting the same group without any
+    /// replayed prepare reads (superblock, segments scan, offsets), and the boot.
+    fn extra_bytes_read(
+        disk: &MemStorage,
+        prepares: BTreeMap<u64, Vec<u8>>,
+        bodies: &BTreeMap<u64, BodyRef>,
+    ) -> (u64, PartitionBoot<MemStorage>) {
+        let policy = FlushPolicy::default();
+        let boot =
+            |prepares, bodies| recover_partition(disk.clone(), "g7-", ID, policy, prepares, bodies);
+        let none = BTreeMap::new();
+        let before = disk.bytes_read();
+        drop(block_on(boot(BTreeMap::new(), &none)).unwrap());
+        let baseline = disk.bytes_read() - before;
+        let before = disk.bytes_read();
+        let booted = block_on(boot(prepares, bodies)).unwrap();
+        (disk.bytes_read() - before - baseline, booted)
+    }
+
+    /// Decision 450: each referenced body below the offset frontier is read once, exactly its
+    /// bytes (whole sectors), not the segment from an index entry on. Many of them (a slow
+    /// group holding the WAL's reclaim back) cost a boot the sum of their lengths.
+    #[test]
+    fn resolving_bodies_below_the_frontier_reads_each_once() {
+        let disk = MemStorage::new();
+        let n = 64;
+        let (prepares, bodies) = referenced_bodies(&disk, n, 8000, 1);
+        let (extra, boot) = extra_bytes_read(&disk, prepares, &bodies);
+        assert_eq!(boot.unresolved, Vec::<u64>::new());
+        assert_eq!(boot.frames.len() as u64, n, "ops from the checkpoint op up");
+        for (op, at) in &bodies {
+            assert_eq!(boot.frames[op].len() as u64, HEADER_SIZE as u64 + at.len);
+        }
+        let lens: u64 = bodies.values().map(|b| b.len).sum();
+        let bound = lens + n * 2 * SECTOR as u64;
+        assert!(
+            extra <= bound,
+            "resolving {n} bodies of {lens} bytes read {extra} bytes (bound {bound})"
+        );
+    }
+
+    /// Decision 450: the ops below the checkpoint op are left out and their bodies not read
+    /// (the group restarts from the checkpoint op): one whose body no longer matches is not
+    /// taken for a fault, and the next offset still counts them.
+    #[test]
+    fn bodies_below_the_checkpoint_op_are_not_read_nor_faulty() {
+        let disk = MemStorage::new();
+        let n = 32;
+        let (prepares, mut bodies) = referenced_bodies(&disk, n, 8000, n);
+        bodies.get_mut(&1).unwrap().hash ^= 1;
+        let end = bodies[&n].end_offset;
+        let (extra, boot) = extra_bytes_read(&disk, prepares, &bodies);
+        assert_eq!(
+            boot.unresolved,
+            Vec::<u64>::new(),
+            "op 1 is in the checkpoint"
+        );
+        assert_eq!(boot.frames.keys().copied().collect::<Vec<_>>(), vec![n]);
+        assert_eq!(
+            boot.frames[&n].len() as u64,
+            HEADER_SIZE as u64 + bodies[&n].len
+        );
+        assert_eq!(boot.next_offset, end);
+        let bound = bodies[&n].len + 2 * SECTOR as u64;
+        assert!(extra <= bound, "read {extra} bytes, bound {bound}");
+    }
+
+    /// A reference below the frontier is resolved only by the batch it names: another hash,
+    /// another batch at its position, or a position no segment holds leave the op unresolved
+    /// (faulty, repaired from peers), never a panic.
+    #[test]
+    fn a_body_below_the_frontier_that_does_not_match_its_reference_is_unresolved() {
+        let disk = MemStorage::new();
+        let (prepares, mut bodies) = referenced_bodies(&disk, 6, 3000, 1);
+        // Op 2: the bytes at its position are another batch than its record names.
+        bodies.get_mut(&2).unwrap().hash ^= 1;
+        // Op 3: its position holds op 4's batch (same length, its hash): not at op 3's offset.
+        let four = bodies[&4];
+        let three = bodies.get_mut(&3).unwrap();
+        (three.position, three.hash) = (four.position, four.hash);
+        // Op 4: a segment that does not exist; op 5: past the end; op 6: a position that
+        // overflows with its length.
+        bodies.get_mut(&4).unwrap().segment = 1 << 40;
+        bodies.get_mut(&5).unwrap().position = 1 << 40;
+        bodies.get_mut(&6).unwrap().position = u64::MAX - 100;
+        let (_, boot) = extra_bytes_read(&disk, prepares, &bodies);
+        assert_eq!(boot.unresolved, vec![2, 3, 4, 5, 6]);
+        assert_eq!(boot.frames.keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(boot.tail_cut, 0, "below the frontier nothing is cut");
     }
 }

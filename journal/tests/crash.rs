@@ -1226,12 +1226,15 @@ impl<const B: u8> Oracle for Once<B> {
                     ));
                 }
             }
-            // Ops 1..=head (recovered or unresolved), each recovered batch starting where its
-            // recovered predecessor ended (an unresolved op's batch is not known).
+            // Ops from the checkpoint op (or 1) to the head, recovered or unresolved, each
+            // recovered batch starting where its recovered predecessor ended (an unresolved
+            // op's batch is not known). The ops below the checkpoint op are not replayed
+            // (decision 450): the segment is checked for them below.
+            let from = g.checkpoint.0.max(1);
             let ops: std::collections::BTreeSet<u64> =
                 g.frames.keys().chain(&g.unresolved).copied().collect();
-            let mut end = Some(0);
-            for (i, op) in (1..).zip(&ops) {
+            let mut end = (g.checkpoint.0 == 0).then_some(0);
+            for (i, op) in (from..).zip(&ops) {
                 if *op != i {
                     return Err(format!(
                         "group {group}: op {op} recovered where op {i} belongs (unresolved {:?})",
@@ -1255,6 +1258,8 @@ impl<const B: u8> Oracle for Once<B> {
                 }
                 end = Some(info.end_offset());
             }
+            let (below, acked): (Vec<_>, Vec<_>) =
+                acked.into_iter().partition(|(op, _)| *op < g.checkpoint.0);
             for (op, (base, salt)) in acked {
                 let Some(frame) = g.frames.get(&op) else {
                     return Err(format!(
@@ -1280,7 +1285,51 @@ impl<const B: u8> Oracle for Once<B> {
             // bodies held whole in the WAL may be missing from it.
             let bytes = block_on(g.log.read_from_offset(0, u64::MAX))
                 .map_err(|e| format!("group {group}: read back: {e}"))?;
-            let (mut at, mut served) = (0, 0);
+            // The read-back's batches: base offset -> (byte position, length).
+            let mut batches = BTreeMap::new();
+            let (mut pos, mut bytes_end) = (0, 0);
+            while pos < bytes.len() {
+                let info = journal::batch::peek(&bytes[pos..]).ok_or_else(|| {
+                    format!("group {group}: the read-back holds no batch at byte {pos}")
+                })?;
+                batches.insert(info.base_offset, (pos, info.len as usize));
+                pos += info.len as usize;
+                bytes_end = info.end_offset();
+            }
+            // Acknowledged ops below the checkpoint op: their bodies are in the segment, at
+            // their offsets, byte for byte.
+            for (op, (base, salt)) in below {
+                let body = once_body(group, base, salt);
+                let found = batches.get(&base).and_then(|&(p, l)| bytes.get(p..p + l));
+                if found != Some(body.as_slice()) {
+                    return Err(format!(
+                        "group {group}: acknowledged op {op} below the checkpoint op {}: the \
+                         segment does not hold its body at offset {base}",
+                        g.checkpoint.0
+                    ));
+                }
+                if body.len() >= ONCE_REF_MIN {
+                    self.referenced += 1;
+                }
+                figures.checked += 1;
+            }
+            // From the checkpoint op's body on, the recovered ones follow in op order.
+            let (mut at, mut served) = match g.frames.values().next() {
+                Some(frame) => {
+                    let base = once_batch(frame).expect("checked").base_offset;
+                    match batches.get(&base) {
+                        Some(&(p, _)) => (p, base),
+                        None if base == bytes_end => (bytes.len(), base),
+                        None => {
+                            return Err(format!(
+                                "group {group}: no batch boundary in the segment at offset {base}, \
+                                 where the first recovered op starts"
+                            ));
+                        }
+                    }
+                }
+                None => (0, 0),
+            };
             for (op, frame) in &g.frames {
                 let body = &frame[HEADER_SIZE..];
                 if at < bytes.len() {
