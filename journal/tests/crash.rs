@@ -1136,6 +1136,9 @@ struct Once<const B: u8> {
     held_lost: u64,
     /// Checkpoints acknowledged.
     checkpoints_seen: u64,
+    /// Acknowledged bodies below the recovered checkpoint op checked in the segment (not
+    /// replayed: decision 450).
+    below_checkpoint: u64,
     /// Fresh directories started (a long campaign would grow quadratic on one).
     resets: u64,
 }
@@ -1311,6 +1314,7 @@ impl<const B: u8> Oracle for Once<B> {
                 if body.len() >= ONCE_REF_MIN {
                     self.referenced += 1;
                 }
+                self.below_checkpoint += 1;
                 figures.checked += 1;
             }
             // From the checkpoint op's body on, the recovered ones follow in op order.
@@ -1378,10 +1382,11 @@ impl<const B: u8> Oracle for Once<B> {
 
     fn note(&self) -> String {
         format!(
-            "; {} acknowledged referenced bodies re-verified, {} checkpoints, {} truncations, {} \
-             unresolved (never acknowledged), {} held-whole segment copies lost, {} fresh \
-             directories",
+            "; {} acknowledged referenced bodies re-verified, {} acknowledged bodies below the \
+             checkpoint op checked in the segment, {} checkpoints, {} truncations, {} unresolved (never \
+             acknowledged), {} held-whole segment copies lost, {} fresh directories",
             self.referenced,
+            self.below_checkpoint,
             self.checkpoints_seen,
             self.truncations,
             self.unresolved,
