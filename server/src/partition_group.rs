@@ -628,6 +628,11 @@ struct Queues {
     recheck: Cell<bool>,
     /// Segment seals finished apart from the task (decision 355), to apply.
     seals: RefCell<Vec<(u64, journal::segment::SealDone)>>,
+    /// Groups whose disk is away running a window's segment work (decision 440): their queues
+    /// wait and are not work.
+    away: RefCell<BTreeSet<u64>>,
+    /// Groups back from their segment work, not taken in yet.
+    back: Cell<usize>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
@@ -662,11 +667,17 @@ impl Queues {
     }
 
     fn is_idle(&self) -> bool {
+        let away = self.away.borrow();
         !self.recheck.get()
+            && self.back.get() == 0
             && self.seals.borrow().is_empty()
             && self.removals.borrow().is_empty()
             && self.boots.borrow().is_empty()
-            && self.groups.borrow().values().all(VecDeque::is_empty)
+            && self
+                .groups
+                .borrow()
+                .iter()
+                .all(|(g, q)| q.is_empty() || away.contains(g))
     }
 
     /// Resolves when there is work, or `false` once closed and drained.
@@ -675,7 +686,7 @@ impl Queues {
             if !self.is_idle() {
                 return Poll::Ready(true);
             }
-            if self.closed.get() {
+            if self.closed.get() && self.away.borrow().is_empty() {
                 return Poll::Ready(false);
             }
             self.waker.set(Some(cx.waker().clone()));
@@ -769,6 +780,8 @@ struct StorageTask<S: Storage> {
     timeline: Rc<Timeline>,
     /// Reclaimed WAL files being removed apart (decision 400).
     retiring: Rc<retire::Retiring<S::File>>,
+    /// Groups away running a window's segment work (decision 440).
+    away: Rc<away::AwayShared<S>>,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -796,6 +809,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     async fn commit_window(&mut self) -> Result<u64, WalError> {
         let started = Instant::now();
         let lsn = self.wal.commit().await?;
+        self.away
+            .durable(self.wal.durable_lsn(), self.wal.last_written_at());
         add(&self.gauges.wal_commits, 1);
         add(
             &self.gauges.wal_commit_ns,
@@ -806,12 +821,20 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
 
     async fn run(mut self) {
         while self.queues.ready().await {
+            self.take_back();
             if self.fatal.borrow().is_some() {
                 // The node is stopping: write nothing more.
                 self.queues.groups.borrow_mut().clear();
                 self.queues.boots.borrow_mut().clear();
                 self.queues.removals.borrow_mut().clear();
                 continue;
+            }
+            if !self.queues.seals.borrow().is_empty()
+                || !self.queues.removals.borrow().is_empty()
+                || !self.queues.boots.borrow().is_empty()
+            {
+                // These passes need every group's disk here (decision 440).
+                self.settle_away().await;
             }
             self.apply_seals().await;
             let removals: Vec<_> = self.queues.removals.borrow_mut().drain(..).collect();
@@ -826,6 +849,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             let mut checkpointed = false;
             let groups: Vec<u64> = self.queues.groups.borrow().keys().copied().collect();
             for group in groups {
+                if self.queues.away.borrow().contains(&group) {
+                    continue; // its work waits until it is back
+                }
                 loop {
                     let op = {
                         let mut queues = self.queues.groups.borrow_mut();
@@ -850,6 +876,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 || checkpointed
                 || self.wal.durable_lsn() >= self.last_reclaim_at + RECLAIM_EVERY_LSNS
             {
+                // Reclaim weighs every group's holds and synced segments.
+                self.settle_away().await;
                 self.reclaim().await;
             }
             if self.queues.is_idle() && self.wal.end_lag() > 0 && self.stays_idle().await {
@@ -859,6 +887,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
             }
         }
+        self.settle_away().await;
         self.shutdown().await;
     }
 
@@ -892,14 +921,18 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let mut ahead: BTreeMap<u64, bool> = BTreeMap::new();
         loop {
             let next = {
+                let away = self.queues.away.borrow();
                 let mut queues = self.queues.groups.borrow_mut();
-                queues.iter_mut().find_map(|(group, q)| match q.front() {
-                    Some(
-                        PartitionStorageOp::Append { .. }
-                        | PartitionStorageOp::Machine(StorageWork::Batch(_)),
-                    ) => q.pop_front().map(|op| (*group, op)),
-                    _ => None,
-                })
+                queues
+                    .iter_mut()
+                    .filter(|(group, _)| !away.contains(group))
+                    .find_map(|(group, q)| match q.front() {
+                        Some(
+                            PartitionStorageOp::Append { .. }
+                            | PartitionStorageOp::Machine(StorageWork::Batch(_)),
+                        ) => q.pop_front().map(|op| (*group, op)),
+                        _ => None,
+                    })
             };
             let Some((group, next)) = next else {
                 break;
@@ -1073,6 +1106,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// segment flushes of `flush` run (decision 270: a segment write is off the critical path
     /// of the next window). Each `Appended` is sent once the WAL and every synced segment are
     /// durable.
+    ///
+    /// The groups with segment work go away to run it (decision 440, `away`): this waits only
+    /// for the WAL commit, and their entries are acknowledged when they come back.
     async fn finish_window_flushing(
         &mut self,
         window: &mut Vec<WindowEntry>,
@@ -1082,61 +1118,38 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         if window.is_empty() && flush.is_empty() && ahead.is_empty() {
             return Ok(());
         }
-        let wal = &mut self.wal;
-        let gauges = &self.gauges;
-        let has_records = !window.is_empty();
-        let commit = async move {
-            if !has_records {
-                return Ok::<(), WalError>(());
+        let leaving: BTreeSet<u64> = flush
+            .iter()
+            .chain(ahead.keys())
+            .copied()
+            .filter(|g| self.groups.contains_key(g))
+            .collect();
+        let mut parked: BTreeMap<u64, Vec<WindowEntry>> = BTreeMap::new();
+        let mut staying = Vec::with_capacity(window.len());
+        for entry in window.drain(..) {
+            if leaving.contains(&entry.0) {
+                parked.entry(entry.0).or_default().push(entry);
+            } else {
+                staying.push(entry);
             }
-            // One write and one fdatasync for every group's appends.
-            let started = Instant::now();
-            wal.commit().await?;
-            add(&gauges.wal_commits, 1);
-            add(
-                &gauges.wal_commit_ns,
-                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            );
-            Ok(())
-        };
-        let groups = &mut self.groups;
-        let bodies: &BTreeMap<u64, bool> = ahead;
-        let segments = async move {
-            for (group, disk) in groups
-                .iter_mut()
-                .filter(|(g, _)| flush.contains(g) || bodies.contains_key(g))
-            {
-                let flushed = if bodies.get(group) == Some(&true) {
-                    disk.log.flush_synced().await
-                } else {
-                    disk.log.flush().await
-                };
-                // Readers learn what is written (decision 280), also after a failed flush.
-                disk.map.borrow_mut().refresh(&disk.log);
-                flushed.map_err(|e| format!("group {group:#x}: segments: {e}"))?;
-            }
-            Ok::<(), String>(())
-        };
-        let (committed, flushed) = futures_lite::future::zip(commit, segments).await;
+        }
+        let has_records = !parked.is_empty() || !staying.is_empty();
+        for group in leaving {
+            let disk = self.groups.remove(&group).expect("filtered on presence");
+            let synced = ahead.get(&group) == Some(&true);
+            let entries = parked.remove(&group).unwrap_or_default();
+            self.send_away(group, disk, synced, entries);
+        }
         ahead.clear();
-        committed.map_err(|e| format!("partition WAL commit: {e}"))?;
-        flushed?;
+        if has_records {
+            // One write and one fdatasync for every group's appends.
+            self.commit_window()
+                .await
+                .map_err(|e| format!("partition WAL commit: {e}"))?;
+        }
         let synced = Instant::now();
         let written = self.wal.last_written_at().unwrap_or(synced);
-        for (group, op, lsn, frame, body) in window.drain(..) {
-            self.timeline.synced(group, op, written, synced);
-            self.guard.note(lsn, group, frame.bytes());
-            let checksum = identity_of(frame.bytes());
-            if let Some(disk) = self.groups.get_mut(&group) {
-                disk.frames.insert(op, (lsn, frame));
-                match body {
-                    Some(body) => disk.bodies.insert(op, body),
-                    None => disk.bodies.remove(&op),
-                };
-            }
-            add(&self.gauges.appends, 1);
-            self.done(group, Completion::Appended { op, checksum });
-        }
+        self.account(staying, true, written, synced);
         Ok(())
     }
 
@@ -2346,6 +2359,12 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
         tail_share: host.tail_share.clone(),
         timeline: host.timeline.clone(),
         retiring: Rc::default(),
+        away: away::AwayShared::new(
+            queues.clone(),
+            host.inbox.clone(),
+            host.timeline.clone(),
+            fatal.clone(),
+        ),
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -2909,6 +2928,8 @@ mod affinity_tests {
 #[path = "partition/removal_tests.rs"]
 mod removal_tests;
 
+#[path = "partition/away.rs"]
+mod away;
 #[path = "partition/retire.rs"]
 mod retire;
 #[path = "partition/seals.rs"]
@@ -2991,6 +3012,7 @@ mod tests {
         let inbox = Rc::new(Inbox::new(gauges.clone()));
         let queues = Rc::new(Queues::default());
         let fatal = Rc::new(RefCell::new(None));
+        let timeline: Rc<Timeline> = Rc::default();
         let task = StorageTask {
             partitions: parts.clone(),
             identity,
@@ -3011,8 +3033,9 @@ mod tests {
             metadata,
             read_cache_bytes: crate::partition::machine::READ_CACHE_BYTES,
             tail_share: Rc::new(Cell::new(crate::partition::machine::READ_CACHE_BYTES)),
-            timeline: Rc::default(),
+            timeline: timeline.clone(),
             retiring: Rc::default(),
+            away: away::AwayShared::new(queues.clone(), inbox.clone(), timeline, fatal.clone()),
         };
         TestTask {
             task,
@@ -3061,6 +3084,24 @@ mod tests {
 
     /// A sealed partition prepare of `op` in `group` (a StoreConsumerOffset body).
     pub(super) fn prepare(group: u64, op: u64) -> Frame {
+        prepare_of(group, op, Operation::StoreConsumerOffset, &[op as u8; 64])
+    }
+
+    /// Messages in a [`send_messages`] batch.
+    pub(super) const SEND_BATCH: u64 = 80;
+
+    /// A sealed SendMessages prepare of `op` in `group` whose batch of [`SEND_BATCH`] 1000-byte
+    /// messages starts at `base_offset`: more than [`REF_BODY_MIN`](super::REF_BODY_MIN), so
+    /// it is written once at its segment's tail and referenced from the WAL (decision 414).
+    pub(super) fn send_messages(group: u64, op: u64, base_offset: u64) -> Frame {
+        let payload = vec![op as u8; 1000];
+        let payloads: Vec<&[u8]> = (0..SEND_BATCH).map(|_| &payload[..]).collect();
+        let body = journal::batch::build(0, base_offset, 1_000 + op, &payloads);
+        assert!(body.len() >= super::REF_BODY_MIN);
+        prepare_of(group, op, Operation::SendMessages, &body)
+    }
+
+    fn prepare_of(group: u64, op: u64, operation: Operation, body: &[u8]) -> Frame {
         let mut header = PrepareHeader::zeroed();
         header.frame = FrameHeader::new(
             Command::Prepare,
@@ -3073,12 +3114,11 @@ mod tests {
         header.op.set(op);
         header.commit.set(op - 1);
         header.timestamp.set(1_000 + op);
-        header.operation = Operation::StoreConsumerOffset.byte();
+        header.operation = operation.byte();
         header.group.set(group);
-        let body = vec![op as u8; 64];
-        wire::encode::finish_header(&mut header, &body).unwrap();
+        wire::encode::finish_header(&mut header, body).unwrap();
         let mut frame = header.bytes().to_vec();
-        frame.extend_from_slice(&body);
+        frame.extend_from_slice(body);
         Frame::new(frame)
     }
 

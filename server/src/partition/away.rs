@@ -1,0 +1,301 @@
+//! A group's segment work of a window runs apart from the storage task (decision 440).
+//!
+//! The window's WAL write and `fdatasync` are small (a header and a body reference per large
+//! batch); its segment writes are not (the batch itself, then the segment's `fdatasync`, which
+//! on ext4 also commits the file's new size). The storage task used to await both before it
+//! took the next window, so two producers on two partitions took turns: each batch waited for
+//! the other's segment sync before its own window began.
+//!
+//! Now, when a window closes, each group with segment work in it (a body reserved at its tail,
+//! or a due flush of committed batches) *goes away*: its [`GroupDisk`] moves into a local task
+//! of its own that runs the flush (synced when a referenced body is in it) and comes back with
+//! the group's entries of that window. The storage task awaits only the WAL commit, then goes on
+//! with the next window for every group still here.
+//!
+//! While a group is away nothing else touches its disk: its queue is skipped (and does not count
+//! as work, so the task never spins on it), and every pass that needs all groups (seals, boots,
+//! removals, reclaim, shutdown) first waits for every group to come back ([`settle`]).
+//!
+//! A group's entries are acknowledged once the WAL commit of their window *and* the group's
+//! segment work are durable, as before. The away task sends their `Appended` itself when the
+//! WAL was durable first (the common case: the WAL's write is the smaller one); otherwise the
+//! storage task does when it takes the group back. Either way the bookkeeping (journaled
+//! frames, body references, the reclaim guard) is done when the group is back, before any other
+//! work of that group runs.
+//!
+//! [`settle`]: StorageTask::settle_away
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::Instant;
+
+use journal::storage::Storage;
+use journal::wal::BodyRef;
+
+use super::{Completion, Event, Frame, GroupDisk, Inbox, Queues, StorageTask, Timeline, add};
+
+/// An entry of a window: group, op, lsn, the frame, its body's reference (see `WindowEntry`).
+type Entry = (u64, u64, u64, Frame, Option<BodyRef>);
+
+/// What the away tasks share with the storage task.
+pub(super) struct AwayShared<S: Storage> {
+    /// Groups back from their segment work, to take in.
+    back: RefCell<Vec<Back<S>>>,
+    /// The WAL's durable lsn and when its last window's write returned, set after every
+    /// commit: an away task acknowledges its entries itself when they are at or below it.
+    durable: Cell<(u64, Option<Instant>)>,
+    queues: Rc<Queues>,
+    inbox: Rc<Inbox>,
+    timeline: Rc<Timeline>,
+    fatal: Rc<RefCell<Option<String>>>,
+}
+
+impl<S: Storage> AwayShared<S> {
+    pub(super) fn new(
+        queues: Rc<Queues>,
+        inbox: Rc<Inbox>,
+        timeline: Rc<Timeline>,
+        fatal: Rc<RefCell<Option<String>>>,
+    ) -> Rc<Self> {
+        Rc::new(AwayShared {
+            back: RefCell::new(Vec::new()),
+            durable: Cell::new((0, None)),
+            queues,
+            inbox,
+            timeline,
+            fatal,
+        })
+    }
+
+    /// The WAL committed up to `lsn`; its last window's write returned at `written`.
+    pub(super) fn durable(&self, lsn: u64, written: Option<Instant>) {
+        self.durable.set((lsn, written));
+    }
+}
+
+/// A group back from its segment work.
+struct Back<S: Storage> {
+    group: u64,
+    disk: GroupDisk<S>,
+    entries: Vec<Entry>,
+    flushed: Result<(), String>,
+    /// The away task sent the entries' `Appended` (the WAL was durable first).
+    acked: bool,
+}
+
+fn checksum(frame: &Frame) -> u128 {
+    super::identity_of(frame.bytes())
+}
+
+impl<S: Storage + Clone + 'static> StorageTask<S> {
+    /// Sends `group`'s disk away to run its segment flush (synced when `synced`), with its
+    /// `entries` of the window being committed.
+    pub(super) fn send_away(
+        &mut self,
+        group: u64,
+        mut disk: GroupDisk<S>,
+        synced: bool,
+        entries: Vec<Entry>,
+    ) {
+        self.queues.away.borrow_mut().insert(group);
+        let shared = self.away.clone();
+        glommio::spawn_local(async move {
+            let flushed = if synced {
+                disk.log.flush_synced().await
+            } else {
+                disk.log.flush().await
+            };
+            // Readers learn what is written (decision 280), also after a failed flush.
+            disk.map.borrow_mut().refresh(&disk.log);
+            let flushed = flushed.map_err(|e| format!("group {group:#x}: segments: {e}"));
+            let (durable, written) = shared.durable.get();
+            let acked = flushed.is_ok()
+                && shared.fatal.borrow().is_none()
+                && entries.iter().all(|e| e.2 <= durable);
+            if acked {
+                let now = Instant::now();
+                for (group, op, _, frame, _) in &entries {
+                    shared
+                        .timeline
+                        .synced(*group, *op, written.unwrap_or(now).min(now), now);
+                    shared.inbox.push(Event::Done {
+                        group: *group,
+                        completion: Completion::Appended {
+                            op: *op,
+                            checksum: checksum(frame),
+                        },
+                    });
+                }
+            }
+            shared.back.borrow_mut().push(Back {
+                group,
+                disk,
+                entries,
+                flushed,
+                acked,
+            });
+            shared.queues.back.set(shared.queues.back.get() + 1);
+            shared.queues.wake();
+        })
+        .detach();
+    }
+
+    /// Takes in every group back from its segment work: its disk, its entries' bookkeeping,
+    /// and their `Appended` where the away task did not send it. A failed flush stops the
+    /// node (its entries are never acknowledged).
+    pub(super) fn take_back(&mut self) {
+        let back: Vec<Back<S>> = self.away.back.borrow_mut().drain(..).collect();
+        self.queues
+            .back
+            .set(self.queues.back.get().saturating_sub(back.len()));
+        // Entries the away task left unacknowledged are behind a WAL commit that has returned
+        // by now (the storage task awaits every commit before it takes groups back).
+        let durable = self.wal.durable_lsn();
+        for Back {
+            group,
+            disk,
+            entries,
+            flushed,
+            acked,
+        } in back
+        {
+            self.queues.away.borrow_mut().remove(&group);
+            self.groups.insert(group, disk);
+            if let Err(e) = flushed {
+                self.fail(e);
+                continue;
+            }
+            if !acked && entries.iter().any(|e| e.2 > durable) {
+                self.fail(format!(
+                    "group {group:#x}: an append came back from its segment before its WAL \
+                     window was committed"
+                ));
+                continue;
+            }
+            let synced = Instant::now();
+            let written = self.wal.last_written_at().unwrap_or(synced);
+            let ack = !acked && self.fatal.borrow().is_none();
+            self.account(entries, ack, written, synced);
+        }
+    }
+
+    /// The bookkeeping of appends whose WAL window and segment work are durable, and their
+    /// `Appended` when `ack`.
+    pub(super) fn account(
+        &mut self,
+        entries: Vec<Entry>,
+        ack: bool,
+        written: Instant,
+        synced: Instant,
+    ) {
+        for (group, op, lsn, frame, body) in entries {
+            self.guard.note(lsn, group, frame.bytes());
+            let checksum = checksum(&frame);
+            if let Some(disk) = self.groups.get_mut(&group) {
+                disk.frames.insert(op, (lsn, frame));
+                match body {
+                    Some(body) => disk.bodies.insert(op, body),
+                    None => disk.bodies.remove(&op),
+                };
+            }
+            add(&self.gauges.appends, 1);
+            if ack {
+                self.timeline.synced(group, op, written, synced);
+                self.done(group, Completion::Appended { op, checksum });
+            }
+        }
+    }
+
+    /// Waits until every group is back from its segment work, and takes them in.
+    pub(super) async fn settle_away(&mut self) {
+        loop {
+            self.take_back();
+            if self.queues.away.borrow().is_empty() {
+                return;
+            }
+            let queues = self.queues.clone();
+            poll_fn(|cx| {
+                if queues.back.get() > 0 {
+                    return Poll::Ready(());
+                }
+                queues.waker.set(Some(cx.waker().clone()));
+                Poll::Pending
+            })
+            .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use journal::segment::{FlushPolicy, PartitionLog, log_name};
+
+    use super::super::tests::{SEND_BATCH, TestTask, group, send_messages, settle, with_test_task};
+    use super::super::{PartitionStorageOp, group_prefix};
+
+    /// One group's segment sync does not return: the other group's large batches are still
+    /// journaled and acknowledged, window after window, and the held group's batch only once
+    /// its segment sync returns. With the segment work awaited inside the window (before
+    /// decision 440) nothing after the held window is acknowledged and the first check fails;
+    /// with the held group acknowledged before its sync (the away task acking before its
+    /// flush) the first check fails too.
+    #[test]
+    fn a_segment_sync_that_does_not_return_stalls_no_other_group() {
+        with_test_task(|_wal, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            let (a, b) = (group(0), group(1));
+            for g in [a, b] {
+                queues.boot(g, FlushPolicy::default());
+            }
+            parts.hold_syncs(&log_name(&group_prefix(a), 0));
+            let running = glommio::spawn_local(task.run());
+            let append = |g: u64, op: u64| PartitionStorageOp::Append {
+                op,
+                frame: send_messages(g, op, (op - 1) * SEND_BATCH),
+            };
+            queues.push(a, append(a, 1));
+            let mut done = BTreeSet::new();
+            for op in 1..=4 {
+                queues.push(b, append(b, op));
+                settle(&inbox, &mut done, op as usize).await;
+            }
+            let want: BTreeSet<(u64, u64)> = (1..=4).map(|op| (b, op)).collect();
+            assert_eq!(
+                done, want,
+                "the other group's batches acknowledged while a segment sync hangs, not the \
+                 held group's"
+            );
+            parts.release_syncs();
+            settle(&inbox, &mut done, 5).await;
+            assert!(
+                done.contains(&(a, 1)),
+                "the held group's batch acknowledged once its segment is synced: {done:?}"
+            );
+            queues.closed.set(true);
+            queues.wake();
+            running.await;
+            assert_eq!(*fatal.borrow(), None);
+            for (g, batches) in [(a, 1), (b, 4)] {
+                let (log, _) =
+                    PartitionLog::open(parts.clone(), &group_prefix(g), FlushPolicy::default(), 0)
+                        .await
+                        .unwrap();
+                assert_eq!(
+                    log.next_offset(),
+                    batches * SEND_BATCH,
+                    "every batch written"
+                );
+            }
+        });
+    }
+}
