@@ -917,8 +917,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     async fn append_window(&mut self) {
         let mut window: Vec<WindowEntry> = Vec::new();
         let mut flush: BTreeSet<u64> = BTreeSet::new();
-        // Groups whose segment takes bodies in this window: whether one is referenced.
-        let mut ahead: BTreeMap<u64, bool> = BTreeMap::new();
+        // Groups whose segment takes a referenced body in this window (decision 441).
+        let mut ahead: BTreeSet<u64> = BTreeSet::new();
         loop {
             let next = {
                 let away = self.queues.away.borrow();
@@ -1031,13 +1031,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// Reserves a SendMessages body at its segment's tail when it can go there now
     /// (`PartitionLog::reserve`: it starts at the next offset): its base offset, and the
     /// reference the WAL record carries instead of it when it is [`REF_BODY_MIN`] bytes or
-    /// more. `ahead` notes the group: its segment is written in this window, and synced if it
-    /// holds a referenced body.
+    /// more. `ahead` notes the group of a referenced body: its segment is written and synced in
+    /// this window (a shorter body waits for the next flush: decision 441).
     fn reserve_ahead(
         &mut self,
         group: u64,
         frame: &Frame,
-        ahead: &mut BTreeMap<u64, bool>,
+        ahead: &mut BTreeSet<u64>,
     ) -> Option<(u64, Option<BodyRef>)> {
         if frame.bytes().get(208) != Some(&wire::Operation::SendMessages.byte()) {
             return None;
@@ -1047,8 +1047,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let info = journal::batch::peek(&body)?;
         let (segment, position) = disk.log.reserve(body.clone())?;
         let referenced = body.len() >= REF_BODY_MIN;
-        *ahead.entry(group).or_default() |= referenced;
         if referenced {
+            // Written and synced beside the window. A shorter body waits in the log's pending
+            // batches for the next flush (the policy's, or a referenced body's): its WAL record
+            // holds it whole, and one device request fewer per window (decision 441).
+            ahead.insert(group);
             add(&self.gauges.bodies_ahead, 1);
             add(&self.gauges.bodies_ahead_bytes, body.len() as u64);
         }
@@ -1093,7 +1096,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let end = journal::batch::peek(&bytes).map_or(0, |i| i.end_offset());
         disk.committed_end = disk.committed_end.max(end);
         if end <= disk.log.next_offset() {
-            return Ok(false); // in the segments already (flushed before a restart)
+            // Held already: reserved at the tail (a short body waits there for a flush,
+            // decision 441), or in the segments since before a restart.
+            return Ok(disk.log.should_flush(0, 0));
         }
         disk.log
             .commit_verified_batch(bytes)
@@ -1102,7 +1107,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     }
 
     /// Writes and syncs the window: the WAL's one write and `fdatasync` while the segments of
-    /// `ahead` take their bodies (synced where one is referenced, decision 414) and the due
+    /// `ahead` take their referenced bodies and are synced (decision 414) and the due
     /// segment flushes of `flush` run (decision 270: a segment write is off the critical path
     /// of the next window). Each `Appended` is sent once the WAL and every synced segment are
     /// durable.
@@ -1113,14 +1118,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         &mut self,
         window: &mut Vec<WindowEntry>,
         flush: &BTreeSet<u64>,
-        ahead: &mut BTreeMap<u64, bool>,
+        ahead: &mut BTreeSet<u64>,
     ) -> Result<(), String> {
         if window.is_empty() && flush.is_empty() && ahead.is_empty() {
             return Ok(());
         }
         let leaving: BTreeSet<u64> = flush
             .iter()
-            .chain(ahead.keys())
+            .chain(ahead.iter())
             .copied()
             .filter(|g| self.groups.contains_key(g))
             .collect();
@@ -1136,7 +1141,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         let has_records = !parked.is_empty() || !staying.is_empty();
         for group in leaving {
             let disk = self.groups.remove(&group).expect("filtered on presence");
-            let synced = ahead.get(&group) == Some(&true);
+            let synced = ahead.contains(&group);
             let entries = parked.remove(&group).unwrap_or_default();
             self.send_away(group, disk, synced, entries);
         }
@@ -3094,11 +3099,23 @@ mod tests {
     /// messages starts at `base_offset`: more than [`REF_BODY_MIN`](super::REF_BODY_MIN), so
     /// it is written once at its segment's tail and referenced from the WAL (decision 414).
     pub(super) fn send_messages(group: u64, op: u64, base_offset: u64) -> Frame {
-        let payload = vec![op as u8; 1000];
-        let payloads: Vec<&[u8]> = (0..SEND_BATCH).map(|_| &payload[..]).collect();
-        let body = journal::batch::build(0, base_offset, 1_000 + op, &payloads);
+        let (frame, body) = send_batch(group, op, base_offset, SEND_BATCH);
         assert!(body.len() >= super::REF_BODY_MIN);
-        prepare_of(group, op, Operation::SendMessages, &body)
+        frame
+    }
+
+    /// A sealed SendMessages prepare of `op` in `group` whose batch of `messages` 1000-byte
+    /// messages starts at `base_offset`, and the batch.
+    pub(super) fn send_batch(
+        group: u64,
+        op: u64,
+        base_offset: u64,
+        messages: u64,
+    ) -> (Frame, Vec<u8>) {
+        let payload = vec![op as u8; 1000];
+        let payloads: Vec<&[u8]> = (0..messages).map(|_| &payload[..]).collect();
+        let body = journal::batch::build(0, base_offset, 1_000 + op, &payloads);
+        (prepare_of(group, op, Operation::SendMessages, &body), body)
     }
 
     fn prepare_of(group: u64, op: u64, operation: Operation, body: &[u8]) -> Frame {

@@ -234,8 +234,13 @@ mod tests {
 
     use journal::segment::{FlushPolicy, PartitionLog, log_name};
 
-    use super::super::tests::{SEND_BATCH, TestTask, group, send_messages, settle, with_test_task};
-    use super::super::{PartitionStorageOp, group_prefix};
+    use bytes::Bytes;
+
+    use super::super::tests::{
+        SEND_BATCH, TestTask, group, send_batch, send_messages, settle, with_test_task,
+    };
+    use super::super::{PartitionStorageOp, REF_BODY_MIN, group_prefix};
+    use crate::partition::machine::StorageWork;
 
     /// One group's segment sync does not return: the other group's large batches are still
     /// journaled and acknowledged, window after window, and the held group's batch only once
@@ -296,6 +301,80 @@ mod tests {
                     "every batch written"
                 );
             }
+        });
+    }
+
+    /// Batches shorter than `REF_BODY_MIN` are acknowledged on the WAL alone: no segment write
+    /// in their windows (decision 441). They reach the segment with the flush the policy makes
+    /// due at commit, and come back from it after a restart. With every reserved body written
+    /// in its window again (decision 414's first form) the first check fails.
+    #[test]
+    fn small_batches_wait_for_the_policys_flush_to_reach_the_segment() {
+        const MESSAGES: u64 = 4;
+        with_test_task(|_wal, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            let a = group(0);
+            let policy = FlushPolicy {
+                messages_required_to_save: 4 * MESSAGES,
+                ..FlushPolicy::default()
+            };
+            queues.boot(a, policy);
+            let running = glommio::spawn_local(task.run());
+            let batches: Vec<_> = (1..=4)
+                .map(|op| send_batch(a, op, (op - 1) * MESSAGES, MESSAGES))
+                .collect();
+            assert!(batches.iter().all(|(_, b)| b.len() < REF_BODY_MIN));
+            let mut done = BTreeSet::new();
+            let mut writes_after_first = 0;
+            for (op, (frame, _)) in (1..).zip(&batches) {
+                let frame = frame.clone();
+                queues.push(a, PartitionStorageOp::Append { op, frame });
+                settle(&inbox, &mut done, op as usize).await;
+                if op == 1 {
+                    writes_after_first = parts.counts().0;
+                }
+            }
+            assert_eq!(done.len(), 4, "every small batch acknowledged");
+            assert_eq!(
+                parts.counts().0,
+                writes_after_first,
+                "no segment write in the windows of small batches"
+            );
+            for (_, body) in &batches {
+                let work = StorageWork::Batch(Bytes::from(body.clone()));
+                queues.push(a, PartitionStorageOp::Machine(work));
+            }
+            for _ in 0..1000 {
+                if parts.counts().0 > writes_after_first {
+                    break;
+                }
+                glommio::executor().yield_now().await;
+            }
+            assert!(
+                parts.counts().0 > writes_after_first,
+                "the policy's flush writes the committed batches"
+            );
+            queues.closed.set(true);
+            queues.wake();
+            running.await;
+            assert_eq!(*fatal.borrow(), None);
+            let (log, _) = PartitionLog::open(parts.clone(), &group_prefix(a), policy, 0)
+                .await
+                .unwrap();
+            assert_eq!(
+                log.next_offset(),
+                4 * MESSAGES,
+                "every batch in the segment"
+            );
+            let read = log.read_from_offset(0, 1 << 20).await.unwrap();
+            let want: Vec<u8> = batches.iter().flat_map(|(_, b)| b.clone()).collect();
+            assert_eq!(read, want, "the segment holds the batches byte for byte");
         });
     }
 }
