@@ -444,6 +444,9 @@ struct Producer {
     frames: Vec<SendFrame>,
     index_of: Vec<usize>,
     next_slot: usize,
+    /// Where this producer's batches fall in each interval under a rate, as a fraction of it:
+    /// `p / producers`, so the offered load is spread evenly in time (decision 442).
+    phase: f64,
 }
 
 impl Producer {
@@ -465,6 +468,7 @@ impl Producer {
             .collect();
         let index_of = positions(&mine, &layout.partitions);
         Producer {
+            phase: phase_of(p, workload.producers),
             conn,
             frames,
             index_of,
@@ -498,7 +502,7 @@ impl Producer {
             }
             let scheduled = match interval {
                 Some(interval) => {
-                    let at = started + interval.mul_f64(sent as f64);
+                    let at = due(started, interval, sent, self.phase);
                     if until.deadline.is_some_and(|d| at >= d) {
                         return Ok(());
                     }
@@ -536,6 +540,18 @@ impl Producer {
             }
         }
     }
+}
+
+/// When a producer's batch number `sent` is due under a rate: one every `interval`, offset by
+/// the producer's `phase` (a fraction of the interval), so that `P` producers at phases
+/// `p / P` offer their batches evenly spaced, not all at once (decision 442).
+pub(super) fn due(started: Instant, interval: Duration, sent: u64, phase: f64) -> Instant {
+    started + interval.mul_f64(sent as f64 + phase)
+}
+
+/// Producer `p`'s phase among `producers`: `p / producers` of an interval.
+pub(super) fn phase_of(p: u32, producers: u32) -> f64 {
+    f64::from(p) / f64::from(producers.max(1))
 }
 
 fn produce(

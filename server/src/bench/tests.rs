@@ -704,3 +704,28 @@ fn the_disk_cap_and_the_quorum_floor_come_from_the_same_run() {
     let limit = p50.limit.expect("a floor");
     assert!((limit.value - (2.0 * frame / 600.0 + fsync)).abs() < 1e-6);
 }
+
+/// Under a rate, two producers' batches fall half an interval apart, evenly spaced over time
+/// (decision 442); with the phase left out they would all be due at the same instants.
+#[test]
+fn producers_under_a_rate_are_spread_evenly_in_time() {
+    use std::time::{Duration, Instant};
+    let started = Instant::now();
+    let interval = Duration::from_millis(20);
+    let producers = 2u32;
+    let mut all: Vec<Instant> = (0..producers)
+        .flat_map(|p| {
+            let phase = super::load::phase_of(p, producers);
+            (0..4).map(move |sent| super::load::due(started, interval, sent, phase))
+        })
+        .collect();
+    all.sort();
+    for pair in all.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap.abs_diff(interval / 2) < Duration::from_micros(1),
+            "batches {gap:?} apart, want {:?}",
+            interval / 2
+        );
+    }
+}
