@@ -382,17 +382,10 @@ fn write_once(c: &mut Criterion) {
                 let start = Instant::now();
                 for (frame, body) in frames {
                     if once {
-                        let info = journal::batch::peek(&body).expect("batch");
                         let (segment, position) = log.reserve(body.clone()).expect("tail");
                         block_on(log.flush_synced()).expect("segment");
-                        let reference = journal::wal::BodyRef {
-                            segment,
-                            position,
-                            len: body.len() as u64,
-                            hash: wire::integrity::xxh3(&body),
-                            base_offset: info.base_offset,
-                            end_offset: info.end_offset(),
-                        };
+                        let reference =
+                            journal::wal::BodyRef::of(segment, position, &body).expect("batch");
                         let header: &[u8; wire::HEADER_SIZE] =
                             frame[..wire::HEADER_SIZE].try_into().expect("header");
                         wal.submit_ref(5, header, &reference, 0).expect("submit");

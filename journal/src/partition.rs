@@ -328,20 +328,9 @@ mod tests {
             let mut bodies = BTreeMap::new();
             for op in 1..=2u64 {
                 let body = build(7, boot.log.next_offset(), 1, &[&[op as u8; 3000], b"x"]);
-                let info = batch::peek(&body).unwrap();
                 let (segment, position) = boot.log.reserve(body.clone().into()).unwrap();
                 prepares.insert(op, header.clone());
-                bodies.insert(
-                    op,
-                    BodyRef {
-                        segment,
-                        position,
-                        len: body.len() as u64,
-                        hash: wire::integrity::xxh3(&body),
-                        base_offset: info.base_offset,
-                        end_offset: info.end_offset(),
-                    },
-                );
+                bodies.insert(op, BodyRef::of(segment, position, &body).unwrap());
             }
             boot.log.flush_synced().await.unwrap();
             // Op 1 checkpointed: the frontier is its end.
@@ -407,20 +396,9 @@ mod tests {
             for op in 1..=n {
                 let fill = vec![op as u8; payload];
                 let body = build(7, boot.log.next_offset(), op, &[&fill, b"x"]);
-                let info = batch::peek(&body).unwrap();
                 let (segment, position) = boot.log.reserve(body.clone().into()).unwrap();
                 prepares.insert(op, header.clone());
-                bodies.insert(
-                    op,
-                    BodyRef {
-                        segment,
-                        position,
-                        len: body.len() as u64,
-                        hash: wire::integrity::xxh3(&body),
-                        base_offset: info.base_offset,
-                        end_offset: info.end_offset(),
-                    },
-                );
+                bodies.insert(op, BodyRef::of(segment, position, &body).unwrap());
             }
             boot.log.flush_synced().await.unwrap();
             let checkpointed = VsrState {

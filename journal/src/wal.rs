@@ -186,6 +186,20 @@ impl BodyRef {
     /// Encoded length.
     pub const LEN: usize = 48;
 
+    /// The reference to `body`, a message batch written at `position` of the segment based at
+    /// `segment`: its length, XXH3-64 and offsets. `None` when `body` has no batch header.
+    pub fn of(segment: u64, position: u64, body: &[u8]) -> Option<BodyRef> {
+        let info = crate::batch::peek(body)?;
+        Some(BodyRef {
+            segment,
+            position,
+            len: body.len() as u64,
+            hash: wire::integrity::xxh3(body),
+            base_offset: info.base_offset,
+            end_offset: info.end_offset(),
+        })
+    }
+
     fn encode(&self) -> [u8; Self::LEN] {
         let mut out = [0u8; Self::LEN];
         for (i, v) in [

@@ -537,15 +537,8 @@ fn once_child(dir: &Path, seed: u64, acks: &mut Acks) -> ! {
                 .expect("reserved at the tail");
             touched.insert(group);
             if body.len() >= ONCE_REF_MIN {
-                let info = journal::batch::peek(&body).expect("ours");
-                let at = BodyRef {
-                    segment,
-                    position,
-                    len: body.len() as u64,
-                    hash: wire::integrity::xxh3(&body),
-                    base_offset: base,
-                    end_offset: info.end_offset(),
-                };
+                let at = BodyRef::of(segment, position, &body).expect("ours");
+                assert_eq!(at.base_offset, base);
                 let header: &[u8; HEADER_SIZE] = frame[..HEADER_SIZE].try_into().expect("256");
                 wal.submit_ref(group, header, &at, 0).expect("submit");
                 referenced.insert(group);

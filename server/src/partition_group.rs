@@ -1055,14 +1055,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             add(&self.gauges.bodies_ahead, 1);
             add(&self.gauges.bodies_ahead_bytes, body.len() as u64);
         }
-        let body = referenced.then(|| BodyRef {
-            segment,
-            position,
-            len: body.len() as u64,
-            hash: wire::integrity::xxh3(&body),
-            base_offset: info.base_offset,
-            end_offset: info.end_offset(),
-        });
+        let body = referenced
+            .then(|| BodyRef::of(segment, position, &body))
+            .flatten();
         Some((info.base_offset, body))
     }
 
