@@ -47,6 +47,26 @@ pub(crate) fn with_header_room(body: &[u8]) -> Vec<u8> {
     bytes
 }
 
+/// `buf[start..]` moved to follow `wire::HEADER_SIZE` bytes of room, in `buf`'s own allocation
+/// when its capacity has the room (decision 460: the client core reads a request's body into a
+/// buffer with `wire::HEADER_SIZE` bytes spare, so a SendMessages batch becomes its prepare
+/// with one move over bytes the admission check just read, no fresh allocation to page-fault
+/// in). The room holds whatever was there: [`finish_in_place`] overwrites all of it.
+/// `start` must be at most `buf.len()`.
+pub(crate) fn into_header_room(mut buf: Vec<u8>, start: usize) -> Vec<u8> {
+    let len = buf.len() - start;
+    let room = wire::HEADER_SIZE;
+    if start < room {
+        buf.reserve_exact(room - start);
+        buf.resize(room + len, 0);
+        buf.copy_within(start..start + len, room);
+    } else if start > room {
+        buf.copy_within(start.., room);
+        buf.truncate(room + len);
+    }
+    buf
+}
+
 /// Seals a frame whose body already sits in `bytes` after `wire::HEADER_SIZE` placeholder
 /// bytes (a state chunk read straight into its frame): no second copy of the body.
 pub(crate) fn finish_in_place<H: Layout>(mut header: H, mut bytes: Vec<u8>) -> Frame {

@@ -319,9 +319,9 @@ impl<S: StateMachine> Replica<S> {
                 )
             }
             Plane::Partition if operation == Operation::SendMessages => {
-                let batch =
-                    partition::batch_of_request(&request.body).expect("checked at admission");
-                let mut bytes = frames::with_header_room(batch);
+                let start = partition::batch_start(&request.body).expect("checked at admission");
+                // The request's own buffer becomes the prepare (decision 460).
+                let mut bytes = frames::into_header_room(request.body, start);
                 let partition_id = u64::from(self.group.fields().partition);
                 // Admission verified every message and the batch checksum; the stamp rewrites
                 // header fields and the batch checksum only, so the count needs no re-check.

@@ -466,6 +466,65 @@ fn a_shared_prepare_is_journaled_and_forwarded_without_a_copy() {
 }
 
 #[test]
+fn a_send_messages_request_becomes_its_prepare_in_its_own_buffer() {
+    // Decision 460: a request body with a header's room spare is moved into place, not copied
+    // into a fresh allocation; the prepare's bytes are those of the copying path.
+    use crate::partition::{build_batch, build_send_messages_request, stamp};
+    let group = crate::GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 3,
+    })
+    .unwrap();
+    let batch = build_batch(&[b"first", b"second", b"third"]);
+    let request_body = build_send_messages_request(&batch, 3);
+    let mut roomy = Vec::with_capacity(request_body.len() + wire::HEADER_SIZE);
+    roomy.extend_from_slice(&request_body);
+    let allocation = roomy.as_ptr();
+    let mut in_place = boot(crate::RawConfig::new(CLUSTER, ReplicaId(0), 3, group));
+    let mut copied = boot(crate::RawConfig::new(CLUSTER, ReplicaId(0), 3, group));
+    let request = |body| Cluster::request(11, Operation::SendMessages, 1, 1, body);
+    let (moved, effects) = input(&mut in_place, Input::Request(request(roomy)));
+    // The same body with no room spare: reallocated, same bytes.
+    let (_, copied_effects) = input(&mut copied, Input::Request(request(request_body)));
+    assert_eq!(moved, Ok(()));
+    assert_eq!(effects, copied_effects, "the same prepare either way");
+    let Some(Effect::Append { op: 1, frame }) = effects.last() else {
+        panic!("{effects:?}");
+    };
+    assert_eq!(
+        frame.bytes().as_ptr(),
+        allocation,
+        "the request's own buffer"
+    );
+    let mut expected = batch.clone();
+    stamp(&mut expected, 3, 0, NOW.realtime_us);
+    assert_eq!(frame.body(), expected.as_slice());
+    assert_eq!(in_place.next_offset(), 3);
+}
+
+#[test]
+fn header_room_is_made_in_place_or_by_growing() {
+    use crate::frames::into_header_room;
+    let room = wire::HEADER_SIZE;
+    for start in [0, 1, 23, room - 1, room, room + 1, 700] {
+        let body: Vec<u8> = (0..start + 900).map(|i| (i % 251) as u8).collect();
+        let batch = body[start..].to_vec();
+        // Exact capacity (a clone): grown or shifted left, same bytes.
+        let grown = into_header_room(body.clone(), start);
+        assert_eq!(grown.len(), room + batch.len(), "start {start}");
+        assert_eq!(&grown[room..], batch.as_slice(), "start {start}");
+        // A header's room spare: the same allocation.
+        let mut roomy = Vec::with_capacity(body.len() + room);
+        roomy.extend_from_slice(&body);
+        let pointer = roomy.as_ptr();
+        let moved = into_header_room(roomy, start);
+        assert_eq!(moved.as_ptr(), pointer, "start {start}: moved in place");
+        assert_eq!(&moved[room..], batch.as_slice(), "start {start}");
+    }
+}
+
+#[test]
 fn metadata_admission_dedups_in_flight_clients_and_parks_overflow() {
     let mut raw = raw(3, 0);
     raw.prepare_queue_depth = 1;

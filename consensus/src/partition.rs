@@ -77,8 +77,13 @@ pub(crate) fn stamp(
 /// The batch inside a SendMessages request body (client-plane.md §8.1): the envelope is
 /// `metadata_length u32` followed by that many bytes.
 pub(crate) fn batch_of_request(body: &[u8]) -> Option<&[u8]> {
+    body.get(batch_start(body)?..)
+}
+
+/// Where the batch starts inside a SendMessages request body (see [`batch_of_request`]).
+pub(crate) fn batch_start(body: &[u8]) -> Option<usize> {
     let len = u32_at(body.get(0..4)?, 0) as usize;
-    body.get(4usize.checked_add(len)?..)
+    4usize.checked_add(len).filter(|start| *start <= body.len())
 }
 
 /// Builds a valid batch of `payloads` (tests, simulator and benches), producer-stamped (zeros).

@@ -1066,3 +1066,15 @@ fn consumer_group_members_are_sessions_fenced_by_partition_and_end_with_the_conn
     );
 }
 mod users;
+
+#[test]
+fn a_request_body_is_read_into_a_buffer_with_a_header_of_room() {
+    // Decision 460: the core turns a SendMessages body into its prepare in this allocation
+    // only when a header's room is spare; without it every batch is copied again.
+    for len in [0, 1, 1000, 1 << 20] {
+        let body = super::conn::body_buffer(len);
+        assert_eq!(body.len(), len);
+        assert!(body.capacity() >= len + HEADER_SIZE, "len {len}");
+        assert!(body.iter().all(|b| *b == 0));
+    }
+}
