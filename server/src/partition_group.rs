@@ -699,6 +699,46 @@ impl Queues {
 /// the WAL record carries one (decision 414).
 type WindowEntry = (u64, u64, u64, Frame, Option<BodyRef>);
 
+/// The frame a group holds for a journaled prepare (decision 443): its header alone, copied
+/// out of the whole frame so the batch's buffer is freed, when its body is in the segments
+/// (`body`); the whole frame otherwise.
+fn held_frame(frame: Frame, body: Option<&BodyRef>) -> Frame {
+    match (body, frame.header_bytes()) {
+        (Some(_), Some(header)) => Frame::new(Bytes::copy_from_slice(header)),
+        _ => frame,
+    }
+}
+
+/// A held prepare made whole again for a `Read` (decision 443): the header and the `len`
+/// bytes `at` names in the segments, when they have its length and hash; `None` otherwise
+/// (a read error, or segments an install replaced), which the core takes as not held here.
+async fn whole_frame<S: Storage>(
+    log: &PartitionLog<S>,
+    header: &Frame,
+    at: &BodyRef,
+) -> Option<Frame> {
+    let body = match log.read_span(at.segment, at.position, at.len).await {
+        Ok(Some(body)) => body,
+        Ok(None) => return None,
+        Err(e) => {
+            warn!(error = %e, "reading a held prepare's body from the segments failed");
+            return None;
+        }
+    };
+    if body.len() as u64 != at.len || wire::integrity::xxh3(&body) != at.hash {
+        warn!(
+            segment = at.segment,
+            position = at.position,
+            "a held prepare's body does not match its reference"
+        );
+        return None;
+    }
+    let mut whole = Vec::with_capacity(wire::HEADER_SIZE + body.len());
+    whole.extend_from_slice(header.header_bytes()?);
+    whole.extend_from_slice(&body);
+    Some(Frame::new(whole))
+}
+
 /// The base offset of the SendMessages batch a whole prepare frame carries.
 fn send_messages_base(frame: &[u8]) -> Option<u64> {
     if frame.get(208) != Some(&wire::Operation::SendMessages.byte()) {
@@ -715,7 +755,9 @@ struct GroupDisk<S: Storage> {
     log: PartitionLog<S>,
     offset_store: OffsetStore<S>,
     /// Journaled prepares at or above the checkpoint op, with their lsn (0: replayed at boot,
-    /// held at the WAL floor).
+    /// held at the WAL floor). A prepare whose body is in `bodies` is held by its header alone
+    /// (`held_frame`): its batch is in the segments, and a `Read` takes it from there
+    /// (decision 443), so a group never holds up to a checkpoint interval of whole batches.
     frames: BTreeMap<u64, (u64, Frame)>,
     /// Where the bodies of the `frames` journaled as references are in the segments
     /// (decision 414): a copy forward copies the reference, not the body.
@@ -1206,12 +1248,14 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                     return;
                 }
                 let truncated = disk.frames.split_off(&from_op);
-                disk.bodies.split_off(&from_op);
+                let referenced = disk.bodies.split_off(&from_op);
                 // Bodies of the truncated prepares written ahead at the segment's tail go once
-                // the truncation is durable (decision 414).
+                // the truncation is durable (decision 414); a referenced one is held by its
+                // header alone (decision 443), its reference names where it starts.
                 let rewind_to = truncated
                     .values()
                     .filter_map(|(_, f)| send_messages_base(f.bytes()))
+                    .chain(referenced.values().map(|b| b.base_offset))
                     .min();
                 let now = self.now_us();
                 let lsn = match self.wal.submit_truncate(group, from_op, now) {
@@ -1261,11 +1305,15 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.done(group, done);
             }
             PartitionStorageOp::Read { op, checksum } => {
-                let frame = disk
+                let held = disk
                     .frames
                     .get(&op)
                     .filter(|(_, f)| identity_of(f.bytes()) == checksum)
                     .map(|(_, f)| f.clone());
+                let frame = match (held, disk.bodies.get(&op)) {
+                    (Some(header), Some(at)) => whole_frame(&disk.log, &header, at).await,
+                    (held, _) => held,
+                };
                 self.done(group, Completion::Read { op, frame });
             }
             PartitionStorageOp::Machine(StorageWork::Batch(bytes)) => {
@@ -1776,7 +1824,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .collect(),
             frames: replayed
                 .range(checkpoint_op..)
-                .map(|(op, f)| (*op, (0, Frame::new(f.clone()))))
+                .map(|(op, f)| (*op, (0, held_frame(Frame::new(f.clone()), bodies.get(op)))))
                 .collect(),
             checkpoint_op,
             committed_end: frontier,

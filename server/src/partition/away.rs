@@ -194,7 +194,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             self.guard.note(lsn, group, frame.bytes());
             let checksum = checksum(&frame);
             if let Some(disk) = self.groups.get_mut(&group) {
-                disk.frames.insert(op, (lsn, frame));
+                disk.frames
+                    .insert(op, (lsn, super::held_frame(frame, body.as_ref())));
                 match body {
                     Some(body) => disk.bodies.insert(op, body),
                     None => disk.bodies.remove(&op),
@@ -375,6 +376,71 @@ mod tests {
             let read = log.read_from_offset(0, 1 << 20).await.unwrap();
             let want: Vec<u8> = batches.iter().flat_map(|(_, b)| b.clone()).collect();
             assert_eq!(read, want, "the segment holds the batches byte for byte");
+        });
+    }
+
+    /// A prepare whose body went to the segments is held by its header alone (decision 443),
+    /// and a `Read` of it answers the whole frame, byte for byte, from the segment; the batch's
+    /// own buffer is not kept. With the whole frame held again the buffer check fails; with
+    /// the header answered as it is held, the frame check fails.
+    #[test]
+    fn a_referenced_prepare_is_held_by_its_header_and_read_whole_from_the_segment() {
+        with_test_task(|_wal, _parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            let a = group(0);
+            queues.boot(a, FlushPolicy::default());
+            let running = glommio::spawn_local(task.run());
+            let frame = send_messages(a, 1, 0);
+            let sent = frame.shared().clone();
+            queues.push(
+                a,
+                PartitionStorageOp::Append {
+                    op: 1,
+                    frame: frame.clone(),
+                },
+            );
+            drop(frame);
+            let mut done = BTreeSet::new();
+            settle(&inbox, &mut done, 1).await;
+            assert_eq!(done, BTreeSet::from([(a, 1)]));
+            let checksum = super::checksum(&consensus::Frame::new(sent.clone()));
+            queues.push(a, PartitionStorageOp::Read { op: 1, checksum });
+            let mut read = None;
+            for _ in 0..10_000 {
+                if let Some((_, e)) = inbox.pop()
+                    && let super::Event::Done {
+                        completion: super::Completion::Read { frame, .. },
+                        ..
+                    } = e
+                {
+                    read = Some(frame);
+                    break;
+                }
+                glommio::executor().yield_now().await;
+            }
+            let read = read
+                .expect("the Read answered")
+                .expect("the prepare is held");
+            assert!(
+                read.bytes() == &sent[..],
+                "the Read answers the whole frame ({} bytes, sent {})",
+                read.len(),
+                sent.len()
+            );
+            assert!(
+                sent.is_unique(),
+                "the storage task keeps no reference to the batch's buffer"
+            );
+            queues.closed.set(true);
+            queues.wake();
+            running.await;
+            assert_eq!(*fatal.borrow(), None);
         });
     }
 }
