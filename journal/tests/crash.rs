@@ -506,6 +506,11 @@ fn once_child(dir: &Path, seed: u64, acks: &mut Acks) -> ! {
                 acks.say(format!("t {group} {from}"));
                 if brk == "rewind-early" {
                     block_on(g.log.rewind(base)).expect("rewind");
+                    // The break opens a window between the rewind and the durable
+                    // truncation; a kill must land in it to show. Held open for a while, so
+                    // the campaign's random kills find it in any disk phase (it was a few
+                    // milliseconds wide, and 150 kills missed it in one CI run of several).
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 wal.submit_truncate(group, from, 0).expect("truncate");
                 block_on(wal.commit()).expect("commit");
