@@ -725,7 +725,8 @@ async fn whole_frame<S: Storage>(
             return None;
         }
     };
-    if body.len() as u64 != at.len || wire::integrity::xxh3(&body) != at.hash {
+    // `read_span` answers exactly `at.len` bytes; the hash tells whether they are the body.
+    if wire::integrity::xxh3(&body) != at.hash {
         warn!(
             segment = at.segment,
             position = at.position,
@@ -1711,7 +1712,12 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 "segment tail that no journaled prepare names was cut"
             );
         }
-        let replayed = std::mem::take(&mut boot.frames);
+        // Each replayed prepare becomes one shared frame: the core's recovery and the group's
+        // held entries (a referenced one by its header, decision 443) take it without a copy.
+        let replayed: BTreeMap<u64, Frame> = std::mem::take(&mut boot.frames)
+            .into_iter()
+            .map(|(op, f)| (op, Frame::new(f)))
+            .collect();
         let checkpoint_op = boot.state.map_or(0, |s| s.checkpoint_op);
         let frontier = boot.state.map_or(0, |s| s.offset_frontier);
         // One pass over the segments by chunk rebuilds the tail and the log's checksum; the
@@ -1786,7 +1792,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         lost_state |= rejoin_lost;
         let frames: Vec<Frame> = replayed
             .range(checkpoint_op..)
-            .map(|(_, f)| Frame::new(f.clone()))
+            .map(|(_, f)| f.clone())
             .collect();
         let recovered = Recovered {
             snapshot_op: checkpoint_op,
@@ -1824,7 +1830,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 .collect(),
             frames: replayed
                 .range(checkpoint_op..)
-                .map(|(op, f)| (*op, (0, held_frame(Frame::new(f.clone()), bodies.get(op)))))
+                .map(|(op, f)| (*op, (0, held_frame(f.clone(), bodies.get(op)))))
                 .collect(),
             checkpoint_op,
             committed_end: frontier,
@@ -3110,6 +3116,19 @@ mod tests {
     /// Yields until `into` holds `want` appends or the other tasks made no progress in many
     /// turns (the in-memory disk answers at once, so a stuck task stays stuck however long it
     /// runs).
+    /// Closes the storage task's queues, waits for the task to stop, and checks that it never
+    /// failed.
+    pub(super) async fn stop(
+        queues: &Queues,
+        running: glommio::Task<()>,
+        fatal: &RefCell<Option<String>>,
+    ) {
+        queues.closed.set(true);
+        queues.wake();
+        running.await;
+        assert_eq!(*fatal.borrow(), None);
+    }
+
     pub(super) async fn settle(inbox: &Inbox, into: &mut BTreeSet<(u64, u64)>, want: usize) {
         for _ in 0..10_000 {
             appended_into(inbox, into);

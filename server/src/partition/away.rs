@@ -238,7 +238,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::super::tests::{
-        SEND_BATCH, TestTask, group, send_batch, send_messages, settle, with_test_task,
+        SEND_BATCH, TestTask, group, send_batch, send_messages, settle, stop, with_test_task,
     };
     use super::super::{PartitionStorageOp, REF_BODY_MIN, group_prefix};
     use crate::partition::machine::StorageWork;
@@ -287,10 +287,7 @@ mod tests {
                 done.contains(&(a, 1)),
                 "the held group's batch acknowledged once its segment is synced: {done:?}"
             );
-            queues.closed.set(true);
-            queues.wake();
-            running.await;
-            assert_eq!(*fatal.borrow(), None);
+            stop(&queues, running, &fatal).await;
             for (g, batches) in [(a, 1), (b, 4)] {
                 let (log, _) =
                     PartitionLog::open(parts.clone(), &group_prefix(g), FlushPolicy::default(), 0)
@@ -361,10 +358,7 @@ mod tests {
                 parts.counts().0 > writes_after_first,
                 "the policy's flush writes the committed batches"
             );
-            queues.closed.set(true);
-            queues.wake();
-            running.await;
-            assert_eq!(*fatal.borrow(), None);
+            stop(&queues, running, &fatal).await;
             let (log, _) = PartitionLog::open(parts.clone(), &group_prefix(a), policy, 0)
                 .await
                 .unwrap();
@@ -379,13 +373,38 @@ mod tests {
         });
     }
 
+    /// Pushes a `Read` of `op` and waits for its answer.
+    async fn read(
+        queues: &super::Queues,
+        inbox: &super::Inbox,
+        group: u64,
+        op: u64,
+        checksum: u128,
+    ) -> Option<consensus::Frame> {
+        queues.push(group, PartitionStorageOp::Read { op, checksum });
+        for _ in 0..10_000 {
+            if let Some((_, e)) = inbox.pop()
+                && let super::Event::Done {
+                    completion: super::Completion::Read { frame, .. },
+                    ..
+                } = e
+            {
+                return frame;
+            }
+            glommio::executor().yield_now().await;
+        }
+        panic!("the Read of op {op} was never answered");
+    }
+
     /// A prepare whose body went to the segments is held by its header alone (decision 443),
-    /// and a `Read` of it answers the whole frame, byte for byte, from the segment; the batch's
-    /// own buffer is not kept. With the whole frame held again the buffer check fails; with
-    /// the header answered as it is held, the frame check fails.
+    /// and a `Read` of it answers the whole frame, byte for byte, from the segment, also after
+    /// a restart (the boot holds the replayed prepare by its header too); the batch's own buffer
+    /// is not kept. With the whole frame held again the buffer check fails; with the header
+    /// answered as it is held, the first frame check fails; with the boot forgetting the
+    /// reference, the check after the restart fails.
     #[test]
     fn a_referenced_prepare_is_held_by_its_header_and_read_whole_from_the_segment() {
-        with_test_task(|_wal, _parts, t| async move {
+        with_test_task(|wal, parts, t| async move {
             let TestTask {
                 task,
                 queues,
@@ -410,37 +429,33 @@ mod tests {
             settle(&inbox, &mut done, 1).await;
             assert_eq!(done, BTreeSet::from([(a, 1)]));
             let checksum = super::checksum(&consensus::Frame::new(sent.clone()));
-            queues.push(a, PartitionStorageOp::Read { op: 1, checksum });
-            let mut read = None;
-            for _ in 0..10_000 {
-                if let Some((_, e)) = inbox.pop()
-                    && let super::Event::Done {
-                        completion: super::Completion::Read { frame, .. },
-                        ..
-                    } = e
-                {
-                    read = Some(frame);
-                    break;
-                }
-                glommio::executor().yield_now().await;
-            }
-            let read = read
-                .expect("the Read answered")
-                .expect("the prepare is held");
-            assert!(
-                read.bytes() == &sent[..],
-                "the Read answers the whole frame ({} bytes, sent {})",
-                read.len(),
-                sent.len()
-            );
+            let whole = |read: Option<consensus::Frame>, when: &str| {
+                let read = read.unwrap_or_else(|| panic!("{when}: the prepare is held"));
+                assert!(
+                    read.bytes() == &sent[..],
+                    "{when}: the Read answers the whole frame ({} bytes, sent {})",
+                    read.len(),
+                    sent.len()
+                );
+            };
+            whole(read(&queues, &inbox, a, 1, checksum).await, "running");
             assert!(
                 sent.is_unique(),
                 "the storage task keeps no reference to the batch's buffer"
             );
-            queues.closed.set(true);
-            queues.wake();
-            running.await;
-            assert_eq!(*fatal.borrow(), None);
+            stop(&queues, running, &fatal).await;
+            // A restart over the same disks: the WAL replays the reference.
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = super::super::tests::test_task(&wal, &parts, Default::default()).await;
+            queues.boot(a, FlushPolicy::default());
+            let running = glommio::spawn_local(task.run());
+            whole(read(&queues, &inbox, a, 1, checksum).await, "restarted");
+            stop(&queues, running, &fatal).await;
         });
     }
 }

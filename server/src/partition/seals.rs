@@ -144,7 +144,7 @@ mod tests {
     use wire::GroupId;
     use wire::PartitionKey;
 
-    use super::super::tests::{TestTask, prepare, settle, with_test_task};
+    use super::super::tests::{TestTask, prepare, settle, stop, with_test_task};
     use super::super::{PartitionStorageOp, Queues, group_prefix};
     use crate::partition::machine::StorageWork;
 
@@ -227,10 +227,7 @@ mod tests {
                 "the other group rolls on: {names:?}"
             );
             parts.release_syncs();
-            queues.closed.set(true);
-            queues.wake();
-            running.await;
-            assert_eq!(*fatal.borrow(), None);
+            stop(&queues, running, &fatal).await;
             for p in 0..2 {
                 let prefix = group_prefix(group(p));
                 let (log, recovery) = PartitionLog::open(parts.clone(), &prefix, POLICY, 0)
