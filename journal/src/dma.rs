@@ -151,15 +151,15 @@ impl DmaStorage {
         Ok((done, false))
     }
 
-    fn write_buf(&self, file: &DmaFile, data: &[u8]) -> DmaBuffer {
+    /// A buffer of `len` bytes for a write: one kept from an earlier write of that length, or
+    /// a fresh one. Its content is whatever it held.
+    fn write_buf(&self, file: &DmaFile, len: usize) -> DmaBuffer {
         let kept = {
             let mut bufs = self.write_bufs.borrow_mut();
-            let at = bufs.iter().position(|b| b.len() == data.len());
+            let at = bufs.iter().position(|b| b.len() == len);
             at.map(|at| bufs.swap_remove(at))
         };
-        let mut buffer = kept.unwrap_or_else(|| file.alloc_dma_buffer(data.len()));
-        buffer.as_bytes_mut().copy_from_slice(data);
-        buffer
+        kept.unwrap_or_else(|| file.alloc_dma_buffer(len))
     }
 
     /// Keeps a written buffer for the next write of its length.
@@ -289,8 +289,21 @@ impl Storage for DmaStorage {
         offset: u64,
         data: &[u8],
     ) -> Result<(), StorageError> {
-        check_aligned("write", &file.name, offset, data.len())?;
-        let buffer = Rc::new(self.write_buf(&file.file, data));
+        self.write_filled(file, offset, data.len(), |buf| buf.copy_from_slice(data))
+            .await
+    }
+
+    async fn write_filled<F: FnOnce(&mut [u8])>(
+        &self,
+        file: &DmaHandle,
+        offset: u64,
+        len: usize,
+        fill: F,
+    ) -> Result<(), StorageError> {
+        check_aligned("write", &file.name, offset, len)?;
+        let mut buffer = self.write_buf(&file.file, len);
+        fill(buffer.as_bytes_mut());
+        let buffer = Rc::new(buffer);
         let written = file
             .file
             .write_rc_at(buffer.clone(), offset)
@@ -300,7 +313,7 @@ impl Storage for DmaStorage {
         if let Ok(buffer) = Rc::try_unwrap(buffer) {
             self.keep_write_buf(buffer);
         }
-        if written != data.len() {
+        if written != len {
             return Err(StorageError::Io {
                 op: "write",
                 name: file.name.clone(),
@@ -486,6 +499,22 @@ mod tests {
                     let got = storage.read_vec(&f, at, len).await.unwrap();
                     assert_eq!(got, want, "read_vec at {at} len {len}");
                 }
+                // `write_filled` writes what its closure puts in the buffer, which here is the
+                // kept buffer of the 3-sector writes above: every byte is the closure's.
+                storage
+                    .write_filled(&f, 0, 3 * SECTOR, |buf| {
+                        assert_eq!(buf.len(), 3 * SECTOR);
+                        buf.fill(0x5a);
+                    })
+                    .await
+                    .unwrap();
+                let mut back = vec![0u8; 3 * SECTOR];
+                storage.read_at(&f, 0, &mut back).await.unwrap();
+                assert!(back.iter().all(|b| *b == 0x5a), "write_filled wrote its fill");
+                assert!(
+                    storage.write_filled(&f, 1, SECTOR, |_| {}).await.is_err(),
+                    "an unaligned filled write is refused"
+                );
                 assert_eq!(storage.list().await.unwrap(), vec!["r".to_owned()]);
                 storage.reads_through_std()
             })

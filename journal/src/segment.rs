@@ -136,9 +136,6 @@ pub struct PartitionLog<S: Storage> {
     pending_bytes: u64,
     next_offset: u64,
     synced_offset: u64,
-    /// The flush's write buffer, kept between flushes (a fresh megabyte per flush costs its
-    /// page faults and zeroing again every time).
-    scratch: AlignedBuf,
     /// The active segment's last partial sector as the last flush wrote it: `(segment base,
     /// byte offset of the sector, its bytes)`. The next flush rewrites that sector with more
     /// data after it, and takes its head from here instead of reading it back from the disk.
@@ -307,7 +304,6 @@ impl<S: Storage> PartitionLog<S> {
             pending_bytes: 0,
             next_offset,
             synced_offset: data_end,
-            scratch: AlignedBuf::zeroed(0),
             tail: None,
             seal: seal::SealState::default(),
             ahead: false,
@@ -533,26 +529,40 @@ impl<S: Storage> PartitionLog<S> {
         let at = seg.len / SECTOR as u64 * SECTOR as u64;
         let keep = (seg.len - at) as usize;
         let total = keep + self.pending_bytes as usize;
-        let buf = &mut self.scratch;
-        buf.reuse(sector_ceil(total as u64) as usize);
-        let cached = self.tail.take();
-        if keep > 0 {
-            match &cached {
-                Some((base, tail_at, sector)) if *base == seg.base && *tail_at == at => {
-                    buf.as_mut_slice()[..keep].copy_from_slice(&sector[..keep]);
+        let end = seg.len + self.pending_bytes;
+        let tail_at = end / SECTOR as u64 * SECTOR as u64;
+        // The sector the write starts in: its first `keep` bytes are carried along, from the
+        // last flush's copy or read back; after the write it holds the new partial tail.
+        let mut sector = match self.tail.take() {
+            Some((base, cached_at, sector)) if base == seg.base && cached_at == at => sector,
+            other => {
+                let mut sector = other.map_or_else(|| Box::new([0u8; SECTOR]), |(_, _, s)| s);
+                if keep > 0 {
+                    carry_sector(&self.storage, &seg.log, at, keep, &mut sector[..]).await?;
                 }
-                _ => carry_sector(&self.storage, &seg.log, at, keep, buf.as_mut_slice()).await?,
+                sector
             }
-        }
-        let mut cursor = keep;
-        for (info, bytes) in &self.pending {
-            buf.as_mut_slice()[cursor..cursor + info.len as usize].copy_from_slice(bytes);
-            cursor += info.len as usize;
-        }
-        // The reused buffer holds an earlier flush's bytes past the batches: the sector's tail
-        // is written as zeros, as a fresh buffer would have it.
-        buf.as_mut_slice()[cursor..].fill(0);
-        self.storage.write_at(&seg.log, at, buf.as_slice()).await?;
+        };
+        let pending = &self.pending;
+        let fill = |buf: &mut [u8]| {
+            buf[..keep].copy_from_slice(&sector[..keep]);
+            let mut cursor = keep;
+            for (info, bytes) in pending {
+                buf[cursor..cursor + info.len as usize].copy_from_slice(bytes);
+                cursor += info.len as usize;
+            }
+            // The buffer holds an earlier write's bytes past the batches: the sector's tail
+            // is written as zeros, as a fresh buffer would have it.
+            buf[cursor..].fill(0);
+            if tail_at < end {
+                let from = (tail_at - at) as usize;
+                sector.copy_from_slice(&buf[from..from + SECTOR]);
+            }
+        };
+        // The batches are gathered straight into the buffer the write goes out from.
+        self.storage
+            .write_filled(&seg.log, at, sector_ceil(total as u64) as usize, fill)
+            .await?;
         let entry = IndexEntry {
             offset: first.base_offset,
             timestamp: first.base_timestamp,
@@ -574,33 +584,43 @@ impl<S: Storage> PartitionLog<S> {
         }
         let tail = &entries[idx_at - first * INDEX_ENTRY..];
         idx_buf.as_mut_slice()[..tail.len()].copy_from_slice(tail);
-        self.storage
-            .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
-            .await?;
+        // The index entry goes out beside the log's sync, not before it: the index is not what
+        // makes the batches durable (recovery rebuilds what it lacks by a scan), and it is
+        // written only once the log's bytes are, as before. One device round trip fewer on the
+        // path of the acknowledgement.
+        let enforce = self.policy.enforce_fsync;
+        let storage = &self.storage;
+        let index = async {
+            storage
+                .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
+                .await?;
+            if enforce {
+                storage.sync(&seg.idx).await?;
+            }
+            Ok::<(), StorageError>(())
+        };
+        let log = async {
+            if !(enforce || synced) {
+                return Ok(None);
+            }
+            let started = Instant::now();
+            storage.sync(&seg.log).await?;
+            Ok::<_, StorageError>(Some(started.elapsed()))
+        };
+        let (indexed, log_synced) = futures_lite::future::zip(index, log).await;
+        indexed?;
+        let log_synced = log_synced?;
         self.seal.dirty += self.pending_bytes;
-        if self.policy.enforce_fsync {
-            let started = Instant::now();
-            self.storage.sync(&seg.log).await?;
-            self.storage.sync(&seg.idx).await?;
+        if let Some(elapsed) = log_synced {
             let bytes = self.seal.dirty;
-            self.seal.timed(started.elapsed(), bytes);
-        } else if synced {
-            // The index needs no sync here: recovery rebuilds what it lacks by a scan.
-            let started = Instant::now();
-            self.storage.sync(&seg.log).await?;
-            let bytes = self.seal.dirty;
-            self.seal.timed(started.elapsed(), bytes);
+            self.seal.timed(elapsed, bytes);
         }
         let last = self.pending.back().expect("non-empty").0;
         let seg = self.segments.last_mut().expect("a segment");
         seg.len += self.pending_bytes;
         seg.end_offset = last.end_offset();
         seg.index.push(entry);
-        let tail_at = seg.len / SECTOR as u64 * SECTOR as u64;
         if tail_at < seg.len {
-            let from = (tail_at - at) as usize;
-            let mut sector = cached.map_or_else(|| Box::new([0u8; SECTOR]), |(_, _, s)| s);
-            sector.copy_from_slice(&self.scratch.as_slice()[from..from + SECTOR]);
             self.tail = Some((seg.base, tail_at, sector));
         }
         self.pending.clear();

@@ -15,6 +15,7 @@
 //! core). The in-memory and std-file backends complete on the first poll, so [`block_on`] runs
 //! them anywhere; a glommio backend would really suspend.
 
+use crate::file::AlignedBuf;
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
@@ -104,6 +105,13 @@ pub enum OpenMode {
     Existing,
 }
 
+thread_local! {
+    /// The default [`Storage::write_filled`]'s buffer, kept between writes (a fresh megabyte
+    /// per flush costs its page faults and zeroing every time). Taken while a write runs, so
+    /// two writes in flight on one thread each get a buffer of their own.
+    static FILL_SCRATCH: std::cell::Cell<Option<AlignedBuf>> = const { std::cell::Cell::new(None) };
+}
+
 /// A flat directory of files with sector-aligned positional IO.
 #[allow(async_fn_in_trait)] // thread-per-core: futures never cross threads, no Send bound wanted
 pub trait Storage {
@@ -148,6 +156,25 @@ pub trait Storage {
         offset: u64,
         data: &[u8],
     ) -> Result<(), StorageError>;
+    /// Writes `len` bytes at `offset` (both sector multiples) that `fill` puts into the
+    /// buffer the write goes out from, so a caller that assembles its bytes (a segment flush
+    /// gathering its batches) copies them once. `fill` gets exactly `len` bytes of unspecified
+    /// content and must write all of them. The default assembles into a buffer of its own and
+    /// calls [`Storage::write_at`]; the DMA backend fills its DMA buffer directly.
+    async fn write_filled<F: FnOnce(&mut [u8])>(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        len: usize,
+        fill: F,
+    ) -> Result<(), StorageError> {
+        let mut buf = FILL_SCRATCH.take().unwrap_or_else(|| AlignedBuf::zeroed(0));
+        buf.reuse(len);
+        fill(buf.as_mut_slice());
+        let written = self.write_at(file, offset, buf.as_slice()).await;
+        FILL_SCRATCH.set(Some(buf));
+        written
+    }
     /// `fdatasync`: every completed write and length change of the file is durable on return.
     async fn sync(&self, file: &Self::File) -> Result<(), StorageError>;
     /// The file's length in bytes.
