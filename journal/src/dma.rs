@@ -510,7 +510,10 @@ mod tests {
                     .unwrap();
                 let mut back = vec![0u8; 3 * SECTOR];
                 storage.read_at(&f, 0, &mut back).await.unwrap();
-                assert!(back.iter().all(|b| *b == 0x5a), "write_filled wrote its fill");
+                assert!(
+                    back.iter().all(|b| *b == 0x5a),
+                    "write_filled wrote its fill"
+                );
                 assert!(
                     storage.write_filled(&f, 1, SECTOR, |_| {}).await.is_err(),
                     "an unaligned filled write is refused"

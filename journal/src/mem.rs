@@ -100,6 +100,8 @@ struct MemState {
     /// Removals of files whose name starts with this wait until released (held by a test).
     held_removes: Option<String>,
     held_remove_wakers: Vec<std::task::Waker>,
+    /// Every write's `(file, offset, len)` while a test asks for them.
+    write_log: Option<Vec<(String, u64, usize)>>,
 }
 
 /// The in-memory disk. Cloning shares it.
@@ -317,6 +319,27 @@ impl MemStorage {
             .map(|f| f.durable.clone())
     }
 
+    /// Starts keeping every write's `(file, offset, len)` (off by default: simulations write
+    /// millions of times).
+    pub fn log_writes(&self) {
+        self.state
+            .borrow_mut()
+            .write_log
+            .get_or_insert_with(Vec::new);
+    }
+
+    /// The `(offset, len)` of every write to `name` since [`MemStorage::log_writes`], in order.
+    pub fn writes_to(&self, name: &str) -> Vec<(u64, usize)> {
+        self.state
+            .borrow()
+            .write_log
+            .iter()
+            .flatten()
+            .filter(|(file, _, _)| file == name)
+            .map(|(_, offset, len)| (*offset, *len))
+            .collect()
+    }
+
     /// `(writes, syncs)` issued so far.
     pub fn counts(&self) -> (u64, u64) {
         let state = self.state.borrow();
@@ -388,7 +411,13 @@ impl Storage for MemStorage {
                 name: file.0.clone(),
             });
         }
-        self.state.borrow_mut().writes += 1;
+        {
+            let mut state = self.state.borrow_mut();
+            state.writes += 1;
+            if let Some(log) = state.write_log.as_mut() {
+                log.push((file.0.clone(), offset, data.len()));
+            }
+        }
         self.with_file(&file.0, |f| {
             apply_write(&mut f.current, offset, data);
             let first = offset / SECTOR as u64;

@@ -8,8 +8,10 @@
 //! ([`WalConfig::window_us_max`]: [`PartitionWal::is_window_due`]); the shard pump commits when
 //! either says so. Time is passed in (sans-IO).
 //!
-//! Files `wal.{seq:010}`, each preallocated (zero-filled) to [`WalConfig::file_size_max`] bytes,
-//! so that a lost file tail is told from a torn write by the file's length. A window starts on
+//! Files `wal.{seq:010}`, each set to [`WalConfig::file_size_max`] bytes when created (it reads
+//! as zeros past the log), so that a lost file tail is told from a torn write by the file's
+//! length. A file created by this process has its blocks written with zeros ahead of its
+//! windows (decision 471), so that a window's `fdatasync` needs no file-system journal commit. A window starts on
 //! a sector boundary, and the same write carries a tail marker in the sector right after it:
 //!
 //! ```text
@@ -81,6 +83,11 @@ const HEAD: usize = 64;
 /// The tail marker: one sector after each window, in the same write.
 const MARKER: usize = SECTOR;
 const ZERO_CHUNK: usize = 1024 * 1024;
+/// A fresh WAL file's blocks are written with zeros this far ahead of its windows, beside a
+/// window's own write (decision 471): a window then overwrites written blocks, so its
+/// `fdatasync` is a device flush alone instead of a file-system journal commit for the blocks
+/// it allocated. Once per this many bytes of windows, one more write of this size.
+const ZERO_AHEAD: u64 = 1024 * 1024;
 const KIND_PREPARE: u8 = 0;
 const KIND_TRUNCATE: u8 = 1;
 /// A prepare whose body lives in its group's segment (decision 414): the payload is the
@@ -324,6 +331,10 @@ pub struct PartitionWal<S: Storage> {
     /// When the last window's write returned (before its `fdatasync`): the node's timeline
     /// splits a commit into write and sync with it.
     last_written_at: Option<std::time::Instant>,
+    /// How far the active file's blocks are written (by windows or by zeros), when this
+    /// process created the file and so knows it reads as zeros past `offset`; `None` for a
+    /// file found at open, which is never zeroed ahead (decision 471).
+    zeroed_to: Option<u64>,
 }
 
 /// Commits between two durable-end records by default: one extra `fdatasync` per this many.
@@ -710,6 +721,8 @@ impl<S: Storage> PartitionWal<S> {
         }
         let floor = recorded.map_or(1, |r| r.floor);
         let mut files = Vec::new();
+        // Whether the active file is created here (it reads as zeros past the log: decision 471).
+        let mut fresh = false;
         let mut offset = 0;
         // The last lsn accounted for (delivered, or named lost by a seal). Below the floor
         // everything was reclaimed.
@@ -1009,6 +1022,7 @@ impl<S: Storage> PartitionWal<S> {
             let file = storage.open(&file_name(seq), OpenMode::Create).await?;
             storage.set_len(&file, config.file_size_max).await?;
             storage.sync(&file).await?;
+            fresh = true;
             files.push(WalFile {
                 seq,
                 file,
@@ -1032,6 +1046,7 @@ impl<S: Storage> PartitionWal<S> {
             end_every: END_EVERY_DEFAULT,
             commits_since_end: 0,
             last_written_at: None,
+            zeroed_to: fresh.then_some(offset),
         };
         if let Some((kind, m)) = seal {
             let lost = WalDamage {
@@ -1315,9 +1330,32 @@ impl<S: Storage> PartitionWal<S> {
         }
         let file = self.files.last().expect("one file at least");
         let marker = Marker::of(file.seq, self.offset, &head).encode();
-        self.storage
-            .write_at(&file.file, self.offset, self.window.sealed(&marker))
-            .await?;
+        let window_end = self.offset + padded + MARKER as u64;
+        // Zeros past this window's end only (never over the last window's marker), in a file
+        // that reads as zeros there: the bytes do not change, only the blocks get written.
+        let zeros = self.zeroed_to.and_then(|zeroed| {
+            let from = zeroed.max(window_end);
+            let to = (from + ZERO_AHEAD).min(self.config.file_size_max);
+            (window_end + ZERO_AHEAD / 2 > zeroed && from < to).then_some((from, to))
+        });
+        let storage = &self.storage;
+        let window = storage.write_at(&file.file, self.offset, self.window.sealed(&marker));
+        let ahead = async {
+            match zeros {
+                Some((from, to)) => {
+                    storage
+                        .write_filled(&file.file, from, (to - from) as usize, |b| b.fill(0))
+                        .await
+                }
+                None => Ok(()),
+            }
+        };
+        let (written, zeroed) = futures_lite::future::zip(window, ahead).await;
+        written?;
+        zeroed?;
+        self.zeroed_to = self
+            .zeroed_to
+            .map(|z| z.max(window_end).max(zeros.map_or(0, |(_, to)| to)));
         self.last_written_at = Some(std::time::Instant::now());
         if !cfg!(feature = "bug-ack-early") {
             self.storage.sync(&file.file).await?;
@@ -1380,6 +1418,7 @@ impl<S: Storage> PartitionWal<S> {
             lsn_last: self.durable_lsn,
         });
         self.offset = 0;
+        self.zeroed_to = Some(0);
         // The new file is preallocated durably before the record names it: from here on a
         // short or missing file of this seq is a loss.
         self.write_end().await?;

@@ -1052,3 +1052,54 @@ fn body_references_replay_with_their_header_and_place() {
     assert_eq!(replay.groups[&9][&3], header(3, 100).to_vec());
     assert_eq!(replay.groups[&9][&2], prepare_in(9, 2, 0, 100, 3));
 }
+
+/// Decision 471: a WAL file this process creates has its blocks written with zeros ahead of its
+/// windows, in the same round as a window's write and never over it; a file found at open is
+/// never zeroed (only its windows are written). Either way the log reads back whole.
+#[test]
+fn a_created_file_is_zeroed_ahead_of_its_windows_and_a_found_one_is_not() {
+    let disk = MemStorage::new();
+    disk.log_writes();
+    let (mut wal, _, _) = open(&disk);
+    let first = file_name(1);
+    let mut expected = Vec::new();
+    for i in 0..3u64 {
+        let f = frame(i, 2000);
+        let lsn = wal.submit(7, &f, 0).unwrap();
+        expected.push((lsn, 7, f));
+        block_on(wal.commit()).unwrap();
+    }
+    let writes = disk.writes_to(&first);
+    let window_end = (SECTOR + MARKER) as u64;
+    assert_eq!(
+        writes,
+        vec![
+            (0, SECTOR + MARKER),
+            (window_end, (CONFIG.file_size_max - window_end) as usize),
+            (SECTOR as u64, SECTOR + MARKER),
+            (2 * SECTOR as u64, SECTOR + MARKER),
+        ],
+        "one zero write past the first window, to the end of this small file, then windows"
+    );
+    let image = disk.durable_image(&first).unwrap();
+    assert!(
+        image[4 * SECTOR..].iter().all(|b| *b == 0),
+        "the zeros changed no byte past the log"
+    );
+    let (mut wal, recovery, seen) = open(&disk);
+    assert!(recovery.is_clean());
+    assert_eq!(seen, expected);
+    let before = disk.writes_to(&first).len();
+    let f = frame(9, 2000);
+    let lsn = wal.submit(7, &f, 0).unwrap();
+    expected.push((lsn, 7, f));
+    block_on(wal.commit()).unwrap();
+    assert_eq!(
+        disk.writes_to(&first)[before..],
+        [(3 * SECTOR as u64, SECTOR + MARKER)],
+        "a file found at open takes its windows only"
+    );
+    let (_, recovery, seen) = open(&disk);
+    assert!(recovery.is_clean());
+    assert_eq!(seen, expected);
+}
