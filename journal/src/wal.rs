@@ -1471,7 +1471,8 @@ impl<S: Storage> PartitionWal<S> {
 
     /// The lowest lsn the WAL holds: the first record replayed at open, then one past the last
     /// record of the files [`PartitionWal::reclaim`] removed. A reopen replays from exactly here
-    /// (the crash tests check it).
+    /// (the crash tests check it), past a sealed range that starts here (its lsns are accounted
+    /// lost or unverified, with no record to replay).
     pub fn floor(&self) -> u64 {
         self.floor
     }
