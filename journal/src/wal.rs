@@ -11,8 +11,9 @@
 //! Files `wal.{seq:010}`, each set to [`WalConfig::file_size_max`] bytes when created (it reads
 //! as zeros past the log), so that a lost file tail is told from a torn write by the file's
 //! length. A file created by this process has its blocks written with zeros ahead of its
-//! windows (decision 471), so that a window's `fdatasync` needs no file-system journal commit. A window starts on
-//! a sector boundary, and the same write carries a tail marker in the sector right after it:
+//! windows (decision 471), so that a window's `fdatasync` needs no file-system journal commit.
+//! A window starts on a sector boundary, and the same write carries a tail marker in the sector
+//! right after it:
 //!
 //! ```text
 //! window header (64 B): magic "PWIN" | count u32 | lsn_first u64 | bytes u64 (header and

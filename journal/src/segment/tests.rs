@@ -279,17 +279,24 @@ fn index_entries(disk: &MemStorage) -> usize {
         .count()
 }
 
+/// A log whose first batch (offsets 0-2) is flushed and indexed and whose second (3-5) is
+/// committed, held for the next flush.
+fn one_flushed_one_held(disk: &MemStorage) -> PartitionLog<MemStorage> {
+    let (mut log, _) = open(disk, POLICY);
+    log.commit_batch(batch_at(0, 3, 500)).unwrap();
+    block_on(log.flush()).unwrap();
+    assert_eq!(index_entries(disk), 1);
+    log.commit_batch(batch_at(3, 3, 500)).unwrap();
+    log
+}
+
 /// A flush's index entry goes out while the log syncs, not after: with the log's `fdatasync`
 /// held, the entry is in the index file already, and the flush returns once the sync does
 /// (one device round trip fewer before a synced batch is acknowledged).
 #[test]
 fn a_flush_writes_its_index_entry_while_the_log_syncs() {
     let disk = MemStorage::new();
-    let (mut log, _) = open(&disk, POLICY);
-    log.commit_batch(batch_at(0, 3, 500)).unwrap();
-    block_on(log.flush()).unwrap();
-    assert_eq!(index_entries(&disk), 1);
-    log.commit_batch(batch_at(3, 3, 500)).unwrap();
+    let mut log = one_flushed_one_held(&disk);
     disk.hold_syncs(&log_name("p1-", 0));
     {
         let mut flush = std::pin::pin!(log.flush());
@@ -317,10 +324,7 @@ fn a_flush_writes_its_index_entry_while_the_log_syncs() {
 #[test]
 fn a_failed_flush_write_is_retried_whole() {
     let disk = MemStorage::new();
-    let (mut log, _) = open(&disk, POLICY);
-    log.commit_batch(batch_at(0, 3, 500)).unwrap();
-    block_on(log.flush()).unwrap();
-    log.commit_batch(batch_at(3, 3, 500)).unwrap();
+    let mut log = one_flushed_one_held(&disk);
     disk.fail_next(crate::mem::FailOp::Write);
     assert!(block_on(log.flush()).is_err());
     assert_eq!(index_entries(&disk), 1, "no entry for a batch not written");
