@@ -633,6 +633,11 @@ struct Queues {
     away: RefCell<BTreeSet<u64>>,
     /// Groups back from their segment work, not taken in yet.
     back: Cell<usize>,
+    /// Groups whose leading append's body went to its segment while a WAL window was being
+    /// committed, ahead of the append's own window (decision 480): the append's op and the
+    /// reference its WAL record carries. That append may be taken into a window while its
+    /// group is still away, so such a queue is work.
+    early: RefCell<BTreeMap<u64, (u64, Option<BodyRef>)>>,
     waker: Cell<Option<Waker>>,
     closed: Cell<bool>,
 }
@@ -668,6 +673,7 @@ impl Queues {
 
     fn is_idle(&self) -> bool {
         let away = self.away.borrow();
+        let early = self.early.borrow();
         !self.recheck.get()
             && self.back.get() == 0
             && self.seals.borrow().is_empty()
@@ -677,7 +683,7 @@ impl Queues {
                 .groups
                 .borrow()
                 .iter()
-                .all(|(g, q)| q.is_empty() || away.contains(g))
+                .all(|(g, q)| q.is_empty() || (away.contains(g) && !early.contains_key(g)))
     }
 
     /// Resolves when there is work, or `false` once closed and drained.
@@ -746,6 +752,31 @@ fn send_messages_base(frame: &[u8]) -> Option<u64> {
         return None;
     }
     journal::batch::peek(frame.get(wire::HEADER_SIZE..)?).map(|i| i.base_offset)
+}
+
+/// Reserves a SendMessages body at `disk`'s segment tail when it can go there now: its base
+/// offset, whether it is [`REF_BODY_MIN`] bytes or more (its segment must be written and synced
+/// before its append is acknowledged), and the reference its WAL record then carries.
+fn reserve_body<S: Storage>(
+    disk: &mut GroupDisk<S>,
+    gauges: &PartitionGauges,
+    frame: &Frame,
+) -> Option<(u64, bool, Option<BodyRef>)> {
+    if frame.bytes().get(208) != Some(&wire::Operation::SendMessages.byte()) {
+        return None;
+    }
+    let body = frame.shared().slice(wire::HEADER_SIZE..);
+    let info = journal::batch::peek(&body)?;
+    let (segment, position) = disk.log.reserve(body.clone())?;
+    let referenced = body.len() >= REF_BODY_MIN;
+    if referenced {
+        add(&gauges.bodies_ahead, 1);
+        add(&gauges.bodies_ahead_bytes, body.len() as u64);
+    }
+    let reference = referenced
+        .then(|| BodyRef::of(segment, position, &body))
+        .flatten();
+    Some((info.base_offset, referenced, reference))
 }
 
 /// One group's disk state in the storage task.
@@ -825,6 +856,11 @@ struct StorageTask<S: Storage> {
     retiring: Rc<retire::Retiring<S::File>>,
     /// Groups away running a window's segment work (decision 440).
     away: Rc<away::AwayShared<S>>,
+    /// Appends taken into a window while their group was away with their body (decision
+    /// 480): acknowledged once the group is back and their window committed.
+    late: BTreeMap<u64, Vec<WindowEntry>>,
+    /// A late entry is in the open WAL window: it must be committed.
+    late_open: bool,
 }
 
 fn identity_of(frame: &[u8]) -> u128 {
@@ -852,6 +888,32 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     async fn commit_window(&mut self) -> Result<u64, WalError> {
         let started = Instant::now();
         let lsn = self.wal.commit().await?;
+        self.committed(started);
+        Ok(lsn)
+    }
+
+    /// [`StorageTask::commit_window`] that, while the window's write and `fdatasync` are in
+    /// flight, sends the large bodies of appends that arrive to their segments ahead of their
+    /// own window (decision 480, [`away::dispatch_early`]).
+    async fn commit_window_dispatching(&mut self) -> Result<u64, WalError> {
+        let started = Instant::now();
+        let StorageTask {
+            wal,
+            groups,
+            queues,
+            away,
+            gauges,
+            ..
+        } = self;
+        let lsn = futures_lite::future::or(wal.commit(), async {
+            match away::dispatch_early(groups, queues, away, gauges).await {}
+        })
+        .await?;
+        self.committed(started);
+        Ok(lsn)
+    }
+
+    fn committed(&mut self, started: Instant) {
         self.away
             .durable(self.wal.durable_lsn(), self.wal.last_written_at());
         add(&self.gauges.wal_commits, 1);
@@ -859,7 +921,6 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             &self.gauges.wal_commit_ns,
             u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
         );
-        Ok(lsn)
     }
 
     async fn run(mut self) {
@@ -870,6 +931,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 self.queues.groups.borrow_mut().clear();
                 self.queues.boots.borrow_mut().clear();
                 self.queues.removals.borrow_mut().clear();
+                self.queues.early.borrow_mut().clear();
                 continue;
             }
             if !self.queues.seals.borrow().is_empty()
@@ -965,17 +1027,23 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         loop {
             let next = {
                 let away = self.queues.away.borrow();
+                let early = self.queues.early.borrow();
                 let mut queues = self.queues.groups.borrow_mut();
-                queues
-                    .iter_mut()
-                    .filter(|(group, _)| !away.contains(group))
-                    .find_map(|(group, q)| match q.front() {
-                        Some(
-                            PartitionStorageOp::Append { .. }
-                            | PartitionStorageOp::Machine(StorageWork::Batch(_)),
-                        ) => q.pop_front().map(|op| (*group, op)),
-                        _ => None,
-                    })
+                queues.iter_mut().find_map(|(group, q)| {
+                    let here = !away.contains(group);
+                    let takes = match q.front()? {
+                        // An append whose body went ahead is taken while its group is away.
+                        PartitionStorageOp::Append { op, .. } => {
+                            here || early.get(group).is_some_and(|(o, _)| o == op)
+                        }
+                        PartitionStorageOp::Machine(StorageWork::Batch(_)) => here,
+                        _ => false,
+                    };
+                    takes
+                        .then(|| q.pop_front())
+                        .flatten()
+                        .map(|op| (*group, op))
+                })
             };
             let Some((group, next)) = next else {
                 break;
@@ -997,6 +1065,23 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 }
                 _ => unreachable!("only appends and batches are taken"),
             };
+            let early = self
+                .queues
+                .early
+                .borrow_mut()
+                .remove(&group)
+                .filter(|(o, _)| *o == op);
+            if let Some((_, body)) = early {
+                // Its body is in the segment or on its way there (decision 480): only its WAL
+                // record remains.
+                if !self
+                    .submit_early(group, op, frame, body, &mut window, &mut ahead)
+                    .await
+                {
+                    return;
+                }
+                continue;
+            }
             let Some(disk) = self.groups.get(&group) else {
                 self.done(
                     group,
@@ -1082,26 +1167,64 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         frame: &Frame,
         ahead: &mut BTreeSet<u64>,
     ) -> Option<(u64, Option<BodyRef>)> {
-        if frame.bytes().get(208) != Some(&wire::Operation::SendMessages.byte()) {
-            return None;
-        }
         let disk = self.groups.get_mut(&group)?;
-        let body = frame.shared().slice(wire::HEADER_SIZE..);
-        let info = journal::batch::peek(&body)?;
-        let (segment, position) = disk.log.reserve(body.clone())?;
-        let referenced = body.len() >= REF_BODY_MIN;
+        let (base, referenced, body) = reserve_body(disk, &self.gauges, frame)?;
         if referenced {
             // Written and synced beside the window. A shorter body waits in the log's pending
             // batches for the next flush (the policy's, or a referenced body's): its WAL record
             // holds it whole, and one device request fewer per window (decision 441).
             ahead.insert(group);
-            add(&self.gauges.bodies_ahead, 1);
-            add(&self.gauges.bodies_ahead_bytes, body.len() as u64);
         }
-        let body = referenced
-            .then(|| BodyRef::of(segment, position, &body))
-            .flatten();
-        Some((info.base_offset, body))
+        Some((base, body))
+    }
+
+    /// Puts the WAL record of an append whose body went to its segment ahead of this window
+    /// (decision 480) in the window: with the window's entries when its group is back (its
+    /// segment is durable), otherwise with the group's late entries, acknowledged when it is
+    /// back. `false` when the task failed: the batch is in the segment's tail already, so an
+    /// append the WAL refuses cannot be given back.
+    async fn submit_early(
+        &mut self,
+        group: u64,
+        op: u64,
+        frame: Frame,
+        body: Option<BodyRef>,
+        window: &mut Vec<WindowEntry>,
+        ahead: &mut BTreeSet<u64>,
+    ) -> bool {
+        let now = self.now_us();
+        let mut submitted = self.submit(group, &frame, body.as_ref(), now);
+        if matches!(submitted, Err(WalError::WindowFull { .. })) {
+            if let Err(e) = self
+                .finish_window_flushing(window, &BTreeSet::new(), ahead)
+                .await
+            {
+                self.fail(e);
+                return false;
+            }
+            submitted = self.submit(group, &frame, body.as_ref(), now);
+        }
+        match submitted {
+            Ok((lsn, bytes)) => {
+                add(&self.gauges.wal_bytes, bytes);
+                self.timeline.windowed(group, op, Instant::now());
+                let entry = (group, op, lsn, frame, body);
+                if self.queues.away.borrow().contains(&group) {
+                    self.late.entry(group).or_default().push(entry);
+                    self.late_open = true;
+                } else {
+                    window.push(entry);
+                }
+                true
+            }
+            Err(e) => {
+                self.fail(format!(
+                    "group {group:#x}: op {op}: the WAL refused an append whose batch went to \
+                     the segment ahead of its window: {e}"
+                ));
+                false
+            }
+        }
     }
 
     /// Submits an append's WAL record, a reference to its body when it has one: its lsn and
@@ -1158,7 +1281,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         flush: &BTreeSet<u64>,
         ahead: &mut BTreeSet<u64>,
     ) -> Result<(), String> {
-        if window.is_empty() && flush.is_empty() && ahead.is_empty() {
+        if window.is_empty() && flush.is_empty() && ahead.is_empty() && !self.late_open {
             return Ok(());
         }
         let leaving: BTreeSet<u64> = flush
@@ -1176,7 +1299,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
                 staying.push(entry);
             }
         }
-        let has_records = !parked.is_empty() || !staying.is_empty();
+        let has_records = !parked.is_empty() || !staying.is_empty() || self.late_open;
         for group in leaving {
             let disk = self.groups.remove(&group).expect("filtered on presence");
             let synced = ahead.contains(&group);
@@ -1185,10 +1308,13 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         }
         ahead.clear();
         if has_records {
-            // One write and one fdatasync for every group's appends.
-            self.commit_window()
+            // One write and one fdatasync for every group's appends; meanwhile the large
+            // bodies that come in go to their segments (decision 480).
+            self.late_open = false;
+            self.commit_window_dispatching()
                 .await
                 .map_err(|e| format!("partition WAL commit: {e}"))?;
+            self.ack_late();
         }
         let synced = Instant::now();
         let written = self.wal.last_written_at().unwrap_or(synced);
@@ -1880,6 +2006,8 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// a WAL truncate from op 0, then its files, the marker last.
     async fn remove_group(&mut self, group: u64) {
         self.groups.remove(&group);
+        self.queues.early.borrow_mut().remove(&group);
+        self.late.remove(&group);
         self.replay.take(group);
         self.queues.groups.borrow_mut().remove(&group);
         let now = self.now_us();
@@ -2419,6 +2547,8 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             host.timeline.clone(),
             fatal.clone(),
         ),
+        late: BTreeMap::new(),
+        late_open: false,
     };
     let storage = glommio::spawn_local(task.run());
     let mut out = Outbox::new();
@@ -3090,6 +3220,8 @@ mod tests {
             timeline: timeline.clone(),
             retiring: Rc::default(),
             away: away::AwayShared::new(queues.clone(), inbox.clone(), timeline, fatal.clone()),
+            late: BTreeMap::new(),
+            late_open: false,
         };
         TestTask {
             task,

@@ -26,6 +26,8 @@
 //! [`settle`]: StorageTask::settle_away
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::future::poll_fn;
 use std::rc::Rc;
 use std::task::Poll;
@@ -34,7 +36,10 @@ use std::time::Instant;
 use journal::storage::Storage;
 use journal::wal::BodyRef;
 
-use super::{Completion, Event, Frame, GroupDisk, Inbox, Queues, StorageTask, Timeline, add};
+use super::{
+    Completion, Event, Frame, GroupDisk, Inbox, PartitionGauges, PartitionStorageOp, Queues,
+    REF_BODY_MIN, StorageTask, Timeline, add, reserve_body,
+};
 
 /// An entry of a window: group, op, lsn, the frame, its body's reference (see `WindowEntry`).
 type Entry = (u64, u64, u64, Frame, Option<BodyRef>);
@@ -89,57 +94,134 @@ fn checksum(frame: &Frame) -> u128 {
     super::identity_of(frame.bytes())
 }
 
+/// Moves `group`'s disk into a local task of its own that runs its segment flush (synced when
+/// `synced`) and comes back with `entries`, acknowledging them itself when their WAL window
+/// is durable by then.
+fn go_away<S: Storage + Clone + 'static>(
+    queues: &Queues,
+    shared: &Rc<AwayShared<S>>,
+    group: u64,
+    mut disk: GroupDisk<S>,
+    synced: bool,
+    entries: Vec<Entry>,
+) {
+    queues.away.borrow_mut().insert(group);
+    let shared = shared.clone();
+    glommio::spawn_local(async move {
+        let flushed = if synced {
+            disk.log.flush_synced().await
+        } else {
+            disk.log.flush().await
+        };
+        // Readers learn what is written (decision 280), also after a failed flush.
+        disk.map.borrow_mut().refresh(&disk.log);
+        let flushed = flushed.map_err(|e| format!("group {group:#x}: segments: {e}"));
+        let (durable, written) = shared.durable.get();
+        let acked = flushed.is_ok()
+            && shared.fatal.borrow().is_none()
+            && entries.iter().all(|e| e.2 <= durable);
+        if acked {
+            let now = Instant::now();
+            for (group, op, _, frame, _) in &entries {
+                shared
+                    .timeline
+                    .synced(*group, *op, written.unwrap_or(now).min(now), now);
+                shared.inbox.push(Event::Done {
+                    group: *group,
+                    completion: Completion::Appended {
+                        op: *op,
+                        checksum: checksum(frame),
+                    },
+                });
+            }
+        }
+        shared.back.borrow_mut().push(Back {
+            group,
+            disk,
+            entries,
+            flushed,
+            acked,
+        });
+        shared.queues.back.set(shared.queues.back.get() + 1);
+        shared.queues.wake();
+    })
+    .detach();
+}
+
+/// Runs while a WAL window is being committed, and never returns (the caller races it with
+/// the commit): every group here whose leading append carries a body of [`REF_BODY_MIN`] bytes
+/// or more has that body reserved at its segment's tail and goes away to write and sync it
+/// at once, ahead of the append's own window (decision 480). The append's reference is noted
+/// in `queues.early`; the next window takes its WAL record, also while the group is away.
+///
+/// Before, an append that came in during a commit waited for the commit to end before its
+/// window, and only then did its segment write start: on one disk that wait sat on the path
+/// of every large batch.
+pub(super) async fn dispatch_early<S: Storage + Clone + 'static>(
+    groups: &mut BTreeMap<u64, GroupDisk<S>>,
+    queues: &Rc<Queues>,
+    shared: &Rc<AwayShared<S>>,
+    gauges: &PartitionGauges,
+) -> Infallible {
+    loop {
+        let leading: Vec<(u64, u64, Frame)> = {
+            let away = queues.away.borrow();
+            let early = queues.early.borrow();
+            queues
+                .groups
+                .borrow()
+                .iter()
+                .filter(|(g, _)| !away.contains(g) && !early.contains_key(g))
+                .filter_map(|(g, q)| match q.front() {
+                    Some(PartitionStorageOp::Append { op, frame })
+                        if frame.bytes().len() >= wire::HEADER_SIZE + REF_BODY_MIN =>
+                    {
+                        Some((*g, *op, frame.clone()))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        for (group, op, frame) in leading {
+            let Some(disk) = groups.get_mut(&group) else {
+                continue;
+            };
+            if op < disk.checkpoint_op {
+                continue; // acknowledged without a record by its window
+            }
+            let Some((_, referenced, body)) = reserve_body(disk, gauges, &frame) else {
+                continue; // not at the tail: its window journals it whole
+            };
+            debug_assert!(referenced, "only large bodies go ahead");
+            queues.early.borrow_mut().insert(group, (op, body));
+            let disk = groups.remove(&group).expect("looked up above");
+            go_away(queues, shared, group, disk, true, Vec::new());
+        }
+        // Until the next push (or any other wake of the queues).
+        let mut waited = false;
+        poll_fn(|cx| {
+            if waited {
+                return Poll::Ready(());
+            }
+            waited = true;
+            queues.waker.set(Some(cx.waker().clone()));
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
 impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// Sends `group`'s disk away to run its segment flush (synced when `synced`), with its
     /// `entries` of the window being committed.
     pub(super) fn send_away(
         &mut self,
         group: u64,
-        mut disk: GroupDisk<S>,
+        disk: GroupDisk<S>,
         synced: bool,
         entries: Vec<Entry>,
     ) {
-        self.queues.away.borrow_mut().insert(group);
-        let shared = self.away.clone();
-        glommio::spawn_local(async move {
-            let flushed = if synced {
-                disk.log.flush_synced().await
-            } else {
-                disk.log.flush().await
-            };
-            // Readers learn what is written (decision 280), also after a failed flush.
-            disk.map.borrow_mut().refresh(&disk.log);
-            let flushed = flushed.map_err(|e| format!("group {group:#x}: segments: {e}"));
-            let (durable, written) = shared.durable.get();
-            let acked = flushed.is_ok()
-                && shared.fatal.borrow().is_none()
-                && entries.iter().all(|e| e.2 <= durable);
-            if acked {
-                let now = Instant::now();
-                for (group, op, _, frame, _) in &entries {
-                    shared
-                        .timeline
-                        .synced(*group, *op, written.unwrap_or(now).min(now), now);
-                    shared.inbox.push(Event::Done {
-                        group: *group,
-                        completion: Completion::Appended {
-                            op: *op,
-                            checksum: checksum(frame),
-                        },
-                    });
-                }
-            }
-            shared.back.borrow_mut().push(Back {
-                group,
-                disk,
-                entries,
-                flushed,
-                acked,
-            });
-            shared.queues.back.set(shared.queues.back.get() + 1);
-            shared.queues.wake();
-        })
-        .detach();
+        go_away(&self.queues, &self.away, group, disk, synced, entries);
     }
 
     /// Takes in every group back from its segment work: its disk, its entries' bookkeeping,
@@ -178,6 +260,39 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             let written = self.wal.last_written_at().unwrap_or(synced);
             let ack = !acked && self.fatal.borrow().is_none();
             self.account(entries, ack, written, synced);
+        }
+        self.ack_late();
+    }
+
+    /// Acknowledges the late entries (decision 480) of every group that is back, once their
+    /// WAL window is durable: both halves of each are then on disk.
+    pub(super) fn ack_late(&mut self) {
+        if self.late.is_empty() {
+            return;
+        }
+        let durable = self.wal.durable_lsn();
+        let back: Vec<u64> = {
+            let away = self.queues.away.borrow();
+            self.late
+                .keys()
+                .copied()
+                .filter(|g| !away.contains(g))
+                .collect()
+        };
+        for group in back {
+            let entries = self.late.remove(&group).unwrap_or_default();
+            let (durable, waiting): (Vec<Entry>, Vec<Entry>) =
+                entries.into_iter().partition(|e| e.2 <= durable);
+            if !waiting.is_empty() {
+                self.late.insert(group, waiting);
+            }
+            if durable.is_empty() {
+                continue;
+            }
+            let synced = Instant::now();
+            let written = self.wal.last_written_at().unwrap_or(synced);
+            let ack = self.fatal.borrow().is_none();
+            self.account(durable, ack, written, synced);
         }
     }
 
@@ -370,6 +485,159 @@ mod tests {
             let read = log.read_from_offset(0, 1 << 20).await.unwrap();
             let want: Vec<u8> = batches.iter().flat_map(|(_, b)| b.clone()).collect();
             assert_eq!(read, want, "the segment holds the batches byte for byte");
+        });
+    }
+
+    /// The first WAL file's name (the sequence starts at 1).
+    const FIRST_WAL: &str = "wal.0000000001";
+
+    /// Yields a while: the in-memory disks answer at once, so what has not happened after
+    /// this waits on a held sync.
+    async fn quiet() {
+        for _ in 0..2_000 {
+            glommio::executor().yield_now().await;
+        }
+    }
+
+    /// A large batch that comes in while a WAL window is being committed goes to its segment
+    /// at once, ahead of its own window (decision 480): with the WAL's `fdatasync` held, the
+    /// second group's batch is already written to its segment and synced, and nothing is
+    /// acknowledged. Once the sync returns both are, and the second batch's WAL reference
+    /// reads back whole from where it was written. With the early dispatch taken out
+    /// (`dispatch_early` only waiting), the first check fails.
+    #[test]
+    fn a_large_body_goes_to_its_segment_while_a_window_commits() {
+        with_test_task(|wal, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            let (a, b) = (group(0), group(1));
+            for g in [a, b] {
+                queues.boot(g, FlushPolicy::default());
+            }
+            parts.log_writes();
+            wal.hold_syncs(FIRST_WAL);
+            let running = glommio::spawn_local(task.run());
+            queues.push(
+                a,
+                PartitionStorageOp::Append {
+                    op: 1,
+                    frame: send_messages(a, 1, 0),
+                },
+            );
+            quiet().await;
+            let b_frame = send_messages(b, 1, 0);
+            let b_log = log_name(&group_prefix(b), 0);
+            let syncs_before = parts.counts().1;
+            queues.push(
+                b,
+                PartitionStorageOp::Append {
+                    op: 1,
+                    frame: b_frame.clone(),
+                },
+            );
+            quiet().await;
+            let mut done = BTreeSet::new();
+            super::super::tests::appended_into(&inbox, &mut done);
+            assert!(
+                !parts.writes_to(&b_log).is_empty() && parts.counts().1 > syncs_before,
+                "the second batch is written and synced while the first window's fdatasync \
+                 is held"
+            );
+            assert!(
+                done.is_empty(),
+                "nothing acknowledged before the WAL is durable"
+            );
+            wal.release_syncs();
+            settle(&inbox, &mut done, 2).await;
+            assert_eq!(done, BTreeSet::from([(a, 1), (b, 1)]), "both acknowledged");
+            let whole = read(&queues, &inbox, b, 1, super::checksum(&b_frame)).await;
+            assert_eq!(
+                whole.as_ref().map(|f| f.bytes().to_vec()),
+                Some(b_frame.bytes().to_vec()),
+                "the reference its WAL record carries finds the body where it went"
+            );
+            stop(&queues, running, &fatal).await;
+            for g in [a, b] {
+                let (log, _) =
+                    PartitionLog::open(parts.clone(), &group_prefix(g), FlushPolicy::default(), 0)
+                        .await
+                        .unwrap();
+                assert_eq!(log.next_offset(), SEND_BATCH, "each batch in its segment");
+            }
+        });
+    }
+
+    /// An append whose body went ahead is taken into the next window while its segment sync
+    /// is still in flight, and acknowledged only once both its WAL window and that sync are
+    /// durable (decision 480). With the late entry acknowledged with its window (as if its
+    /// group were back), the check that it waits fails.
+    #[test]
+    fn an_append_whose_body_went_ahead_waits_for_its_segment_sync() {
+        with_test_task(|wal, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                gauges,
+            } = t;
+            let (a, b) = (group(0), group(1));
+            for g in [a, b] {
+                queues.boot(g, FlushPolicy::default());
+            }
+            wal.hold_syncs(FIRST_WAL);
+            parts.hold_syncs(&log_name(&group_prefix(b), 0));
+            let running = glommio::spawn_local(task.run());
+            let append = |g: u64| PartitionStorageOp::Append {
+                op: 1,
+                frame: send_messages(g, 1, 0),
+            };
+            queues.push(a, append(a));
+            quiet().await;
+            let writes = parts.counts().0;
+            queues.push(b, append(b));
+            quiet().await;
+            assert!(
+                parts.counts().0 > writes,
+                "the second batch went to its segment during the first window's commit"
+            );
+            let commits = gauges
+                .wal_commits
+                .load(std::sync::atomic::Ordering::Relaxed);
+            wal.release_syncs();
+            let mut done = BTreeSet::new();
+            settle(&inbox, &mut done, 1).await;
+            quiet().await;
+            super::super::tests::appended_into(&inbox, &mut done);
+            assert!(
+                gauges
+                    .wal_commits
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    >= commits + 2,
+                "the second batch's record is committed in a window of its own"
+            );
+            assert_eq!(
+                done,
+                BTreeSet::from([(a, 1)]),
+                "the second batch waits for its segment sync"
+            );
+            parts.release_syncs();
+            settle(&inbox, &mut done, 2).await;
+            assert!(
+                done.contains(&(b, 1)),
+                "acknowledged once its segment is synced"
+            );
+            stop(&queues, running, &fatal).await;
+            let (log, _) =
+                PartitionLog::open(parts.clone(), &group_prefix(b), FlushPolicy::default(), 0)
+                    .await
+                    .unwrap();
+            assert_eq!(log.next_offset(), SEND_BATCH, "its batch in the segment");
         });
     }
 
