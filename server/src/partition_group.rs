@@ -895,7 +895,11 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// [`StorageTask::commit_window`] that, while the window's write and `fdatasync` are in
     /// flight, sends the large bodies of appends that arrive to their segments ahead of their
     /// own window (decision 480, [`away::dispatch_early`]).
-    async fn commit_window_dispatching(&mut self) -> Result<u64, WalError> {
+    /// The groups of `staying` have entries in this window and are not sent away.
+    async fn commit_window_dispatching(
+        &mut self,
+        staying: &BTreeSet<u64>,
+    ) -> Result<u64, WalError> {
         let started = Instant::now();
         let StorageTask {
             wal,
@@ -906,7 +910,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             ..
         } = self;
         let lsn = futures_lite::future::or(wal.commit(), async {
-            match away::dispatch_early(groups, queues, away, gauges).await {}
+            match away::dispatch_early(groups, queues, away, gauges, staying).await {}
         })
         .await?;
         self.committed(started);
@@ -1311,7 +1315,9 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             // One write and one fdatasync for every group's appends; meanwhile the large
             // bodies that come in go to their segments (decision 480).
             self.late_open = false;
-            self.commit_window_dispatching()
+            // A group with entries here stays until they are accounted: its disk takes them.
+            let staying_groups: BTreeSet<u64> = staying.iter().map(|e| e.0).collect();
+            self.commit_window_dispatching(&staying_groups)
                 .await
                 .map_err(|e| format!("partition WAL commit: {e}"))?;
             self.ack_late();

@@ -26,7 +26,7 @@
 //! [`settle`]: StorageTask::settle_away
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::future::poll_fn;
 use std::rc::Rc;
@@ -153,6 +153,8 @@ fn go_away<S: Storage + Clone + 'static>(
 /// or more has that body reserved at its segment's tail and goes away to write and sync it
 /// at once, ahead of the append's own window (decision 480). The append's reference is noted
 /// in `queues.early`; the next window takes its WAL record, also while the group is away.
+/// Groups with entries in the window being committed (`staying`) stay: their bookkeeping
+/// needs their disk when the commit returns.
 ///
 /// Before, an append that came in during a commit waited for the commit to end before its
 /// window, and only then did its segment write start: on one disk that wait sat on the path
@@ -162,6 +164,7 @@ pub(super) async fn dispatch_early<S: Storage + Clone + 'static>(
     queues: &Rc<Queues>,
     shared: &Rc<AwayShared<S>>,
     gauges: &PartitionGauges,
+    staying: &BTreeSet<u64>,
 ) -> Infallible {
     loop {
         let leading: Vec<(u64, u64, Frame)> = {
@@ -171,7 +174,9 @@ pub(super) async fn dispatch_early<S: Storage + Clone + 'static>(
                 .groups
                 .borrow()
                 .iter()
-                .filter(|(g, _)| !away.contains(g) && !early.contains_key(g))
+                .filter(|(g, _)| {
+                    !away.contains(g) && !early.contains_key(g) && !staying.contains(g)
+                })
                 .filter_map(|(g, q)| match q.front() {
                     Some(PartitionStorageOp::Append { op, frame })
                         if frame.bytes().len() >= wire::HEADER_SIZE + REF_BODY_MIN =>
@@ -638,6 +643,61 @@ mod tests {
                     .await
                     .unwrap();
             assert_eq!(log.next_offset(), SEND_BATCH, "its batch in the segment");
+        });
+    }
+
+    /// A group with an entry in the window being committed does not send its next large body
+    /// ahead (decision 480): the entry's bookkeeping needs the group's disk when the commit
+    /// returns, so its prepare is still held and read back after both are acknowledged. With
+    /// such a group sent away too, its first prepare is lost to reads and the check fails.
+    #[test]
+    fn a_group_with_an_entry_in_the_committing_window_stays() {
+        with_test_task(|wal, parts, t| async move {
+            let TestTask {
+                task,
+                queues,
+                inbox,
+                fatal,
+                ..
+            } = t;
+            let a = group(0);
+            queues.boot(a, FlushPolicy::default());
+            wal.hold_syncs(FIRST_WAL);
+            let running = glommio::spawn_local(task.run());
+            let first = super::super::tests::prepare(a, 1);
+            queues.push(
+                a,
+                PartitionStorageOp::Append {
+                    op: 1,
+                    frame: first.clone(),
+                },
+            );
+            quiet().await;
+            let writes = parts.counts().0;
+            queues.push(
+                a,
+                PartitionStorageOp::Append {
+                    op: 2,
+                    frame: send_messages(a, 2, 0),
+                },
+            );
+            quiet().await;
+            assert_eq!(
+                parts.counts().0,
+                writes,
+                "no segment write for a group whose entry is being committed"
+            );
+            wal.release_syncs();
+            let mut done = BTreeSet::new();
+            settle(&inbox, &mut done, 2).await;
+            assert_eq!(done, BTreeSet::from([(a, 1), (a, 2)]), "both acknowledged");
+            let held = read(&queues, &inbox, a, 1, super::checksum(&first)).await;
+            assert_eq!(
+                held.map(|f| f.bytes().to_vec()),
+                Some(first.bytes().to_vec()),
+                "the first prepare is held"
+            );
+            stop(&queues, running, &fatal).await;
         });
     }
 
