@@ -89,6 +89,8 @@ pub enum FailOp {
 struct MemState {
     files: BTreeMap<String, MemFile>,
     fail: Vec<FailOp>,
+    /// A failure planned after this many more successful calls of its op.
+    fail_after: Option<(FailOp, u64)>,
     writes: u64,
     syncs: u64,
     /// Bytes `read_at` was asked for, whatever it returned.
@@ -205,6 +207,7 @@ impl MemStorage {
         }
         // Failures planned for calls that never came are forgotten with the power.
         state.fail.clear();
+        state.fail_after = None;
     }
 
     /// A device that acknowledges flushes it never did: while on, `sync` reports success and
@@ -250,8 +253,24 @@ impl MemStorage {
         self.state.borrow_mut().fail.push(op);
     }
 
+    /// Makes the call of `op` after `skip` successful ones fail with
+    /// [`StorageError::Injected`] (one such plan at a time; a crash forgets it): a power cut
+    /// at the chosen step of a sequence.
+    pub fn fail_after(&self, op: FailOp, skip: u64) {
+        self.state.borrow_mut().fail_after = Some((op, skip));
+    }
+
     fn take_failure(&self, op: FailOp) -> bool {
         let mut state = self.state.borrow_mut();
+        if let Some((planned, skip)) = state.fail_after
+            && planned == op
+        {
+            if skip == 0 {
+                state.fail_after = None;
+                return true;
+            }
+            state.fail_after = Some((planned, skip - 1));
+        }
         if let Some(i) = state.fail.iter().position(|f| *f == op) {
             state.fail.remove(i);
             return true;

@@ -62,7 +62,9 @@
 //! named file that is short or gone ([`WalRecovery::truncated`], [`WalRecovery::missing`]),
 //! lsns between the floor and the first window, and lsns up to the recorded durable one that
 //! no window accounts for (a last window that lost both head and marker) are reported in
-//! [`WalRecovery::damage`]; the last kind is sealed like a damaged last window.
+//! [`WalRecovery::damage`]; the last kind is sealed like a damaged last window. A fresh
+//! directory writes a first record naming no file before it creates its first file, so WAL
+//! files beside no record (absent or cut to nothing) refuse to open (decision 481).
 
 use wire::HEADER_SIZE;
 use wire::integrity::xxh3;
@@ -707,20 +709,35 @@ impl<S: Storage> PartitionWal<S> {
             .collect();
         seqs.sort_unstable();
         let mut record = end::open(&storage).await?.map_err(WalError::EndRecord)?;
-        let recorded = record.end();
-        let mut recovery = WalRecovery::default();
-        if let Some(r) = recorded {
-            // Files below the record's oldest were reclaimed (a crash came between the record
-            // and their removal); files it names must all be there.
-            for seq in seqs.iter().filter(|s| **s < r.oldest) {
-                storage.remove(&file_name(*seq)).await?;
+        let recorded = match record.end() {
+            Some(r) => r,
+            // A fresh directory records that it names no file before it creates its first, so
+            // WAL files beside no record are never a crash during formatting: the record was
+            // lost (or cut to nothing), and nothing tells a lost file or tail from a reclaimed
+            // or fresh WAL. Refuse rather than guess.
+            None if !seqs.is_empty() => return Err(WalError::EndRecord(EndFault::Missing)),
+            None => {
+                let none = WalEnd {
+                    oldest: 1,
+                    newest: 0,
+                    floor: 1,
+                    durable: 0,
+                };
+                record.write(&storage, none).await?;
+                none
             }
-            seqs.retain(|s| *s >= r.oldest);
-            recovery.missing = (r.oldest..=r.newest)
-                .filter(|s| seqs.binary_search(s).is_err())
-                .collect();
+        };
+        let mut recovery = WalRecovery::default();
+        // Files below the record's oldest were reclaimed (a crash came between the record and
+        // their removal); files it names must all be there.
+        for seq in seqs.iter().filter(|s| **s < recorded.oldest) {
+            storage.remove(&file_name(*seq)).await?;
         }
-        let floor = recorded.map_or(1, |r| r.floor);
+        seqs.retain(|s| *s >= recorded.oldest);
+        recovery.missing = (recorded.oldest..=recorded.newest)
+            .filter(|s| seqs.binary_search(s).is_err())
+            .collect();
+        let floor = recorded.floor;
         let mut files = Vec::new();
         // Whether the active file is created here (it reads as zeros past the log: decision 471).
         let mut fresh = false;
@@ -764,7 +781,7 @@ impl<S: Storage> PartitionWal<S> {
             let bytes = image.as_mut_slice();
             if short {
                 bytes[whole..].fill(0xff);
-                let unnamed = recorded.is_none_or(|r| *seq > r.newest);
+                let unnamed = *seq > recorded.newest;
                 if index + 1 == seqs.len() && unnamed && is_zero(&bytes[..whole]) {
                     // The last file, never written: the crash hit its preallocation. (Windows
                     // are written only after the preallocation is durable, so a short file
@@ -794,9 +811,8 @@ impl<S: Storage> PartitionWal<S> {
                     && w.lsn_accounted() > lsn_last
                 {
                     let first = w.lsn_accounted();
-                    // Before the first intact window a gap is a reclaimed prefix, unless the
-                    // durable-end record says where reclaim stopped.
-                    let gap = (recovery.windows > 0 || recorded.is_some()) && first > lsn_last + 1;
+                    // A gap is loss: the durable-end record says where reclaim stopped.
+                    let gap = first > lsn_last + 1;
                     let pending = pending_damage.take();
                     // A damaged stretch that held no lsn (a rotated file's last marker) lost
                     // nothing.
@@ -901,15 +917,6 @@ impl<S: Storage> PartitionWal<S> {
                 images.clear();
             }
         }
-        let holds_data = recovery.windows > 0
-            || cut.is_some()
-            || pending_damage.is_some()
-            || !recovery.truncated.is_empty();
-        if recorded.is_none() && holds_data {
-            // Without the record nothing tells a lost file or tail from a reclaimed or fresh
-            // WAL: refuse rather than guess.
-            return Err(WalError::EndRecord(EndFault::Missing));
-        }
         // A recorded file newer than every file left: it may have held windows past the
         // record's durable lsn, so the loss is unbounded.
         let newest_missing = recovery
@@ -967,10 +974,13 @@ impl<S: Storage> PartitionWal<S> {
                 // never acknowledged.
                 recovery.torn_tail = Some((seq, at));
             }
-            if let Some(r) = recorded.filter(|r| r.newest > seq && files.len() > index + 1) {
+            if recorded.newest > seq && files.len() > index + 1 {
                 // The record stops naming the files about to go first, so that a crash in
                 // between does not read them as lost.
-                let end = WalEnd { newest: seq, ..r };
+                let end = WalEnd {
+                    newest: seq,
+                    ..recorded
+                };
                 record.write(&storage, end).await?;
             }
             for f in files.drain(index + 1..) {
@@ -1019,7 +1029,7 @@ impl<S: Storage> PartitionWal<S> {
         }
         if files.is_empty() {
             // Fresh, or every file is gone: a new file after every one the record named.
-            let seq = recorded.map_or(1, |r| r.newest + 1);
+            let seq = recorded.newest + 1;
             let file = storage.open(&file_name(seq), OpenMode::Create).await?;
             storage.set_len(&file, config.file_size_max).await?;
             storage.sync(&file).await?;
@@ -1073,13 +1083,11 @@ impl<S: Storage> PartitionWal<S> {
                 lsn_last: u64::MAX,
             });
         }
-        if let Some(r) = recorded
-            && r.durable > wal.durable_lsn
-        {
+        if recorded.durable > wal.durable_lsn {
             // Lsns the record says were durable and nothing accounts for: a lost tail, file,
             // or last window (head and marker both gone). Reported, and sealed so that they
             // are never reused and every later open reports them again.
-            let (first, last) = (wal.durable_lsn + 1, r.durable);
+            let (first, last) = (wal.durable_lsn + 1, recorded.durable);
             let covered = recovery
                 .damage
                 .iter()

@@ -48,3 +48,15 @@ fn finding_cut_file_and_a_flip_lost_a_durable_lsn_unreported() {
         43, 58, 228,
     ]);
 }
+
+/// The WAL file and its durable-end record both cut to length 0: the open took the directory for
+/// one that crashed while it was formatted and reopened it empty, and durable lsns 1-9 were lost
+/// without a word (decision 481: such a directory now refuses to open).
+#[test]
+fn finding_file_and_record_cut_to_nothing_lost_every_lsn_unreported() {
+    recovery_scripts::wal::run(&[
+        116, 13, 43, 13, 70, 0, 0, 0, 3, 0, 0, 0, 0, 192, 0, 0, 5, 0, 0, 0, 167, 0, 0, 0, 0, 0, 0,
+        47, 0, 0, 2, 0, 0, 33, 233, 98, 13, 128, 0, 0, 0, 0, 113, 193, 250, 0, 48, 159, 0, 0, 200,
+        0, 0, 0, 0, 25, 84, 59,
+    ]);
+}

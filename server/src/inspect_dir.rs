@@ -245,11 +245,24 @@ fn wal(dir: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
         match journal::storage::block_on(journal::wal::open_end(&storage)) {
             Ok(Ok(record)) => match record.end() {
+                Some(end) if end.newest < end.oldest => writeln!(
+                    out,
+                    "    durable end: durable lsn {}, floor {}, no file yet",
+                    end.durable, end.floor
+                )?,
                 Some(end) => writeln!(
                     out,
                     "    durable end: durable lsn {}, floor {}, files {}..={}",
                     end.durable, end.floor, end.oldest, end.newest
                 )?,
+                None if has_wal_files(dir) => {
+                    // A fresh directory writes its record before its first WAL file.
+                    writeln!(
+                        out,
+                        "    durable end: never written, while WAL files exist (the open refuses)"
+                    )?;
+                    healthy = false;
+                }
                 None => writeln!(out, "    durable end: never written")?,
             },
             Ok(Err(fault)) => {
@@ -263,6 +276,7 @@ fn wal(dir: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
         }
     } else {
         writeln!(out, "    durable end: {} absent", journal::wal::END_FILE)?;
+        healthy &= !has_wal_files(dir);
     }
     Ok(healthy)
 }

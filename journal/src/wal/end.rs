@@ -13,7 +13,8 @@
 //! 6..8     copy index u16 (a misdirected write reads as damage)
 //! 8..16    sequence u64 (newest wins)
 //! 16..24   oldest file seq in use
-//! 24..32   newest file seq, preallocated and synced before the record named it
+//! 24..32   newest file seq, preallocated and synced before the record named it (oldest - 1:
+//!          no file yet, the generation a fresh directory writes before its first file)
 //! 32..40   floor: the first lsn the WAL still holds (lower ones were reclaimed)
 //! 40..48   durable: every lsn up to it was durable when the record was written
 //! 48..4088 zero
@@ -24,7 +25,9 @@
 //! completed, so the newest valid copy is chosen. Both copies of a pair damaged (media faults
 //! after the fact), a file cut short, or no record beside WAL files that hold data: the newest
 //! generation may be lost, and the WAL refuses to open ([`super::WalError::EndRecord`]) instead
-//! of trusting an older one.
+//! of trusting an older one. A fresh directory writes a first generation naming no file before
+//! it creates any WAL file, so WAL files beside no record (absent, or cut to length 0) are never
+//! a crash during formatting: they refuse too ([`EndFault::Missing`]).
 
 use wire::integrity::xxh3;
 
@@ -45,7 +48,8 @@ const FIELD_MAX: u64 = 1 << 62;
 pub struct WalEnd {
     /// The oldest file in use; older ones were reclaimed.
     pub oldest: u64,
-    /// The newest file, preallocated durably before this record named it.
+    /// The newest file, preallocated durably before this record named it; `oldest - 1` when
+    /// the record names no file (a fresh directory, before its first file exists).
     pub newest: u64,
     /// The first lsn the WAL still holds.
     pub floor: u64,
@@ -62,7 +66,8 @@ pub enum EndFault {
     CutShort,
     /// A verified copy of a version this build does not know.
     UnknownVersion(u16),
-    /// No record, but WAL files hold data (the record was lost, or the WAL is not ours).
+    /// No record, but WAL files exist (the record was lost or cut to nothing, or the WAL is
+    /// not ours): a fresh directory writes its first record before its first file.
     Missing,
 }
 
@@ -72,7 +77,7 @@ impl std::fmt::Display for EndFault {
             EndFault::PairDamaged => write!(f, "both copies of a pair are damaged"),
             EndFault::CutShort => write!(f, "the file is cut short"),
             EndFault::UnknownVersion(v) => write!(f, "version {v} is unknown"),
-            EndFault::Missing => write!(f, "absent while WAL files hold data"),
+            EndFault::Missing => write!(f, "absent or empty while WAL files exist"),
         }
     }
 }
@@ -125,7 +130,7 @@ fn decode(sector: &[u8], copy: usize) -> Copy {
     let shape = index as usize == copy
         && is_zero(&sector[48..CHECKSUM_AT])
         && 1 <= end.oldest
-        && end.oldest <= end.newest
+        && end.oldest <= end.newest + 1
         && end.newest < FIELD_MAX
         && 1 <= end.floor
         && end.floor <= end.durable + 1

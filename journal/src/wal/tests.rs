@@ -957,12 +957,75 @@ fn wal_files_without_a_record_refuse_to_open() {
         block_on(PartitionWal::open(disk.clone(), CONFIG, |_| {})).err(),
         Some(WalError::EndRecord(EndFault::Missing))
     );
-    // A fresh directory, and one whose first file never got past its preallocation, open.
+    // A fresh directory opens; so does one whose first file never got past its preallocation,
+    // beside the record a fresh open writes before that file (it names no file).
     let disk = MemStorage::new();
+    let (_, recovery, _) = open(&disk);
+    assert!(recovery.is_clean());
+    let disk = MemStorage::new();
+    let mut record = block_on(open_end(&disk)).unwrap().unwrap();
+    let none = WalEnd {
+        oldest: 1,
+        newest: 0,
+        floor: 1,
+        durable: 0,
+    };
+    block_on(record.write(&disk, none)).unwrap();
     let file = block_on(disk.open(&file_name(1), OpenMode::Create)).unwrap();
     block_on(disk.sync(&file)).unwrap();
     let (_, recovery, _) = open(&disk);
-    assert!(recovery.is_clean());
+    assert!(recovery.is_clean(), "{recovery:?}");
+}
+
+/// Decision 481: an empty first file with no record, or a record cut to length 0, is not a
+/// crash during formatting (the record comes first), so it refuses instead of opening fresh.
+/// Before, a WAL file cut to nothing beside a `wal-end` cut to nothing reopened empty, and
+/// every durable lsn was lost without a word (a proptest finding).
+#[test]
+fn wal_files_beside_an_empty_record_refuse_to_open() {
+    let disk = MemStorage::new();
+    let file = block_on(disk.open(&file_name(1), OpenMode::Create)).unwrap();
+    block_on(disk.sync(&file)).unwrap();
+    assert_eq!(
+        block_on(PartitionWal::open(disk.clone(), CONFIG, |_| {})).err(),
+        Some(WalError::EndRecord(EndFault::Missing))
+    );
+    let disk = MemStorage::new();
+    let (mut wal, _, _) = open(&disk);
+    block_on(wal.append(1, &frame(1, 10), 0)).unwrap();
+    block_on(wal.record_end()).unwrap();
+    drop(wal);
+    disk.truncate_file(&file_name(1), 0).unwrap();
+    disk.truncate_file(END_FILE, 0).unwrap();
+    assert_eq!(
+        block_on(PartitionWal::open(disk.clone(), CONFIG, |_| {})).err(),
+        Some(WalError::EndRecord(EndFault::Missing))
+    );
+}
+
+/// The order that makes the refusal safe: a power cut at any point of a fresh directory's
+/// first open leaves a directory that opens clean.
+#[test]
+fn a_power_cut_during_the_first_open_leaves_a_directory_that_opens() {
+    let mut cuts = 0;
+    for op in [FailOp::Write, FailOp::Sync] {
+        for skip in 0..8 {
+            for seed in 0..8 {
+                let disk = MemStorage::new();
+                disk.fail_after(op, skip);
+                let opened = block_on(PartitionWal::open(disk.clone(), CONFIG, |_| {}));
+                cuts += usize::from(opened.is_err());
+                disk.crash(CrashMode::Reorder, &mut Prng::new(seed));
+                let (_, recovery, _) = open(&disk);
+                assert!(
+                    recovery.is_clean(),
+                    "{op:?} {skip} seed {seed}: {recovery:?}"
+                );
+            }
+        }
+    }
+    // Every write and sync of a fresh open was cut at least once.
+    assert!(cuts >= 8 * 4, "{cuts} cuts");
 }
 
 /// Decision 400: `release` takes files out of the WAL without removing them. A crash before
