@@ -65,6 +65,13 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let (soft, hard) = shard::runtime::raise_memlock_limit().context("reading RLIMIT_MEMLOCK")?;
     let node = config.node().clone();
+    if consensus::INVARIANT_SWEEP && !cfg!(debug_assertions) {
+        warn!(
+            "this release build runs the consensus core's invariant sweep after every step \
+             (feature consensus/invariants, pulled in by building the tests package with it): \
+             slower; build the server with `cargo build --release -p server`"
+        );
+    }
     let sharding = match &config.system.sharding {
         Sharding::Pinned(cores) => format!("{} pinned on cores {cores}", cores.len()),
         Sharding::Unpinned(n) => format!("{n} unpinned"),

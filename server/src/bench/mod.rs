@@ -497,6 +497,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
     });
     let report = Report {
         commit: COMMIT.to_string(),
+        invariant_sweep: consensus::INVARIANT_SWEEP,
         started_at_us,
         replicas,
         acked,
@@ -746,6 +747,14 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
         r.batch,
         r.message_size
     )?;
+    if r.invariant_sweep {
+        writeln!(
+            out,
+            "warning: this build runs the consensus core's invariant sweep after every step (a \
+             debug build, or `consensus/invariants` pulled in by the `tests` package): its figures \
+             are not the server's; build with `cargo build --release -p server`"
+        )?;
+    }
     writeln!(
         out,
         "{}; ceiling {} MB/s",

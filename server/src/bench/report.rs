@@ -141,6 +141,11 @@ pub struct TimelinePoint {
 pub struct Report {
     /// The build's git hash.
     pub commit: String,
+    /// Whether this build runs the consensus core's invariant sweep after every step (a debug
+    /// build, or a release build that pulled in `consensus/invariants`, e.g. through the
+    /// `tests` package: decision 490). Its figures are not the server's.
+    #[serde(default)]
+    pub invariant_sweep: bool,
     /// When the load started (µs since the epoch).
     pub started_at_us: u64,
     /// Replicas in the cluster (`null` when the target does not say).
@@ -747,6 +752,11 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "null".to_string(), num);
     let mut row = |name: &str, x: String, y: String| rows.push((name.to_string(), x, y));
     row("commit", a.commit.clone(), b.commit.clone());
+    row(
+        "invariant_sweep",
+        a.invariant_sweep.to_string(),
+        b.invariant_sweep.to_string(),
+    );
     row(
         "replicas",
         format!("{:?}", a.replicas),

@@ -208,6 +208,7 @@ fn flags_parse_and_refusals_name_the_flag() {
 fn sample_report(mb: f64, commit: &str) -> report::Report {
     report::Report {
         commit: commit.into(),
+        invariant_sweep: false,
         started_at_us: 0,
         replicas: Some(3),
         acked: "disk".into(),
@@ -728,4 +729,27 @@ fn producers_under_a_rate_are_spread_evenly_in_time() {
             interval / 2
         );
     }
+}
+
+/// Decision 490: a report says whether its build ran the core's invariant sweep, the summary
+/// warns about it, and a report written before the field existed reads as a build without it.
+#[test]
+fn a_build_with_the_invariant_sweep_is_named_in_the_report_and_the_summary() {
+    let mut r = sample_report(100.0, "a");
+    let text = |r: &report::Report| {
+        let mut out = Vec::new();
+        summary(r, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    assert!(!text(&r).contains("invariant sweep"), "{}", text(&r));
+    r.invariant_sweep = true;
+    assert!(text(&r).contains("warning: this build runs the consensus core's invariant sweep"));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["invariant_sweep"], true);
+    let mut old = json;
+    old.as_object_mut().unwrap().remove("invariant_sweep");
+    let read: report::Report = serde_json::from_value(old).unwrap();
+    assert!(!read.invariant_sweep);
+    // This test binary is a debug build: its reports say so.
+    assert!(consensus::INVARIANT_SWEEP);
 }
