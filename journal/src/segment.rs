@@ -11,7 +11,10 @@
 //!   zero-padded to a sector at the end of each flush (the next flush rewrites that last
 //!   sector: the log is sector-aligned for `O_DIRECT`).
 //! - `{prefix}{base:020}.index`: one 24-byte entry per flush: `offset u64, timestamp u64,
-//!   position u64` (LE) of the flush's first batch; zero-padded to a sector.
+//!   position u64` (LE) of the flush's first batch; zero-padded to a sector. Without
+//!   `enforce_fsync` the file is written when its entries fill a sector, the segment fills, the
+//!   log runs [`INDEX_LAG_BYTES_MAX`] past it, or at [`PartitionLog::sync`] (decision 491); a
+//!   boot indexes the batches past its last entry (one entry per batch).
 //!
 //! Durability: a flush writes the committed prefix; with `enforce_fsync` it also
 //! `fdatasync`s both files before returning. Without it the segment may lose recent flushes at
@@ -31,6 +34,10 @@ use crate::file::AlignedBuf;
 use crate::storage::{OpenMode, SECTOR, Storage, StorageError, read_exact_at, sector_ceil};
 
 const INDEX_ENTRY: usize = 24;
+/// Without `enforce_fsync`, a flush writes the index only when its entries fill a sector, the
+/// segment fills, or the log holds this many bytes past the first entry not yet written
+/// (decision 491): a boot rescans at most this much to rebuild the entries a crash took.
+const INDEX_LAG_BYTES_MAX: u64 = 16 << 20;
 
 /// The topic's message durability policy (journal.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +109,8 @@ struct Segment<F> {
     end_offset: u64,
     len: u64,
     index: Vec<IndexEntry>,
+    /// How many of `index`'s entries the `.index` file holds (written, maybe not synced).
+    idx_written: usize,
     /// Shared with a [`SealJob`] syncing the segment apart from the flushes.
     log: Rc<F>,
     idx: Rc<F>,
@@ -156,6 +165,33 @@ pub fn log_name(prefix: &str, base: u64) -> String {
 /// Name of a segment's index file.
 pub fn index_name(prefix: &str, base: u64) -> String {
     format!("{prefix}{base:020}.index")
+}
+
+/// Whether `count` entries reach past the sector that entry `written` starts in: the file
+/// holds `written` entries, and a write now would complete that sector.
+fn index_fills_a_sector(written: usize, count: usize) -> bool {
+    count * INDEX_ENTRY >= (written * INDEX_ENTRY / SECTOR + 1) * SECTOR
+}
+
+/// The index write that brings a file holding `written` of `held`'s entries up to `held`
+/// followed by `next`: its byte offset and its sectors. The sectors start where entry
+/// `written` does, which need not be an entry boundary (a sector holds 170 and 2/3 entries):
+/// the entries from the one that straddles it are encoded, and the bytes from there on taken.
+fn index_image(held: &[IndexEntry], written: usize, next: &IndexEntry) -> (u64, AlignedBuf) {
+    let count = held.len() + 1;
+    let idx_at = written * INDEX_ENTRY / SECTOR * SECTOR;
+    let mut idx_buf =
+        AlignedBuf::zeroed(sector_ceil((count * INDEX_ENTRY - idx_at) as u64) as usize);
+    let first = idx_at / INDEX_ENTRY;
+    let mut entries = Vec::with_capacity((count - first) * INDEX_ENTRY);
+    for e in held.iter().chain([next]).skip(first) {
+        entries.extend_from_slice(&e.offset.to_le_bytes());
+        entries.extend_from_slice(&e.timestamp.to_le_bytes());
+        entries.extend_from_slice(&e.position.to_le_bytes());
+    }
+    let tail = &entries[idx_at - first * INDEX_ENTRY..];
+    idx_buf.as_mut_slice()[..tail.len()].copy_from_slice(tail);
+    (idx_at as u64, idx_buf)
 }
 
 async fn read_all<S: Storage>(storage: &S, file: &S::File) -> Result<Vec<u8>, StorageError> {
@@ -254,10 +290,19 @@ impl<S: Storage> PartitionLog<S> {
             }
             index.truncate(valid);
             recovery.index_dropped += before - valid;
-            // Scan forward from the last indexed batch to the end of intact data.
+            // Scan forward from the last indexed batch to the end of intact data. Batches past
+            // it get entries here (the file lags by design, decision 491); the next index write
+            // records them.
             let mut at = index.last().map_or(0, |e| e.position as usize);
             let mut end_offset = index.last().map_or(base, |e| e.offset);
             while let Ok(info) = batch::verify(&log_bytes[at.min(log_bytes.len())..]) {
+                if index.last().is_none_or(|e| e.position < at as u64) {
+                    index.push(IndexEntry {
+                        offset: info.base_offset,
+                        timestamp: info.base_timestamp,
+                        position: at as u64,
+                    });
+                }
                 at += info.len as usize;
                 end_offset = info.end_offset();
             }
@@ -270,6 +315,7 @@ impl<S: Storage> PartitionLog<S> {
                 end_offset,
                 len: at as u64,
                 index,
+                idx_written: valid,
                 log: Rc::new(log),
                 idx: Rc::new(idx),
             });
@@ -323,6 +369,23 @@ impl<S: Storage> PartitionLog<S> {
         Ok((log, recovery))
     }
 
+    /// Writes the active segment's index entries its file does not hold yet (decision 491).
+    async fn write_index_lag(&mut self) -> Result<(), SegmentError> {
+        let Some(seg) = self.segments.last_mut() else {
+            return Ok(());
+        };
+        let Some((last, held)) = seg.index.split_last() else {
+            return Ok(());
+        };
+        if seg.idx_written == seg.index.len() {
+            return Ok(());
+        }
+        let (at, buf) = index_image(held, seg.idx_written, last);
+        self.storage.write_at(&seg.idx, at, buf.as_slice()).await?;
+        seg.idx_written = seg.index.len();
+        Ok(())
+    }
+
     async fn rewrite_tail(&mut self, len: u64) -> Result<(), SegmentError> {
         self.tail = None;
         let last = self.segments.last().expect("a segment");
@@ -351,6 +414,7 @@ impl<S: Storage> PartitionLog<S> {
             end_offset: base,
             len: 0,
             index: Vec::new(),
+            idx_written: 0,
             log: Rc::new(log),
             idx: Rc::new(idx),
         });
@@ -568,31 +632,30 @@ impl<S: Storage> PartitionLog<S> {
             timestamp: first.base_timestamp,
             position: seg.len,
         };
-        let count = seg.index.len() + 1;
-        let idx_at = seg.index.len() * INDEX_ENTRY / SECTOR * SECTOR;
-        let mut idx_buf =
-            AlignedBuf::zeroed(sector_ceil((count * INDEX_ENTRY - idx_at) as u64) as usize);
-        // The rewritten sectors start at `idx_at`, which need not be an entry boundary (a
-        // sector holds 170 and 2/3 entries): the entries from the one that straddles it are
-        // encoded, and the bytes from `idx_at` on are written.
-        let first = idx_at / INDEX_ENTRY;
-        let mut entries = Vec::with_capacity((count - first) * INDEX_ENTRY);
-        for e in seg.index.iter().chain([&entry]).skip(first) {
-            entries.extend_from_slice(&e.offset.to_le_bytes());
-            entries.extend_from_slice(&e.timestamp.to_le_bytes());
-            entries.extend_from_slice(&e.position.to_le_bytes());
-        }
-        let tail = &entries[idx_at - first * INDEX_ENTRY..];
-        idx_buf.as_mut_slice()[..tail.len()].copy_from_slice(tail);
-        // The index entry goes out beside the log's sync, not before it: the index is not what
-        // makes the batches durable (recovery rebuilds what it lacks by a scan), and it is
-        // written only once the log's bytes are, as before. One device round trip fewer on the
-        // path of the acknowledgement.
+        // The index is not what makes the batches durable (recovery rebuilds what it lacks by
+        // a scan), so without `enforce_fsync` it is written only when its entries fill a
+        // sector, the segment fills (its seal syncs the index), or the log runs far ahead of
+        // it (decision 491): one write per 170 flushes instead of one per flush.
         let enforce = self.policy.enforce_fsync;
+        let lag_from = seg
+            .index
+            .get(seg.idx_written)
+            .map_or(entry.position, |e| e.position);
+        let write_index = enforce
+            || index_fills_a_sector(seg.idx_written, seg.index.len() + 1)
+            || end - lag_from >= INDEX_LAG_BYTES_MAX
+            || end >= self.policy.segment_size;
+        let idx_image = write_index.then(|| index_image(&seg.index, seg.idx_written, &entry));
+        // The index entry goes out beside the log's sync, not before it, and only once the
+        // log's bytes are written, as before. One device round trip fewer on the path of the
+        // acknowledgement.
         let storage = &self.storage;
         let index = async {
+            let Some((idx_at, idx_buf)) = &idx_image else {
+                return Ok(());
+            };
             storage
-                .write_at(&seg.idx, idx_at as u64, idx_buf.as_slice())
+                .write_at(&seg.idx, *idx_at, idx_buf.as_slice())
                 .await?;
             if enforce {
                 storage.sync(&seg.idx).await?;
@@ -620,6 +683,9 @@ impl<S: Storage> PartitionLog<S> {
         seg.len += self.pending_bytes;
         seg.end_offset = last.end_offset();
         seg.index.push(entry);
+        if idx_image.is_some() {
+            seg.idx_written = seg.index.len();
+        }
         if tail_at < seg.len {
             self.tail = Some((seg.base, tail_at, sector));
         }
@@ -665,6 +731,7 @@ impl<S: Storage> PartitionLog<S> {
         self.flush().await?;
         let started = Instant::now();
         let unsynced = self.unsynced_bytes();
+        self.write_index_lag().await?;
         for seg in self.segments.iter().rev().take(2) {
             self.storage.sync(&seg.log).await?;
             self.storage.sync(&seg.idx).await?;

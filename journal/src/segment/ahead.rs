@@ -184,6 +184,7 @@ impl<S: Storage> PartitionLog<S> {
             AlignedBuf::zeroed(sector_ceil(entries.len() as u64).max(SECTOR as u64) as usize);
         idx_buf.as_mut_slice()[..entries.len()].copy_from_slice(&entries);
         let idx = std::rc::Rc::clone(&seg.idx);
+        seg.idx_written = seg.index.len();
         self.storage.write_at(&idx, 0, idx_buf.as_slice()).await?;
         self.storage
             .set_len(&idx, sector_ceil(entries.len() as u64))

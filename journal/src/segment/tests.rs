@@ -333,3 +333,97 @@ fn a_failed_flush_write_is_retried_whole() {
     let all = block_on(log.read_from_offset(0, u64::MAX)).unwrap();
     assert_eq!(offsets_of(&all), vec![0, 3]);
 }
+
+/// Decision 491: without `enforce_fsync` a flush writes the index only when its entries fill a
+/// sector (170 and 2/3 entries), so 400 flushes write it twice; a forced sync writes the rest,
+/// every entry is found after a reopen, and a crash that took the unwritten entries loses no
+/// batch: the boot's scan indexes them again, one entry per batch, and reads by offset and
+/// by timestamp find every one.
+#[test]
+fn the_index_is_written_once_per_sector_of_entries() {
+    let policy = FlushPolicy {
+        enforce_fsync: false,
+        messages_required_to_save: 1,
+        size_of_messages_required_to_save: 1 << 30,
+        segment_size: 1 << 30,
+    };
+    let check = |log: &PartitionLog<MemStorage>, batches: u64| {
+        for offset in 0..batches {
+            let bytes = block_on(log.read_from_offset(offset, 1)).unwrap();
+            assert_eq!(offsets_of(&bytes), vec![offset], "offset {offset}");
+            let by_time = block_on(log.read_from_timestamp(1_000 + 10 * offset, 1)).unwrap();
+            assert_eq!(offsets_of(&by_time), vec![offset], "timestamp of {offset}");
+        }
+    };
+    let batches = 400u64;
+    let disk = MemStorage::new();
+    disk.log_writes();
+    let (mut log, _) = open(&disk, policy);
+    for _ in 0..batches {
+        let next = log.next_offset();
+        log.commit_batch(batch_at(next, 1, 8)).unwrap();
+        block_on(log.flush_synced()).unwrap();
+    }
+    let index_writes = disk.writes_to(&index_name("p1-", 0)).len();
+    assert_eq!(index_writes, 2, "entries 171 and 342 complete a sector");
+    assert_eq!(index_entries(&disk), 342);
+    check(&log, batches);
+    // A crash now: the 58 entries past the last write were never written.
+    let crashed = MemStorage::new();
+    for name in block_on(disk.list()).unwrap() {
+        let image = disk.durable_image(&name).unwrap();
+        let file = block_on(crashed.open(&name, OpenMode::Create)).unwrap();
+        if !image.is_empty() {
+            block_on(crashed.write_at(&file, 0, &image)).unwrap();
+        }
+        block_on(crashed.sync(&file)).unwrap();
+    }
+    crashed.crash(CrashMode::LoseUnsynced, &mut Prng::new(1));
+    let (reopened, recovery) = open(&crashed, policy);
+    assert_eq!(recovery.next_offset, batches);
+    assert_eq!(recovery.tail_cut, 0);
+    assert_eq!(
+        reopened.extents().next().unwrap().index.len(),
+        batches as usize
+    );
+    check(&reopened, batches);
+    // A forced sync writes what the file lacks.
+    block_on(log.sync()).unwrap();
+    assert_eq!(index_entries(&disk), batches as usize);
+    let (log, _) = open(&disk, policy);
+    check(&log, batches);
+}
+
+/// The index never lags more than `INDEX_LAG_BYTES_MAX` of log behind (the most a boot
+/// rescans), and a segment that fills has its index written before its seal syncs it.
+#[test]
+fn the_index_lags_a_bounded_span_of_log_and_a_full_segment_holds_every_entry() {
+    let segment_size = 40 << 20;
+    let policy = FlushPolicy {
+        enforce_fsync: false,
+        messages_required_to_save: 1,
+        size_of_messages_required_to_save: 1 << 30,
+        segment_size,
+    };
+    let disk = MemStorage::new();
+    disk.log_writes();
+    let (mut log, _) = open(&disk, policy);
+    // 1 MiB batches (and a few bytes): 16 to a lag bound, 40 to the segment.
+    while log.segment_bases().len() < 2 {
+        let next = log.next_offset();
+        log.commit_batch(batch_at(next, 1, 1 << 20)).unwrap();
+        block_on(log.flush_synced()).unwrap();
+    }
+    let writes = disk.writes_to(&index_name("p1-", 0));
+    assert_eq!(
+        writes.len(),
+        3,
+        "one index write per 16 MiB of log and one as the segment fills: {writes:?}"
+    );
+    let sealed = log.extents().next().unwrap();
+    assert_eq!(
+        index_entries(&disk),
+        sealed.index.len(),
+        "the sealed segment holds every entry"
+    );
+}
