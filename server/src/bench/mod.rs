@@ -518,9 +518,14 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         ceiling_mb_s: ceiling,
         ratio_to_ceiling: ceiling.map(|c| ratio(mb_s, c)),
         ratio_to_loopback: ratio(mb_s, baseline.loopback_mb_s),
+        // The CPU spans the probe and warm-up too: their messages count here.
         cpu_s_per_gb: cpu_before.zip(cpu_after).and_then(|(before, after)| {
-            let gb = outcome.producer.messages as f64 * workload.message_size as f64 / 1e9;
-            (gb > 0.0).then(|| (after - before) / gb)
+            cpu_per_gb(
+                after - before,
+                outcome.producer.messages,
+                &outcome.before,
+                workload.message_size,
+            )
         }),
         disk_bytes_per_payload_byte: written_before.zip(written_after).zip(replicas).and_then(
             |((before, after), replicas)| {
@@ -732,6 +737,18 @@ fn baseline_line(b: &baseline::Baseline) -> String {
 }
 
 /// The end-of-run summary.
+/// The nodes' CPU seconds per GB of payload acknowledged over the span the CPU was measured
+/// over: the `recorded` messages and those `before` the clock (`None` without payload).
+fn cpu_per_gb(
+    cpu_s: f64,
+    recorded: u64,
+    before: &load::Before,
+    message_size: usize,
+) -> Option<f64> {
+    let gb = (recorded + before.messages) as f64 * message_size as f64 / 1e9;
+    (gb > 0.0).then(|| cpu_s / gb)
+}
+
 pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
     writeln!(

@@ -751,3 +751,20 @@ fn a_build_with_the_invariant_sweep_is_named_in_the_report_and_the_summary() {
     let read: report::Report = serde_json::from_value(old).unwrap();
     assert!(!read.invariant_sweep);
 }
+
+/// The nodes' CPU per GB divides the CPU of the whole span (probe, warm-up and load) by the
+/// messages of that span, not of the recorded load alone: a `--warmup` or `--rate 50%` run
+/// reported 2-5x its real cost before.
+#[test]
+fn cpu_per_gb_is_over_the_span_the_cpu_was_measured_over() {
+    let before = load::Before {
+        messages: 1_000_000,
+        ..load::Before::default()
+    };
+    assert_eq!(cpu_per_gb(4.0, 1_000_000, &before, 1000), Some(2.0));
+    assert_eq!(
+        cpu_per_gb(4.0, 1_000_000, &load::Before::default(), 1000),
+        Some(4.0)
+    );
+    assert_eq!(cpu_per_gb(1.0, 0, &load::Before::default(), 1000), None);
+}
