@@ -338,6 +338,27 @@ impl MemStorage {
             .map(|f| f.durable.clone())
     }
 
+    /// A separate disk holding only the durable images of this one's files: what a power cut
+    /// now would leave, while this disk goes on (tests).
+    pub fn durable_copy(&self) -> MemStorage {
+        let copy = MemStorage::new();
+        {
+            let state = self.state.borrow();
+            let mut into = copy.state.borrow_mut();
+            for (name, file) in &state.files {
+                into.files.insert(
+                    name.clone(),
+                    MemFile {
+                        durable: file.durable.clone(),
+                        current: file.durable.clone(),
+                        ..MemFile::default()
+                    },
+                );
+            }
+        }
+        copy
+    }
+
     /// Starts keeping every write's `(file, offset, len)` (off by default: simulations write
     /// millions of times).
     pub fn log_writes(&self) {

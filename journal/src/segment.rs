@@ -167,6 +167,17 @@ pub fn index_name(prefix: &str, base: u64) -> String {
     format!("{prefix}{base:020}.index")
 }
 
+/// Index entries as the `.index` file holds them, back to back.
+fn encode_entries<'a>(entries: impl Iterator<Item = &'a IndexEntry>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(entries.size_hint().0 * INDEX_ENTRY);
+    for e in entries {
+        out.extend_from_slice(&e.offset.to_le_bytes());
+        out.extend_from_slice(&e.timestamp.to_le_bytes());
+        out.extend_from_slice(&e.position.to_le_bytes());
+    }
+    out
+}
+
 /// Whether `count` entries reach past the sector that entry `written` starts in: the file
 /// holds `written` entries, and a write now would complete that sector.
 fn index_fills_a_sector(written: usize, count: usize) -> bool {
@@ -183,12 +194,7 @@ fn index_image(held: &[IndexEntry], written: usize, next: &IndexEntry) -> (u64, 
     let mut idx_buf =
         AlignedBuf::zeroed(sector_ceil((count * INDEX_ENTRY - idx_at) as u64) as usize);
     let first = idx_at / INDEX_ENTRY;
-    let mut entries = Vec::with_capacity((count - first) * INDEX_ENTRY);
-    for e in held.iter().chain([next]).skip(first) {
-        entries.extend_from_slice(&e.offset.to_le_bytes());
-        entries.extend_from_slice(&e.timestamp.to_le_bytes());
-        entries.extend_from_slice(&e.position.to_le_bytes());
-    }
+    let entries = encode_entries(held.iter().chain([next]).skip(first));
     let tail = &entries[idx_at - first * INDEX_ENTRY..];
     idx_buf.as_mut_slice()[..tail.len()].copy_from_slice(tail);
     (idx_at as u64, idx_buf)

@@ -239,46 +239,47 @@ fn has_wal_files(dir: &Path) -> bool {
 /// The WAL's durable-end record (journal decision 90) and its files.
 fn wal(dir: &Path, out: &mut impl Write) -> anyhow::Result<bool> {
     writeln!(out, "  partition WAL {}", dir.display())?;
-    let mut healthy = true;
-    if dir.join(journal::wal::END_FILE).exists() {
+    let present = dir.join(journal::wal::END_FILE).exists();
+    let end = if present {
         let storage = journal::FileStorage::new(dir, false)
             .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
         match journal::storage::block_on(journal::wal::open_end(&storage)) {
-            Ok(Ok(record)) => match record.end() {
-                Some(end) if end.newest < end.oldest => writeln!(
-                    out,
-                    "    durable end: durable lsn {}, floor {}, no file yet",
-                    end.durable, end.floor
-                )?,
-                Some(end) => writeln!(
-                    out,
-                    "    durable end: durable lsn {}, floor {}, files {}..={}",
-                    end.durable, end.floor, end.oldest, end.newest
-                )?,
-                None if has_wal_files(dir) => {
-                    // A fresh directory writes its record before its first WAL file.
-                    writeln!(
-                        out,
-                        "    durable end: never written, while WAL files exist (the open refuses)"
-                    )?;
-                    healthy = false;
-                }
-                None => writeln!(out, "    durable end: never written")?,
-            },
+            Ok(Ok(record)) => record.end(),
             Ok(Err(fault)) => {
                 writeln!(out, "    durable end: unreadable: {fault}")?;
-                healthy = false;
+                return Ok(false);
             }
             Err(e) => {
                 writeln!(out, "    durable end: {e}")?;
-                healthy = false;
+                return Ok(false);
             }
         }
     } else {
-        writeln!(out, "    durable end: {} absent", journal::wal::END_FILE)?;
-        healthy &= !has_wal_files(dir);
+        None
+    };
+    match end {
+        Some(end) if end.newest < end.oldest => writeln!(
+            out,
+            "    durable end: durable lsn {}, floor {}, no file yet",
+            end.durable, end.floor
+        )?,
+        Some(end) => writeln!(
+            out,
+            "    durable end: durable lsn {}, floor {}, files {}..={}",
+            end.durable, end.floor, end.oldest, end.newest
+        )?,
+        None if has_wal_files(dir) => {
+            // A fresh directory writes its record before its first WAL file (decision 481).
+            writeln!(
+                out,
+                "    durable end: absent or never written, while WAL files exist (the open refuses)"
+            )?;
+            return Ok(false);
+        }
+        None if present => writeln!(out, "    durable end: never written")?,
+        None => writeln!(out, "    durable end: {} absent", journal::wal::END_FILE)?,
     }
-    Ok(healthy)
+    Ok(true)
 }
 
 /// WAL files, segments (base offset ranges per prefix) and superblocks in `dir`.
@@ -331,4 +332,54 @@ fn read_at(file: &std::fs::File, at: u64, buf: &mut [u8]) -> std::io::Result<()>
 
 fn is_zero(bytes: &[u8]) -> bool {
     bytes.iter().all(|&b| b == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("inspect-wal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Decision 481: WAL files beside a `wal-end` that is absent or empty are reported
+    /// unhealthy (the open refuses them); a directory with neither, or a record that names no
+    /// file yet, is healthy.
+    #[test]
+    fn wal_files_without_a_record_are_unhealthy() {
+        let report = |dir: &Path| {
+            let mut out = Vec::new();
+            let healthy = wal(dir, &mut out).unwrap();
+            (healthy, String::from_utf8(out).unwrap())
+        };
+        let dir = scratch("none");
+        assert!(report(&dir).0, "an empty directory");
+        std::fs::write(dir.join("wal.0000000001"), b"").unwrap();
+        let (healthy, text) = report(&dir);
+        assert!(!healthy && text.contains("the open refuses"), "{text}");
+        std::fs::write(dir.join(journal::wal::END_FILE), b"").unwrap();
+        let (healthy, text) = report(&dir);
+        assert!(!healthy && text.contains("the open refuses"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        // A fresh WAL's first record, before its first file.
+        let dir = scratch("first");
+        let storage = journal::FileStorage::new(&dir, false).unwrap();
+        let mut record = journal::storage::block_on(journal::wal::open_end(&storage))
+            .unwrap()
+            .unwrap();
+        let none = journal::wal::WalEnd {
+            oldest: 1,
+            newest: 0,
+            floor: 1,
+            durable: 0,
+        };
+        journal::storage::block_on(record.write(&storage, none)).unwrap();
+        let (healthy, text) = report(&dir);
+        assert!(healthy && text.contains("no file yet"), "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -14,7 +14,7 @@
 use bytes::Bytes;
 use wire::integrity::xxh3;
 
-use super::{INDEX_ENTRY, PartitionLog, SegmentError, index_name, log_name};
+use super::{PartitionLog, SegmentError, encode_entries, index_name, log_name};
 use crate::batch::{self, BatchFault};
 use crate::file::AlignedBuf;
 use crate::storage::{SECTOR, Storage, read_exact_at, sector_ceil};
@@ -174,12 +174,7 @@ impl<S: Storage> PartitionLog<S> {
         seg.index.retain(|e| e.position < position);
         // The index is rewritten whole (one entry per flush: kilobytes), so no stale entry
         // past the cut survives on disk.
-        let mut entries = Vec::with_capacity(seg.index.len() * INDEX_ENTRY);
-        for e in &seg.index {
-            entries.extend_from_slice(&e.offset.to_le_bytes());
-            entries.extend_from_slice(&e.timestamp.to_le_bytes());
-            entries.extend_from_slice(&e.position.to_le_bytes());
-        }
+        let entries = encode_entries(seg.index.iter());
         let mut idx_buf =
             AlignedBuf::zeroed(sector_ceil(entries.len() as u64).max(SECTOR as u64) as usize);
         idx_buf.as_mut_slice()[..entries.len()].copy_from_slice(&entries);

@@ -23,11 +23,11 @@
 //!
 //! A crash tears only the pair being written (sectors are atomic), whose generation had not
 //! completed, so the newest valid copy is chosen. Both copies of a pair damaged (media faults
-//! after the fact), a file cut short, or no record beside WAL files that hold data: the newest
-//! generation may be lost, and the WAL refuses to open ([`super::WalError::EndRecord`]) instead
-//! of trusting an older one. A fresh directory writes a first generation naming no file before
-//! it creates any WAL file, so WAL files beside no record (absent, or cut to length 0) are never
-//! a crash during formatting: they refuse too ([`EndFault::Missing`]).
+//! after the fact), a file cut short, or no record beside WAL files: the newest generation may
+//! be lost, and the WAL refuses to open ([`super::WalError::EndRecord`]) instead of trusting an
+//! older one. A fresh directory writes a first generation naming no file before it creates any
+//! WAL file, so WAL files beside no record (absent, or cut to length 0) are never a crash
+//! during formatting ([`EndFault::Missing`]).
 
 use wire::integrity::xxh3;
 

@@ -284,18 +284,6 @@ fn every_injected_wal_corruption_is_detected() {
     );
 }
 
-/// A separate disk holding the durable images of `disk`'s files.
-fn copy_disk(disk: &MemStorage) -> MemStorage {
-    let copy = MemStorage::new();
-    for name in block_on(disk.list()).unwrap() {
-        let image = disk.durable_image(&name).unwrap();
-        let file = block_on(copy.open(&name, OpenMode::Create)).unwrap();
-        block_on(copy.write_at(&file, 0, &image)).unwrap();
-        block_on(copy.sync(&file)).unwrap();
-    }
-    copy
-}
-
 /// `(file seq, offset, padded bytes)` of the window the next commit writes.
 fn next_window(wal: &PartitionWal<MemStorage>) -> (u64, u64, u64) {
     let padded = sector_ceil(wal.window_bytes() as u64);
@@ -501,7 +489,7 @@ fn the_last_window_of_a_new_file_is_covered_after_rotation_and_reclaim() {
     assert!(recovery.is_clean(), "{recovery:?}");
     assert_eq!(block_on(wal.reclaim(4)).unwrap(), 1);
     for kind in 0..2 {
-        let disk2 = copy_disk(&disk);
+        let disk2 = disk.durable_copy();
         match kind {
             0 => disk2.zero_sector(&file_name(2), 3).unwrap(),
             _ => disk2.flip_bit(&file_name(2), 7000, 2).unwrap(),
@@ -870,7 +858,7 @@ fn reclaim_records_the_floor_before_removing_and_a_crash_between_is_clean() {
     let disk = MemStorage::new();
     three_files(&disk);
     let (mut wal, _, _) = open(&disk);
-    let keep = copy_disk(&disk);
+    let keep = disk.durable_copy();
     assert_eq!(block_on(wal.reclaim(u64::MAX)).unwrap(), 2);
     for name in [file_name(1), file_name(2)] {
         let image = keep.durable_image(&name).unwrap();
@@ -1046,7 +1034,7 @@ fn released_files_left_at_a_crash_are_removed_by_the_next_open() {
     let listed = block_on(disk.list()).unwrap();
     assert!(names.iter().all(|n| listed.contains(n)), "{listed:?}");
     // A crash now: the files are still there.
-    let crashed = copy_disk(&disk);
+    let crashed = disk.durable_copy();
     let (wal2, recovery, seen) = open(&crashed);
     assert!(recovery.is_clean(), "{recovery:?}");
     assert_eq!(wal2.floor(), 7);

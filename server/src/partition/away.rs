@@ -385,14 +385,11 @@ mod tests {
             }
             parts.hold_syncs(&log_name(&group_prefix(a), 0));
             let running = glommio::spawn_local(task.run());
-            let append = |g: u64, op: u64| PartitionStorageOp::Append {
-                op,
-                frame: send_messages(g, op, (op - 1) * SEND_BATCH),
-            };
-            queues.push(a, append(a, 1));
+            let send = |g: u64, op: u64| append(op, send_messages(g, op, (op - 1) * SEND_BATCH));
+            queues.push(a, send(a, 1));
             let mut done = BTreeSet::new();
             for op in 1..=4 {
-                queues.push(b, append(b, op));
+                queues.push(b, send(b, op));
                 settle(&inbox, &mut done, op as usize).await;
             }
             let want: BTreeSet<(u64, u64)> = (1..=4).map(|op| (b, op)).collect();
@@ -452,7 +449,7 @@ mod tests {
             let mut writes_after_first = 0;
             for (op, (frame, _)) in (1..).zip(&batches) {
                 let frame = frame.clone();
-                queues.push(a, PartitionStorageOp::Append { op, frame });
+                queues.push(a, append(op, frame));
                 settle(&inbox, &mut done, op as usize).await;
                 if op == 1 {
                     writes_after_first = parts.counts().0;
@@ -498,6 +495,11 @@ mod tests {
 
     /// Yields a while: the in-memory disks answer at once, so what has not happened after
     /// this waits on a held sync.
+    /// The storage op that appends `frame` as `op`.
+    fn append(op: u64, frame: consensus::Frame) -> PartitionStorageOp {
+        PartitionStorageOp::Append { op, frame }
+    }
+
     async fn quiet() {
         for _ in 0..2_000 {
             glommio::executor().yield_now().await;
@@ -527,24 +529,12 @@ mod tests {
             parts.log_writes();
             wal.hold_syncs(FIRST_WAL);
             let running = glommio::spawn_local(task.run());
-            queues.push(
-                a,
-                PartitionStorageOp::Append {
-                    op: 1,
-                    frame: send_messages(a, 1, 0),
-                },
-            );
+            queues.push(a, append(1, send_messages(a, 1, 0)));
             quiet().await;
             let b_frame = send_messages(b, 1, 0);
             let b_log = log_name(&group_prefix(b), 0);
             let syncs_before = parts.counts().1;
-            queues.push(
-                b,
-                PartitionStorageOp::Append {
-                    op: 1,
-                    frame: b_frame.clone(),
-                },
-            );
+            queues.push(b, append(1, b_frame.clone()));
             quiet().await;
             let mut done = BTreeSet::new();
             super::super::tests::appended_into(&inbox, &mut done);
@@ -598,14 +588,10 @@ mod tests {
             wal.hold_syncs(FIRST_WAL);
             parts.hold_syncs(&log_name(&group_prefix(b), 0));
             let running = glommio::spawn_local(task.run());
-            let append = |g: u64| PartitionStorageOp::Append {
-                op: 1,
-                frame: send_messages(g, 1, 0),
-            };
-            queues.push(a, append(a));
+            queues.push(a, append(1, send_messages(a, 1, 0)));
             quiet().await;
             let writes = parts.counts().0;
-            queues.push(b, append(b));
+            queues.push(b, append(1, send_messages(b, 1, 0)));
             quiet().await;
             assert!(
                 parts.counts().0 > writes,
@@ -665,22 +651,10 @@ mod tests {
             wal.hold_syncs(FIRST_WAL);
             let running = glommio::spawn_local(task.run());
             let first = super::super::tests::prepare(a, 1);
-            queues.push(
-                a,
-                PartitionStorageOp::Append {
-                    op: 1,
-                    frame: first.clone(),
-                },
-            );
+            queues.push(a, append(1, first.clone()));
             quiet().await;
             let writes = parts.counts().0;
-            queues.push(
-                a,
-                PartitionStorageOp::Append {
-                    op: 2,
-                    frame: send_messages(a, 2, 0),
-                },
-            );
+            queues.push(a, append(2, send_messages(a, 2, 0)));
             quiet().await;
             assert_eq!(
                 parts.counts().0,
@@ -745,13 +719,7 @@ mod tests {
             let running = glommio::spawn_local(task.run());
             let frame = send_messages(a, 1, 0);
             let sent = frame.shared().clone();
-            queues.push(
-                a,
-                PartitionStorageOp::Append {
-                    op: 1,
-                    frame: frame.clone(),
-                },
-            );
+            queues.push(a, append(1, frame.clone()));
             drop(frame);
             let mut done = BTreeSet::new();
             settle(&inbox, &mut done, 1).await;
