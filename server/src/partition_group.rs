@@ -212,6 +212,9 @@ pub struct PartitionGauges {
     pub groups_removed: AtomicU64,
     /// Bytes of committed batches the groups' tails hold in memory (decision 280).
     pub cache_bytes: AtomicU64,
+    /// Bytes of committed batches the groups' running log hashes have still to take: paid
+    /// while the pump is idle, so 0 on a quiet node (decision 493).
+    pub hash_owed_bytes: AtomicU64,
     /// Segment syncs (a seal, a forced sync, an `enforce_fsync` flush), their total time and
     /// their count per bucket of [`seals::SYNC_BUCKETS`] (decision 355).
     pub segment_syncs: AtomicU64,
@@ -240,6 +243,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `plane="partition"` and `shard`: gauges `strand_partition_groups`,
 /// `strand_partition_primaries`, `strand_partition_commit` (sum of the groups' `commit_min`),
 /// `strand_partition_lost_groups`, `strand_partition_cache_bytes`,
+/// `strand_partition_hash_owed_bytes`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
@@ -255,12 +259,18 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 26] = [
+    let rows: [(&str, &str, &str, Pick); 27] = [
         (
             "partition_cache_bytes",
             "gauge",
             "bytes of committed batches the partition groups hold in memory",
             |g| &g.cache_bytes,
+        ),
+        (
+            "partition_hash_owed_bytes",
+            "gauge",
+            "bytes of committed batches the running log hashes have still to take",
+            |g| &g.hash_owed_bytes,
         ),
         (
             "partition_groups",
@@ -2689,6 +2699,17 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             glommio::executor().yield_now().await;
             continue;
         }
+        // Nothing is waiting: the running log hashes this turn's commits left owing are paid
+        // now, one batch per turn, so a reply never waits behind a hash (decision 493).
+        if host
+            .groups
+            .borrow()
+            .values()
+            .any(|hosted| hosted.replica.state_machine().hash_owed())
+        {
+            glommio::executor().yield_now().await;
+            continue;
+        }
         let wait = next_tick.saturating_duration_since(Instant::now());
         let mut timer = std::pin::pin!(glommio::timer::Timer::new(wait));
         let inbox = &host.inbox;
@@ -2955,6 +2976,11 @@ fn observe(host: &Host) {
         .map(|h| h.replica.state_machine().cache_bytes())
         .sum();
     g.cache_bytes.store(cached as u64, Ordering::Relaxed);
+    let owed: usize = groups
+        .values()
+        .map(|h| h.replica.state_machine().hash_owed_bytes())
+        .sum();
+    g.hash_owed_bytes.store(owed as u64, Ordering::Relaxed);
 }
 
 /// Frame bytes shared with every peer queue without a copy.

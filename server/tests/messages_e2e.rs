@@ -230,6 +230,17 @@ fn messages_are_sent_polled_and_survive_a_killed_backup_and_a_full_restart() {
                 "n{i}: tails hold {cached} of {total} bytes"
             );
         }
+        // Decision 493: the running log hash of those commits was left owing on the reply
+        // path and is paid while the node is idle.
+        for (i, node) in nodes.iter().enumerate() {
+            eventually(&format!("n{i} pays its log hash"), &logs, || {
+                let owed = partition_sum(
+                    &common::scrape(node.http).unwrap(),
+                    "strand_partition_hash_owed_bytes",
+                );
+                (owed == 0).then_some(())
+            });
+        }
 
         // 5. SIGKILL all three and restart: every node reads every acknowledged message
         // (recovered from WAL and segments), and the groups take new messages again.
