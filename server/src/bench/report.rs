@@ -267,9 +267,14 @@ pub fn checks(r: &Report) -> Vec<Check> {
                 r.latency_us.p50,
                 2.0 * (3.0 * transfer + fsync),
             );
+            // No replica can write a batch before it arrived whole: a node verifies the
+            // batch before it journals it (decision 494).
             check.limit = quorum_write_floor_us(r).map(|(floor, why)| Limit {
-                value: floor + fsync,
-                why: format!("{why} + one {fsync:.0} us fdatasync"),
+                value: transfer + floor + fsync,
+                why: format!(
+                    "the batch's first {transfer:.0} us loopback transfer + {why} + one \
+                     {fsync:.0} us fdatasync"
+                ),
             });
             out.push(check);
         }

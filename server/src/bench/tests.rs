@@ -691,7 +691,8 @@ fn the_disk_cap_and_the_quorum_floor_come_from_the_same_run() {
     assert!(why.starts_with("2 cop"), "{why}");
     r.replicas = Some(1);
     assert!((report::quorum_write_floor_us(&r).unwrap().0 - frame / 600.0).abs() < 1e-6);
-    // Under a fixed rate the p50 check carries the floor plus one fdatasync.
+    // Under a fixed rate the p50 check carries the batch's first transfer, the floor and one
+    // fdatasync.
     r.replicas = Some(3);
     r.rate_msgs_s = Some(1000.0);
     let p50 = report::checks(&r)
@@ -703,7 +704,12 @@ fn the_disk_cap_and_the_quorum_floor_come_from_the_same_run() {
         .fdatasync_us_p50
         .expect("sample has a fdatasync figure");
     let limit = p50.limit.expect("a floor");
-    assert!((limit.value - (2.0 * frame / 600.0 + fsync)).abs() < 1e-6);
+    let transfer = frame / r.baseline.loopback_mb_s;
+    assert!(
+        (limit.value - (transfer + 2.0 * frame / 600.0 + fsync)).abs() < 1e-6,
+        "{limit:?}"
+    );
+    assert!(limit.why.starts_with("the batch's first"), "{limit:?}");
 }
 
 /// Under a rate, two producers' batches fall half an interval apart, evenly spaced over time
