@@ -155,6 +155,8 @@ pub struct PartitionLog<S: Storage> {
     ahead: bool,
     /// How many of the held batches are reserved ones.
     ahead_count: usize,
+    /// See [`PartitionLog::rewrite_mark`].
+    rewrite_mark: u64,
 }
 
 /// Name of a segment's log file.
@@ -360,6 +362,7 @@ impl<S: Storage> PartitionLog<S> {
             seal: seal::SealState::default(),
             ahead: false,
             ahead_count: 0,
+            rewrite_mark: extents::fresh_mark(),
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.

@@ -157,6 +157,8 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Keeps segment `i` up to `position` (where `offset` starts) and nothing after it.
     async fn cut_at(&mut self, i: usize, offset: u64, position: u64) -> Result<(), SegmentError> {
+        // Before any change: a reader that copied the extents must compare, not append.
+        self.rewrite_mark = super::extents::fresh_mark();
         while self.segments.len() > i + 1 {
             let seg = self.segments.pop().expect("counted");
             drop(seg.log);

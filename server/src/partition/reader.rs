@@ -192,6 +192,8 @@ pub struct SegmentMap {
     /// Bumped whenever a mapped segment is replaced or removed (not when one only grows):
     /// a kept read of an older generation is never served.
     pub generation: u64,
+    /// The log's [`PartitionLog::rewrite_mark`] at the last refresh (0: none yet).
+    pub rewrite_mark: u64,
 }
 
 /// Bytes read from a segment file and kept (decision 421): `bytes` are the file's from `at`,
@@ -340,10 +342,15 @@ impl SegmentMap {
     }
 
     /// Brings the map up to `log`'s extents: only what changed is copied (the active
-    /// segment's new index entries), so a flush costs O(its entries).
+    /// segment's new index entries), so a flush costs O(its entries). The entries held are
+    /// compared with the log's only when its rewrite mark moved (a cut, another log): a
+    /// segment of 100 B batches holds thousands of entries, and comparing them all on every
+    /// flush cost as much as the batch's own hash (decision 495).
     pub fn refresh<S: Storage>(&mut self, log: &PartitionLog<S>) {
         let mut n = 0;
         let mut replaced = false;
+        let appended_only = self.rewrite_mark == log.rewrite_mark();
+        self.rewrite_mark = log.rewrite_mark();
         for extent in log.extents() {
             match self.segments.get_mut(n) {
                 Some(seg)
@@ -352,7 +359,11 @@ impl SegmentMap {
                         && seg.name == log.extent_name(extent.base) =>
                 {
                     let have = seg.index.len();
-                    if extent.index[..have] != seg.index[..] {
+                    debug_assert!(
+                        !appended_only || extent.index[..have] == seg.index[..],
+                        "a log whose rewrite mark did not move changed entries it had"
+                    );
+                    if !appended_only && extent.index[..have] != seg.index[..] {
                         seg.index = extent.index.to_vec();
                         replaced = true;
                     } else {
