@@ -736,7 +736,6 @@ fn baseline_line(b: &baseline::Baseline) -> String {
     )
 }
 
-/// The end-of-run summary.
 /// The nodes' CPU seconds per GB of payload acknowledged over the span the CPU was measured
 /// over: the `recorded` messages and those `before` the clock (`None` without payload).
 fn cpu_per_gb(
@@ -749,6 +748,7 @@ fn cpu_per_gb(
     (gb > 0.0).then(|| cpu_s / gb)
 }
 
+/// The end-of-run summary.
 pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
     writeln!(

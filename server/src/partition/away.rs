@@ -493,13 +493,13 @@ mod tests {
     /// The first WAL file's name (the sequence starts at 1).
     const FIRST_WAL: &str = "wal.0000000001";
 
-    /// Yields a while: the in-memory disks answer at once, so what has not happened after
-    /// this waits on a held sync.
     /// The storage op that appends `frame` as `op`.
     fn append(op: u64, frame: consensus::Frame) -> PartitionStorageOp {
         PartitionStorageOp::Append { op, frame }
     }
 
+    /// Yields a while: the in-memory disks answer at once, so what has not happened after
+    /// this waits on a held sync.
     async fn quiet() {
         for _ in 0..2_000 {
             glommio::executor().yield_now().await;
