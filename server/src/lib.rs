@@ -30,6 +30,16 @@ pub mod wiring;
 /// failure it cannot survive); the log line before it names the cause.
 pub const EXIT_FATAL: u8 = 3;
 
+/// A fresh, empty directory for a unit test: `strand-{tag}-{pid}` in the system's temporary
+/// directory, emptied first if a run before left it.
+#[cfg(test)]
+pub(crate) fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("strand-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
 /// Sealed prepare frames for unit tests.
 #[cfg(test)]
 pub(crate) mod test_frames {

@@ -144,20 +144,12 @@ fn write_record(data: &Path, path: &Path, size: u64) -> Result<(), WalSizeError>
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("strand-wal-size-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
     /// A fresh directory records the configured size and accepts it again; another size is
     /// refused with a message naming the key; a directory whose WAL predates the record is
     /// taken as 64 MiB; a damaged record is refused.
     #[test]
     fn the_wal_size_is_recorded_once_and_a_changed_one_is_refused() {
-        let data = scratch("fresh");
+        let data = crate::scratch_dir("wal-size-fresh");
         check_or_record(&data, 16 << 20).unwrap();
         check_or_record(&data, 16 << 20).unwrap();
         let error = check_or_record(&data, 32 << 20).unwrap_err().to_string();
@@ -168,7 +160,7 @@ mod tests {
         );
         std::fs::remove_dir_all(&data).unwrap();
 
-        let old = scratch("old");
+        let old = crate::scratch_dir("wal-size-old");
         std::fs::create_dir_all(old.join("shard-1").join("wal")).unwrap();
         std::fs::write(old.join("shard-1").join("wal").join("wal.0000000001"), b"").unwrap();
         assert!(matches!(

@@ -41,13 +41,6 @@ fn group() -> GroupId {
     .unwrap()
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("strand-reader-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
 /// A partition on disk: the tested machine (bounded tail over the segments), the reference
 /// machine (every batch in memory), the log the storage task would own, and the map.
 struct Rig {
@@ -67,7 +60,7 @@ impl Rig {
     }
 
     fn with_policy(name: &str, policy: FlushPolicy) -> Rig {
-        let dir = dir(name);
+        let dir = crate::scratch_dir(&format!("reader-{name}"));
         let storage = FileStorage::new(&dir, false).unwrap();
         let (log, _) = block_on(PartitionLog::open(storage.clone(), "p1-", policy, 0)).unwrap();
         let map = Rc::new(RefCell::new(SegmentMap {
