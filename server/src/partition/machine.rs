@@ -113,7 +113,6 @@ pub struct PartitionStateMachine {
 /// about 0.15 ms, which on the commit path delayed every reply of the step. The pump hashes
 /// what is owed when its inbox is empty ([`PartitionStateMachine::hash_owed`]), and a digest
 /// hashes the rest first, so the checksum an offer names is the same either way.
-#[derive(Clone)]
 struct LogHash {
     hasher: xxhash_rust::xxh3::Xxh3Default,
     /// Batches counted in `len`, not yet in `hasher`, oldest first. They share the tail's
@@ -1064,7 +1063,6 @@ impl PartitionStateMachine {
                 return Err(InstallError::Decode { index });
             };
             let mut next = entry.frontier;
-            let mut hasher = xxhash_rust::xxh3::Xxh3Default::new();
             let fault = |what: &str| {
                 tracing::warn!(path = %path.display(), what, "a staged SEGMENT_LOG is refused");
                 InstallError::Decode { index }
@@ -1089,7 +1087,8 @@ impl PartitionStateMachine {
                     return Err(fault("truncated"));
                 }
                 batch::verify(&bytes).map_err(|_| fault("batch"))?;
-                hasher.update(&bytes);
+                // The running hash of the installed log is the artifact's checksum too: the
+                // log is fresh and only one SEGMENT_LOG is taken.
                 log.add(info.base_offset, &bytes);
                 read += info.len;
                 next = info.end_offset();
@@ -1099,7 +1098,7 @@ impl PartitionStateMachine {
                     tail_bytes -= tail.pop_front().map_or(0, |b| b.len());
                 }
             }
-            if hasher.digest() != entry.checksum {
+            if log.digest() != entry.checksum {
                 return Err(fault("checksum"));
             }
             end = Some(next);

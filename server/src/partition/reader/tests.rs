@@ -298,6 +298,75 @@ fn an_offer_reads_the_evicted_part_from_the_segments() {
     }
 }
 
+/// A transfer installed by streaming its staged file (a machine with segment files) checks
+/// the staged bytes against the manifest's checksum: a staged log of valid batches of the
+/// same lengths and offsets but other payloads (the file is disk input) is refused and
+/// changes nothing; the offered log itself installs.
+#[test]
+fn a_streamed_install_refuses_a_staged_log_that_is_not_the_offered_one() {
+    let rig = Rig::new("streamed-checksum");
+    let source = |salt: u8| {
+        let mut m = PartitionStateMachine::new(group());
+        let mut h = PrepareHeader::zeroed();
+        h.operation = Operation::SendMessages.byte();
+        for base in 0..5u64 {
+            let payload = vec![salt ^ base as u8; 300];
+            m.apply(
+                &h,
+                &batch::build(3, base, 1_000, &[&payload]),
+                &mut Vec::new(),
+            );
+        }
+        m
+    };
+    let (mut offered, mut other) = (source(1), source(2));
+    let stream = |from: &mut PartitionStateMachine, into: &mut PartitionStateMachine| {
+        let entries = from.offer(ReplicaId(1), 9).unwrap();
+        for (index, entry) in entries.iter().enumerate() {
+            let mut buf = Vec::new();
+            from.read_chunk(ReplicaId(1), index, 0, entry.len as usize, &mut buf)
+                .unwrap();
+            into.stage_chunk(index, 0, &buf).unwrap();
+        }
+        from.release_offer(ReplicaId(1));
+    };
+    let receiver = || {
+        PartitionStateMachine::new(group())
+            .with_disk(rig.map.clone(), CACHE)
+            .with_staging_dir(Some(rig.dir.clone()))
+    };
+    let manifest = offered.offer(ReplicaId(1), 9).unwrap();
+    offered.release_offer(ReplicaId(1));
+    let others = other.offer(ReplicaId(1), 9).unwrap();
+    other.release_offer(ReplicaId(1));
+    let shape = |m: &[wire::manifest::ManifestEntry]| {
+        m.iter()
+            .map(|e| (e.kind, e.frontier, e.len))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        shape(&manifest),
+        shape(&others),
+        "the same lengths and offsets"
+    );
+    assert_ne!(manifest[0].checksum, others[0].checksum);
+
+    let mut into = receiver();
+    into.stage_begin(&manifest).unwrap();
+    stream(&mut other, &mut into);
+    assert!(
+        into.install_staged(9).is_err(),
+        "another log under the manifest"
+    );
+    assert_eq!(StateMachine::next_offset(&into), 0, "nothing installed");
+
+    let mut into = receiver();
+    into.stage_begin(&manifest).unwrap();
+    stream(&mut offered, &mut into);
+    into.install_staged(9).unwrap();
+    assert_eq!(StateMachine::next_offset(&into), 5);
+}
+
 /// A boot's scan streams the segments: it keeps a tail within the budget, stops at the
 /// checkpoint's offset, and its checksum is the SEGMENT_LOG's; a machine built from it
 /// answers like the reference.
