@@ -64,6 +64,8 @@ pub struct DmaHandle {
     name: String,
     /// The same file through std, for reads when glommio's fixed-buffer reads are refused.
     fallback: std::fs::File,
+    /// The same file opened `O_DSYNC`, on the first durable write (decision 496).
+    dsync: std::cell::OnceCell<DmaFile>,
 }
 
 fn io_error<T>(op: &'static str, name: &str, error: glommio::GlommioError<T>) -> StorageError {
@@ -174,6 +176,60 @@ impl DmaStorage {
         bufs.push(buffer);
     }
 
+    /// Writes `len` bytes that `fill` puts into a kept DMA buffer at `offset`, through
+    /// `target` (one of `file`'s descriptors).
+    async fn write_through<F: FnOnce(&mut [u8])>(
+        &self,
+        target: &DmaFile,
+        file: &DmaHandle,
+        offset: u64,
+        len: usize,
+        fill: F,
+    ) -> Result<(), StorageError> {
+        let mut buffer = self.write_buf(target, len);
+        fill(buffer.as_bytes_mut());
+        let buffer = Rc::new(buffer);
+        let written = target
+            .write_rc_at(buffer.clone(), offset)
+            .await
+            .map_err(|e| io_error("write", &file.name, e))?;
+        // The completed write dropped its reference: the buffer is ours again.
+        if let Ok(buffer) = Rc::try_unwrap(buffer) {
+            self.keep_write_buf(buffer);
+        }
+        if written != len {
+            return Err(StorageError::Io {
+                op: "write",
+                name: file.name.clone(),
+                kind: std::io::ErrorKind::WriteZero,
+                errno: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// `file`'s `O_DSYNC` descriptor, opened on first use.
+    async fn dsync<'a>(&self, file: &'a DmaHandle) -> Result<&'a DmaFile, StorageError> {
+        if let Some(dsync) = file.dsync.get() {
+            return Ok(dsync);
+        }
+        let opened = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DSYNC)
+            .dma_open(self.root.join(&file.name))
+            .await
+            .map_err(|e| io_error("open", &file.name, e))?;
+        match file.dsync.set(opened) {
+            Ok(()) => {}
+            // Another durable write opened it meanwhile: ours is closed unused.
+            Err(spare) => spare
+                .close()
+                .await
+                .map_err(|e| io_error("close", &file.name, e))?,
+        }
+        Ok(file.dsync.get().expect("set above"))
+    }
+
     /// Whether reads fell back to `pread(2)` (glommio's fixed-buffer reads were refused).
     pub fn reads_through_std(&self) -> bool {
         self.reads_through_std.get()
@@ -219,6 +275,7 @@ impl Storage for DmaStorage {
             file,
             name: name.to_owned(),
             fallback,
+            dsync: std::cell::OnceCell::new(),
         })
     }
 
@@ -301,27 +358,34 @@ impl Storage for DmaStorage {
         fill: F,
     ) -> Result<(), StorageError> {
         check_aligned("write", &file.name, offset, len)?;
-        let mut buffer = self.write_buf(&file.file, len);
-        fill(buffer.as_bytes_mut());
-        let buffer = Rc::new(buffer);
-        let written = file
-            .file
-            .write_rc_at(buffer.clone(), offset)
+        self.write_through(&file.file, file, offset, len, fill)
             .await
-            .map_err(|e| io_error("write", &file.name, e))?;
-        // The completed write dropped its reference: the buffer is ours again.
-        if let Ok(buffer) = Rc::try_unwrap(buffer) {
-            self.keep_write_buf(buffer);
-        }
-        if written != len {
-            return Err(StorageError::Io {
-                op: "write",
-                name: file.name.clone(),
-                kind: std::io::ErrorKind::WriteZero,
-                errno: None,
-            });
-        }
-        Ok(())
+    }
+
+    async fn write_durable(
+        &self,
+        file: &DmaHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        self.write_filled_durable(file, offset, data.len(), |buf| buf.copy_from_slice(data))
+            .await
+    }
+
+    /// Through a second descriptor of the file opened `O_DSYNC` (and `O_DIRECT`): one io_uring
+    /// write that the kernel completes once the bytes are durable, where a write and an
+    /// `fdatasync` are two submissions, the second only after the first's completion came
+    /// back through the reactor, and an `fdatasync` always runs on an io-wq worker.
+    async fn write_filled_durable<F: FnOnce(&mut [u8])>(
+        &self,
+        file: &DmaHandle,
+        offset: u64,
+        len: usize,
+        fill: F,
+    ) -> Result<(), StorageError> {
+        check_aligned("write", &file.name, offset, len)?;
+        let dsync = self.dsync(file).await?;
+        self.write_through(dsync, file, offset, len, fill).await
     }
 
     async fn sync(&self, file: &DmaHandle) -> Result<(), StorageError> {
@@ -359,8 +423,19 @@ impl Storage for DmaStorage {
     /// every task of the shard, never waits for the file system to free a file (decision 400).
     async fn retire(&self, file: DmaHandle, name: &str) -> Result<(), StorageError> {
         check_name(name)?;
-        let DmaHandle { file, fallback, .. } = file;
+        let DmaHandle {
+            file,
+            fallback,
+            dsync,
+            ..
+        } = file;
         file.close().await.map_err(|e| io_error("close", name, e))?;
+        if let Some(dsync) = dsync.into_inner() {
+            dsync
+                .close()
+                .await
+                .map_err(|e| io_error("close", name, e))?;
+        }
         let (path, root, owned) = (self.root.join(name), self.root.clone(), name.to_owned());
         glommio::executor()
             .spawn_blocking(move || {
@@ -539,6 +614,70 @@ mod tests {
                     .starts_with(&*path.to_string_lossy())
             })
             .count()
+    }
+
+    /// The `open` flags of this process's descriptors on `path` (from `/proc/self/fdinfo`).
+    fn flags_on(path: &Path) -> Vec<i32> {
+        let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+            return Vec::new();
+        };
+        fds.filter_map(|fd| {
+            let fd = fd.ok()?;
+            let target = std::fs::read_link(fd.path()).ok()?;
+            (target == path).then_some(())?;
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.file_name().to_str()?))
+                    .ok()?;
+            let line = info.lines().find(|l| l.starts_with("flags:"))?;
+            i32::from_str_radix(line.split_whitespace().nth(1)?, 8).ok()
+        })
+        .collect()
+    }
+
+    /// Decision 496: a durable write goes out through a descriptor of its own opened
+    /// `O_DSYNC | O_DIRECT` (the kernel syncs before it completes), reads back what it wrote,
+    /// and `retire` closes that descriptor too.
+    #[test]
+    fn a_durable_write_goes_through_an_o_dsync_descriptor() {
+        let dir = std::env::temp_dir().join(format!("journal-dma-dsync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(1024 * 1024)
+            .spawn(move || async move {
+                let storage = DmaStorage::new(&root).unwrap();
+                let f = storage.open("w", OpenMode::Create).await.unwrap();
+                let path = root.join("w");
+                let before = flags_on(&path);
+                let data: Vec<u8> = (0..2 * SECTOR).map(|i| (i % 251) as u8).collect();
+                storage
+                    .write_durable(&f, SECTOR as u64, &data)
+                    .await
+                    .unwrap();
+                storage
+                    .write_filled_durable(&f, 0, SECTOR, |b| b.fill(9))
+                    .await
+                    .unwrap();
+                let after = flags_on(&path);
+                let mut back = vec![0u8; 3 * SECTOR];
+                assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 3 * SECTOR);
+                assert!(back[..SECTOR].iter().all(|b| *b == 9));
+                assert_eq!(back[SECTOR..], data[..]);
+                storage.retire(f, "w").await.unwrap();
+                (before, after, flags_on(&path))
+            })
+            .unwrap();
+        let (before, after, retired) = handle.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let dsync = |flags: &Vec<i32>| {
+            flags
+                .iter()
+                .filter(|f| *f & libc::O_DSYNC != 0 && *f & libc::O_DIRECT != 0)
+                .count()
+        };
+        assert_eq!((before.len(), dsync(&before)), (2, 0), "{before:?}");
+        assert_eq!((after.len(), dsync(&after)), (3, 1), "{after:?}");
+        assert!(retired.is_empty(), "{retired:?}");
     }
 
     /// Decision 400, `retire`'s contract on this backend: the name is gone and neither

@@ -76,6 +76,8 @@ pub struct FileStorage {
 pub struct FileHandle {
     file: File,
     name: String,
+    /// The same file opened `O_DSYNC` on the first [`Storage::write_durable`] (decision 496).
+    dsync: std::cell::OnceCell<File>,
 }
 
 impl FileStorage {
@@ -97,6 +99,52 @@ impl FileStorage {
     fn sync_dir(&self) -> Result<(), StorageError> {
         crate::storage::sync_dir(&self.root)
     }
+
+    fn options(&self) -> OpenOptions {
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if self.direct {
+            options.custom_flags(libc::O_DIRECT);
+        }
+        options
+    }
+
+    /// `file`'s `O_DSYNC` descriptor, opened on first use.
+    fn dsync<'a>(&self, file: &'a FileHandle) -> Result<&'a File, StorageError> {
+        if let Some(dsync) = file.dsync.get() {
+            return Ok(dsync);
+        }
+        let flags = if self.direct { libc::O_DIRECT } else { 0 } | libc::O_DSYNC;
+        let opened = OpenOptions::new()
+            .write(true)
+            .custom_flags(flags)
+            .open(self.root.join(&file.name))
+            .map_err(|e| StorageError::io("open", &file.name, &e))?;
+        Ok(file.dsync.get_or_init(|| opened))
+    }
+
+    /// Writes `data` at `offset` through `target` (one of `file`'s descriptors), from an
+    /// aligned copy when `O_DIRECT` needs one.
+    fn write_through(
+        &self,
+        target: &File,
+        file: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        check_aligned("write", &file.name, offset, data.len())?;
+        let write = |bytes: &[u8]| {
+            target
+                .write_all_at(bytes, offset)
+                .map_err(|e| StorageError::io("write", &file.name, &e))
+        };
+        if !self.direct || is_aligned(data) {
+            return write(data);
+        }
+        let mut aligned = AlignedBuf::zeroed(data.len());
+        aligned.as_mut_slice().copy_from_slice(data);
+        write(aligned.as_slice())
+    }
 }
 
 impl Storage for FileStorage {
@@ -114,13 +162,9 @@ impl Storage for FileStorage {
         check_name(name)?;
         let path = self.root.join(name);
         let existed = path.exists();
-        let mut options = OpenOptions::new();
-        options.read(true).write(true);
+        let mut options = self.options();
         if mode == OpenMode::Create {
             options.create(true);
-        }
-        if self.direct {
-            options.custom_flags(libc::O_DIRECT);
         }
         let file = options.open(&path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -135,6 +179,7 @@ impl Storage for FileStorage {
         Ok(FileHandle {
             file,
             name: name.to_owned(),
+            dsync: std::cell::OnceCell::new(),
         })
     }
 
@@ -172,18 +217,24 @@ impl Storage for FileStorage {
         offset: u64,
         data: &[u8],
     ) -> Result<(), StorageError> {
-        check_aligned("write", &file.name, offset, data.len())?;
-        let write = |bytes: &[u8]| {
-            file.file
-                .write_all_at(bytes, offset)
-                .map_err(|e| StorageError::io("write", &file.name, &e))
-        };
-        if !self.direct || is_aligned(data) {
-            return write(data);
+        self.write_through(&file.file, file, offset, data)
+    }
+
+    /// Through a second descriptor of the file opened `O_DSYNC`: the kernel syncs before the
+    /// write returns.
+    async fn write_durable(
+        &self,
+        file: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        if cfg!(feature = "bug-sync-noop") {
+            // BUG KNOB, as in `sync`: the write is never made durable.
+            return self.write_through(&file.file, file, offset, data);
         }
-        let mut aligned = AlignedBuf::zeroed(data.len());
-        aligned.as_mut_slice().copy_from_slice(data);
-        write(aligned.as_slice())
+        check_aligned("write", &file.name, offset, data.len())?;
+        let dsync = self.dsync(file)?;
+        self.write_through(dsync, file, offset, data)
     }
 
     async fn sync(&self, file: &FileHandle) -> Result<(), StorageError> {

@@ -116,6 +116,44 @@ pub struct MemStorage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemFileHandle(String);
 
+impl MemFile {
+    /// Makes every pending operation durable. The durable image plus the pending operations is
+    /// the current image: applying them costs what was written since the last sync, not the
+    /// file's size.
+    fn sync_all(&mut self) {
+        for op in self.pending.drain(..) {
+            match op {
+                Pending::Write { offset, data } => apply_write(&mut self.durable, offset, &data),
+                Pending::SetLen(len) => self.durable.resize(len as usize, 0),
+            }
+        }
+    }
+}
+
+/// `pending` without the bytes `offset..offset + len`, which a durable write replaced: an
+/// unsynced write over them keeps only its parts outside them (sector multiples, as every
+/// write is), so no crash lands what the durable write replaced.
+fn supersede(pending: Vec<Pending>, offset: u64, len: usize) -> Vec<Pending> {
+    let end = offset + len as u64;
+    let mut kept = Vec::with_capacity(pending.len());
+    for op in pending {
+        match op {
+            Pending::Write { offset: at, data } if at < end && offset < at + data.len() as u64 => {
+                if at < offset {
+                    let data = data[..(offset - at) as usize].to_vec();
+                    kept.push(Pending::Write { offset: at, data });
+                }
+                if at + data.len() as u64 > end {
+                    let data = data[(end - at) as usize..].to_vec();
+                    kept.push(Pending::Write { offset: end, data });
+                }
+            }
+            other => kept.push(other),
+        }
+    }
+    kept
+}
+
 fn apply_write(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
     let end = offset as usize + data.len();
     if bytes.len() < end {
@@ -359,6 +397,29 @@ impl MemStorage {
         copy
     }
 
+    /// The part every sync shares: an injected failure, a held flush, the count. Returns
+    /// whether the sync really makes anything durable (false while the device lies).
+    async fn sync_gate(&self, file: &MemFileHandle) -> Result<bool, StorageError> {
+        if self.take_failure(FailOp::Sync) {
+            return Err(StorageError::Injected {
+                op: "sync",
+                name: file.0.clone(),
+            });
+        }
+        std::future::poll_fn(|cx| {
+            let mut state = self.state.borrow_mut();
+            if state.held.as_deref() == Some(file.0.as_str()) {
+                state.held_wakers.push(cx.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
+        let mut state = self.state.borrow_mut();
+        state.syncs += 1;
+        Ok(!state.lying_sync)
+    }
+
     /// Starts keeping every write's `(file, offset, len)` (off by default: simulations write
     /// millions of times).
     pub fn log_writes(&self) {
@@ -474,34 +535,35 @@ impl Storage for MemStorage {
     }
 
     async fn sync(&self, file: &MemFileHandle) -> Result<(), StorageError> {
-        if self.take_failure(FailOp::Sync) {
-            return Err(StorageError::Injected {
-                op: "sync",
-                name: file.0.clone(),
-            });
+        if !self.sync_gate(file).await? {
+            return self.with_file(&file.0, |_| ());
         }
-        std::future::poll_fn(|cx| {
-            let mut state = self.state.borrow_mut();
-            if state.held.as_deref() == Some(file.0.as_str()) {
-                state.held_wakers.push(cx.waker().clone());
-                return std::task::Poll::Pending;
-            }
-            std::task::Poll::Ready(())
-        })
-        .await;
-        self.state.borrow_mut().syncs += 1;
-        if self.state.borrow().lying_sync {
+        self.with_file(&file.0, MemFile::sync_all)
+    }
+
+    /// The write, then its sync half: it fails, waits and lies as [`Storage::sync`] does, and
+    /// counts as one write and one sync. It makes durable this write's bytes and nothing else
+    /// the file holds unsynced, the weakest a durable write promises; earlier unsynced writes
+    /// lose the bytes it overlaps, so no crash can bring back what it replaced. With a length change unsynced, the whole file is synced instead: no caller
+    /// does a durable write after an unsynced `set_len`, and a shorter length landing later
+    /// would otherwise cut durable bytes.
+    async fn write_durable(
+        &self,
+        file: &MemFileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        self.write_at(file, offset, data).await?;
+        if !self.sync_gate(file).await? {
             return self.with_file(&file.0, |_| ());
         }
         self.with_file(&file.0, |f| {
-            // The durable image plus the pending operations is the current image: applying
-            // them costs what was written since the last sync, not the file's size.
-            for op in f.pending.drain(..) {
-                match op {
-                    Pending::Write { offset, data } => apply_write(&mut f.durable, offset, &data),
-                    Pending::SetLen(len) => f.durable.resize(len as usize, 0),
-                }
+            if f.pending.iter().any(|op| matches!(op, Pending::SetLen(_))) {
+                return f.sync_all();
             }
+            f.pending.pop(); // the write itself: durable now
+            f.pending = supersede(std::mem::take(&mut f.pending), offset, data.len());
+            apply_write(&mut f.durable, offset, data);
         })
     }
 
@@ -684,6 +746,50 @@ mod tests {
         assert_eq!(disk.durable_image("a").unwrap(), expected);
         disk.crash(CrashMode::LoseUnsynced, &mut Prng::new(1));
         assert_eq!(disk.durable_image("a").unwrap(), expected);
+    }
+
+    /// Decision 496: a durable write is durable at once, alone. Every crash mode keeps it,
+    /// none keeps the file's other unsynced write for it, and an older unsynced write over the
+    /// same sector never lands over it.
+    #[test]
+    fn a_durable_write_is_durable_alone() {
+        let modes = [
+            CrashMode::LoseUnsynced,
+            CrashMode::TornPrefix,
+            CrashMode::Reorder,
+            CrashMode::TornLast,
+        ];
+        for (seed, mode) in (0..64).flat_map(|s| modes.map(|m| (s, m))) {
+            let disk = MemStorage::new();
+            block_on(async {
+                let f = disk.open("a", OpenMode::Create).await.unwrap();
+                disk.write_at(&f, 0, &sector(1, 3)).await.unwrap();
+                disk.sync(&f).await.unwrap();
+                // Unsynced: sectors 1 and 2 get 2s, then sector 2 durably gets 3s.
+                disk.write_at(&f, 4096, &sector(2, 2)).await.unwrap();
+                disk.write_durable(&f, 8192, &sector(3, 1)).await.unwrap();
+                assert_eq!(disk.counts(), (3, 2), "one write and one sync");
+            });
+            let image = disk.durable_image("a").unwrap();
+            assert_eq!(image[8192..], sector(3, 1)[..], "durable on return");
+            assert_eq!(
+                image[4096..8192],
+                sector(1, 1)[..],
+                "the other write stays unsynced"
+            );
+            disk.crash(mode, &mut Prng::new(seed));
+            let image = disk.durable_image("a").unwrap();
+            assert_eq!(image.len(), 3 * SECTOR, "{mode:?} seed {seed}");
+            assert_eq!(image[8192..], sector(3, 1)[..], "{mode:?} seed {seed}");
+        }
+        // The sync half fails as a sync does: the bytes are written, not durable.
+        let disk = MemStorage::new();
+        block_on(async {
+            let f = disk.open("a", OpenMode::Create).await.unwrap();
+            disk.fail_next(FailOp::Sync);
+            assert!(disk.write_durable(&f, 0, &sector(4, 1)).await.is_err());
+        });
+        assert_eq!(disk.durable_image("a").unwrap(), Vec::<u8>::new());
     }
 
     #[test]

@@ -559,7 +559,9 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// [`PartitionLog::flush`], then the `.log`'s `fdatasync` whatever the policy, so that
-    /// everything held (bodies reserved ahead included) is durable when it returns; a
+    /// everything held (bodies reserved ahead included) is durable when it returns. When the
+    /// log held nothing unsynced, its write is a durable one instead, with no sync after it
+    /// (decision 496). A
     /// segment it fills is sealed inline (its log is synced already: only the index's sync is
     /// added). The WAL window that references the reserved bodies is acknowledged after this.
     pub async fn flush_synced(&mut self) -> Result<(), SegmentError> {
@@ -632,10 +634,21 @@ impl<S: Storage> PartitionLog<S> {
                 sector.copy_from_slice(&buf[from..from + SECTOR]);
             }
         };
-        // The batches are gathered straight into the buffer the write goes out from.
-        self.storage
-            .write_filled(&seg.log, at, sector_ceil(total as u64) as usize, fill)
-            .await?;
+        // The batches are gathered straight into the buffer the write goes out from. When
+        // this flush must be synced and the log holds nothing unsynced before it, the write
+        // is a durable one and needs no sync after it (decision 496).
+        let enforce = self.policy.enforce_fsync;
+        let durable = synced && !enforce && self.seal.dirty == 0;
+        let len = sector_ceil(total as u64) as usize;
+        let started = Instant::now();
+        if durable {
+            self.storage
+                .write_filled_durable(&seg.log, at, len, fill)
+                .await?;
+        } else {
+            self.storage.write_filled(&seg.log, at, len, fill).await?;
+        }
+        let written_durably = durable.then(|| started.elapsed());
         let entry = IndexEntry {
             offset: first.base_offset,
             timestamp: first.base_timestamp,
@@ -645,7 +658,6 @@ impl<S: Storage> PartitionLog<S> {
         // a scan), so without `enforce_fsync` it is written only when its entries fill a
         // sector, the segment fills (its seal syncs the index), or the log runs far ahead of
         // it (decision 491): one write per 170 flushes instead of one per flush.
-        let enforce = self.policy.enforce_fsync;
         let lag_from = seg
             .index
             .get(seg.idx_written)
@@ -672,8 +684,8 @@ impl<S: Storage> PartitionLog<S> {
             Ok::<(), StorageError>(())
         };
         let log = async {
-            if !(enforce || synced) {
-                return Ok(None);
+            if !(enforce || synced) || durable {
+                return Ok(written_durably);
             }
             let started = Instant::now();
             storage.sync(&seg.log).await?;

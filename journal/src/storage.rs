@@ -6,7 +6,8 @@
 //! catches a layout bug the production backend would turn into `EINVAL`).
 //!
 //! What is durable when: a write is durable once a later [`Storage::sync`] of the same file has
-//! completed; [`Storage::set_len`] likewise. Creating and removing files is durable at once in
+//! completed; [`Storage::set_len`] likewise. A [`Storage::write_durable`] is durable when it
+//! returns, and promises nothing about the file's other unsynced writes. Creating and removing files is durable at once in
 //! both backends: the file backends sync the directory after a create or remove, and when they
 //! open a data directory they sync it and its parent (and the parent of every directory they
 //! create), so no entry a file's durability depends on is left unsynced.
@@ -172,6 +173,38 @@ pub trait Storage {
         buf.reuse(len);
         fill(buf.as_mut_slice());
         let written = self.write_at(file, offset, buf.as_slice()).await;
+        FILL_SCRATCH.set(Some(buf));
+        written
+    }
+    /// Writes `data` at `offset` (both sector multiples) and returns once those bytes are
+    /// durable: an `O_DSYNC` write, one trip to the device where [`Storage::write_at`] and
+    /// [`Storage::sync`] take two (decision 496). Only this write's bytes (and the file length
+    /// that covers them) are promised: other writes of the file not yet synced may stay
+    /// unsynced, as they do on a device that honours a write-through (FUA) write. The default
+    /// writes, then syncs the whole file.
+    async fn write_durable(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), StorageError> {
+        self.write_at(file, offset, data).await?;
+        self.sync(file).await
+    }
+    /// [`Storage::write_filled`] with the promise of [`Storage::write_durable`]. The default
+    /// assembles into a buffer of its own and calls [`Storage::write_durable`]; the DMA backend
+    /// fills its DMA buffer directly.
+    async fn write_filled_durable<F: FnOnce(&mut [u8])>(
+        &self,
+        file: &Self::File,
+        offset: u64,
+        len: usize,
+        fill: F,
+    ) -> Result<(), StorageError> {
+        let mut buf = FILL_SCRATCH.take().unwrap_or_else(|| AlignedBuf::zeroed(0));
+        buf.reuse(len);
+        fill(buf.as_mut_slice());
+        let written = self.write_durable(file, offset, buf.as_slice()).await;
         FILL_SCRATCH.set(Some(buf));
         written
     }

@@ -1,8 +1,8 @@
 //! The per-shard partition write-ahead log with group commit (DESIGN.md §2, journal.md §6).
 //!
 //! One WAL per shard multiplexes the shard's partition groups. Prepares are submitted into an
-//! in-memory window; [`PartitionWal::commit`] writes the whole window with one write and one
-//! `fdatasync`, after which every record in it is durable (its lsn `<=`
+//! in-memory window; [`PartitionWal::commit`] writes the whole window with one durable
+//! (`O_DSYNC`) write, after which every record in it is durable (its lsn `<=`
 //! [`PartitionWal::durable_lsn`]) and the core may send its PrepareOk. The window is bounded
 //! by bytes ([`WalConfig::window_bytes_max`]: [`PartitionWal::is_window_full`]) and by time
 //! ([`WalConfig::window_us_max`]: [`PartitionWal::is_window_due`]); the shard pump commits when
@@ -11,7 +11,7 @@
 //! Files `wal.{seq:010}`, each set to [`WalConfig::file_size_max`] bytes when created (it reads
 //! as zeros past the log), so that a lost file tail is told from a torn write by the file's
 //! length. A file created by this process has its blocks written with zeros ahead of its
-//! windows (decision 471), so that a window's `fdatasync` needs no file-system journal commit.
+//! windows (decision 471), so that a window's sync needs no file-system journal commit.
 //! A window starts on a sector boundary, and the same write carries a tail marker in the sector
 //! right after it:
 //!
@@ -42,7 +42,7 @@
 //! - a damaged last window with no valid marker naming it is a torn, never-acknowledged tail:
 //!   it is cut (zeroed and synced) and the log continues from it. Writes land as a prefix of
 //!   their sectors or sector by sector; an acknowledged window's marker reached the disk before
-//!   the `fdatasync` returned, so a single fault cannot destroy both the window and its marker;
+//!   its durable write returned, so a single fault cannot destroy both the window and its marker;
 //! - a damaged last window whose marker is valid was written whole by the writer. If the sector
 //!   the window starts at still holds the previous window's marker, the window's head never
 //!   landed (never acknowledged): torn tail, cut. If every sector of the window reads non-zero,
@@ -88,7 +88,7 @@ const MARKER: usize = SECTOR;
 const ZERO_CHUNK: usize = 1024 * 1024;
 /// A fresh WAL file's blocks are written with zeros this far ahead of its windows, beside a
 /// window's own write (decision 471): a window then overwrites written blocks, so its
-/// `fdatasync` is a device flush alone instead of a file-system journal commit for the blocks
+/// sync is a device flush alone instead of a file-system journal commit for the blocks
 /// it allocated. Once per this many bytes of windows, one more write of this size.
 const ZERO_AHEAD: u64 = 1024 * 1024;
 const KIND_PREPARE: u8 = 0;
@@ -331,8 +331,9 @@ pub struct PartitionWal<S: Storage> {
     /// Commits between durable-end records (0: only at rotation, reclaim and open).
     end_every: u32,
     commits_since_end: u32,
-    /// When the last window's write returned (before its `fdatasync`): the node's timeline
-    /// splits a commit into write and sync with it.
+    /// When the last window's write returned: the node's timeline splits a commit into write
+    /// and sync with it. A window's write is durable when it returns (decision 496), so the
+    /// sync part is only what follows it in the commit.
     last_written_at: Option<std::time::Instant>,
     /// How far the active file's blocks are written (by windows or by zeros), when this
     /// process created the file and so knows it reads as zeros past `offset`; `None` for a
@@ -1296,7 +1297,7 @@ impl<S: Storage> PartitionWal<S> {
             && now_us.saturating_sub(self.window_started_us) >= self.config.window_us_max
     }
 
-    /// When the last committed window's write returned, before its `fdatasync`.
+    /// When the last committed window's (durable) write returned.
     pub fn last_written_at(&self) -> Option<std::time::Instant> {
         self.last_written_at
     }
@@ -1306,7 +1307,7 @@ impl<S: Storage> PartitionWal<S> {
         self.durable_lsn
     }
 
-    /// Writes the open window with one write and one `fdatasync`; returns the durable lsn.
+    /// Writes the open window with one durable write (decision 496); returns the durable lsn.
     /// On error nothing of the window is durable and the caller must fail-stop.
     pub async fn commit(&mut self) -> Result<u64, WalError> {
         if self.window.is_empty() {
@@ -1321,7 +1322,7 @@ impl<S: Storage> PartitionWal<S> {
         self.write_window().await
     }
 
-    /// Writes the open window and its tail marker (one write) and syncs it.
+    /// Writes the open window and its tail marker with one durable write.
     async fn write_window(&mut self) -> Result<u64, WalError> {
         let (head, encoded) = finish_head(WindowHead {
             count: self.window_count,
@@ -1348,7 +1349,15 @@ impl<S: Storage> PartitionWal<S> {
             (window_end + ZERO_AHEAD / 2 > zeroed && from < to).then_some((from, to))
         });
         let storage = &self.storage;
-        let window = storage.write_at(&file.file, self.offset, self.window.sealed(&marker));
+        let (offset, sealed) = (self.offset, self.window.sealed(&marker));
+        // One durable write: the window is durable when it returns (decision 496).
+        let window = async {
+            if cfg!(feature = "bug-ack-early") {
+                storage.write_at(&file.file, offset, sealed).await
+            } else {
+                storage.write_durable(&file.file, offset, sealed).await
+            }
+        };
         let ahead = async {
             match zeros {
                 Some((from, to)) => {
@@ -1366,9 +1375,6 @@ impl<S: Storage> PartitionWal<S> {
             .zeroed_to
             .map(|z| z.max(window_end).max(zeros.map_or(0, |(_, to)| to)));
         self.last_written_at = Some(std::time::Instant::now());
-        if !cfg!(feature = "bug-ack-early") {
-            self.storage.sync(&file.file).await?;
-        }
         self.offset += padded;
         let last = head.lsn_last();
         self.files.last_mut().expect("one").lsn_last = last;
@@ -1407,7 +1413,7 @@ impl<S: Storage> PartitionWal<S> {
         Ok(())
     }
 
-    /// Submits and commits one record: one `fdatasync` per append (the baseline).
+    /// Submits and commits one record: one durable write per append (the baseline).
     pub async fn append(&mut self, group: u64, frame: &[u8], now_us: u64) -> Result<u64, WalError> {
         let lsn = self.submit(group, frame, now_us)?;
         self.commit().await?;

@@ -1554,14 +1554,15 @@ fn power<O: Oracle + Default>(cuts: u64, seed: u64) -> (Result<Figures, String>,
 }
 
 #[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
-fn power_test<O: Oracle + Default>(seed: u64) {
+fn power_test<O: Oracle + Default>(seed: u64) -> powerfs::Stats {
     let cuts = env_u64("JOURNAL_POWER_CUTS", 12);
     let started = Instant::now();
     let (result, stats) = power::<O>(cuts, env_u64("JOURNAL_CRASH_SEED", seed));
     let figures = result.unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "{} power-loss test: {cuts} cuts, {} acknowledgements, {} acknowledged records \
-         re-verified, head {}, none lost{}; disk saw {} writes, {} fsyncs, {} directory fsyncs, \
+         re-verified, head {}, none lost{}; disk saw {} writes ({} O_DSYNC), {} fsyncs, {} \
+         directory fsyncs, \
          {} of {} opens O_DIRECT; cuts dropped or tore {} unsynced writes and reverted {} \
          directory entries; {:.1}s",
         O::PLANE,
@@ -1570,6 +1571,7 @@ fn power_test<O: Oracle + Default>(seed: u64) {
         figures.head,
         figures.note,
         stats.writes,
+        stats.writes_dsync,
         stats.fsyncs,
         stats.dir_fsyncs,
         stats.opens_direct,
@@ -1586,6 +1588,7 @@ fn power_test<O: Oracle + Default>(seed: u64) {
     );
     // The harness must have had something to throw away, and the backend ran O_DIRECT.
     assert!(stats.ops_lost > 0 && stats.opens_direct == stats.opens);
+    stats
 }
 
 #[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
@@ -1597,7 +1600,9 @@ fn power_cut_metadata_journal_loses_nothing_acknowledged() {
 #[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 #[test]
 fn power_cut_wal_loses_nothing_acknowledged() {
-    power_test::<Wal>(0xFACE);
+    let stats = power_test::<Wal>(0xFACE);
+    // Every window is one O_DSYNC write (decision 496): the cuts test that path.
+    assert!(stats.writes_dsync > 0, "no durable write reached the disk");
 }
 
 /// Every flush rewrites the partly filled last sector of the log, which holds synced batches;
@@ -1615,7 +1620,8 @@ fn power_cut_segment_tail_rewrite_loses_no_synced_batch() {
 #[cfg(not(any(feature = "bug-sync-noop", feature = "bug-ack-early")))]
 #[test]
 fn power_cut_write_once_loses_nothing_acknowledged() {
-    power_test::<Once<0>>(0x0CE1);
+    let stats = power_test::<Once<0>>(0x0CE1);
+    assert!(stats.writes_dsync > 0, "no durable write reached the disk");
 }
 
 /// With a bug knob on, the power-cut campaign must find a loss within its budget.

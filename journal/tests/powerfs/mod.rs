@@ -84,6 +84,8 @@ pub struct Stats {
     pub opens_direct: u64,
     /// Writes received.
     pub writes: u64,
+    /// Of them, writes that carried `O_DSYNC` (each durable on its reply).
+    pub writes_dsync: u64,
     /// File syncs received.
     pub fsyncs: u64,
     /// Directory syncs received.
@@ -571,21 +573,63 @@ impl Filesystem for Server {
         offset: u64,
         bytes: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        // The kernel passes a write's `O_DSYNC` (from the descriptor or `RWF_DSYNC`) in its
+        // flags and leaves the sync to the filesystem on a direct-IO file.
+        let dsync = flags.0 & libc::O_DSYNC != 0;
         let result = (|| {
             let mut disk = self.disk()?;
             disk.stats.writes += 1;
-            let Some(Body::File { data, unsynced, .. }) = disk.nodes.get_mut(&ino.0) else {
+            disk.stats.writes_dsync += u64::from(dsync);
+            let Some(Body::File {
+                data,
+                durable,
+                unsynced,
+            }) = disk.nodes.get_mut(&ino.0)
+            else {
                 return Err(Errno::EISDIR);
             };
             apply_write(data, offset, bytes);
-            unsynced.push(Pending::Write {
-                offset,
-                data: bytes.to_vec(),
-            });
+            if !dsync {
+                unsynced.push(Pending::Write {
+                    offset,
+                    data: bytes.to_vec(),
+                });
+            } else if unsynced.iter().any(|op| matches!(op, Pending::SetLen(_))) {
+                // A shorter length landing after it would cut durable bytes: sync it all (no
+                // caller writes durably after an unsynced length change).
+                durable.clone_from(data);
+                unsynced.clear();
+            } else {
+                // Durable alone, nothing else of the file with it. An older unsynced write
+                // over the same bytes keeps only its parts outside them, so no cut can land
+                // what this write replaced.
+                let end = offset + bytes.len() as u64;
+                let mut kept = Vec::with_capacity(unsynced.len());
+                for op in unsynced.drain(..) {
+                    match op {
+                        Pending::Write {
+                            offset: at,
+                            data: old,
+                        } if at < end && offset < at + old.len() as u64 => {
+                            if at < offset {
+                                let data = old[..(offset - at) as usize].to_vec();
+                                kept.push(Pending::Write { offset: at, data });
+                            }
+                            if at + old.len() as u64 > end {
+                                let data = old[(end - at) as usize..].to_vec();
+                                kept.push(Pending::Write { offset: end, data });
+                            }
+                        }
+                        other => kept.push(other),
+                    }
+                }
+                *unsynced = kept;
+                apply_write(durable, offset, bytes);
+            }
             disk.mutated();
             Ok(bytes.len() as u32)
         })();
