@@ -13,8 +13,8 @@
 //!   [`ReplySink`], or [`PartitionStorageOp`]s queued per group;
 //! - the **storage task** owns the shard's partition WAL and every group's superblock,
 //!   segments and offsets file. Each group's queue runs in emission order; across groups the
-//!   leading appends of every queue go into one WAL window, committed with one write and one
-//!   `fdatasync` (group commit), and only then does each get its `Appended`. A group's other
+//!   leading appends of every queue go into one WAL window, committed with one durable
+//!   (`O_DSYNC`) write (group commit; decision 496), and only then does each get its `Appended`. A group's other
 //!   operations (superblock writes, truncations, reads, segment batches, offsets, checkpoints)
 //!   run after the window that held its earlier appends, one at a time.
 //!
@@ -152,9 +152,9 @@ pub struct PartitionGauges {
     pub lost: AtomicU64,
     /// Appends made durable.
     pub appends: AtomicU64,
-    /// WAL windows committed (one write + one `fdatasync` each).
+    /// WAL windows committed (one durable write each, decision 496).
     pub wal_commits: AtomicU64,
-    /// Nanoseconds spent in WAL commits (write + `fdatasync`).
+    /// Nanoseconds spent in WAL commits (the durable write).
     pub wal_commit_ns: AtomicU64,
     /// Bytes submitted to the WAL.
     pub wal_bytes: AtomicU64,
@@ -245,7 +245,7 @@ fn add(counter: &AtomicU64, n: u64) {
 /// `strand_partition_lost_groups`, `strand_partition_cache_bytes`,
 /// `strand_partition_hash_owed_bytes`,
 /// `strand_wal_lag_lsns`, `strand_wal_floor_lsn`, `strand_partition_busy_groups`; counters
-/// `strand_partition_appends_total`, `strand_wal_commits_total` (one `fdatasync` each),
+/// `strand_partition_appends_total`, `strand_wal_commits_total` (one durable write each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
 /// `strand_partition_bodies_ahead_total`, `strand_partition_bodies_ahead_bytes_total`,
 /// `strand_segment_rewinds_total`,
@@ -323,13 +323,13 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
         (
             "wal_commits_total",
             "counter",
-            "WAL windows committed (one fdatasync each)",
+            "WAL windows committed (one durable write each)",
             |g| &g.wal_commits,
         ),
         (
             "wal_commit_seconds_total",
             "counter",
-            "time in WAL window writes and fdatasyncs",
+            "time in WAL window durable writes",
             |g| &g.wal_commit_ns,
         ),
         (
@@ -1281,7 +1281,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         Ok(disk.log.should_flush(0, 0))
     }
 
-    /// Writes and syncs the window: the WAL's one write and `fdatasync` while the segments of
+    /// Writes the window durably: the WAL's one durable write while the segments of
     /// `ahead` take their referenced bodies and are synced (decision 414) and the due
     /// segment flushes of `flush` run (decision 270: a segment write is off the critical path
     /// of the next window). Each `Appended` is sent once the WAL and every synced segment are
@@ -1322,7 +1322,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         }
         ahead.clear();
         if has_records {
-            // One write and one fdatasync for every group's appends; meanwhile the large
+            // One durable write for every group's appends; meanwhile the large
             // bodies that come in go to their segments (decision 480).
             self.late_open = false;
             // A group with entries here stays until they are accounted: its disk takes them.
