@@ -17,7 +17,7 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions};
 
@@ -219,6 +219,16 @@ impl DmaStorage {
             .dma_open(self.root.join(&file.name))
             .await
             .map_err(|e| io_error("open", &file.name, e))?;
+        // Opened by name: it must be the file the handle holds (the std descriptor's inode).
+        let held = file
+            .fallback
+            .metadata()
+            .map_err(|e| StorageError::io("stat", &file.name, &e))?;
+        let dev = libc::makedev(opened.dev_major(), opened.dev_minor());
+        if (opened.inode(), dev) != (held.ino(), held.dev()) {
+            let _ = opened.close().await;
+            return Err(StorageError::Replaced(file.name.clone()));
+        }
         match file.dsync.set(opened) {
             Ok(()) => {}
             // Another durable write opened it meanwhile: ours is closed unused.
@@ -659,6 +669,14 @@ mod tests {
                     .await
                     .unwrap();
                 let after = flags_on(&path);
+                // A file put in another handle's place is refused, never written.
+                let g = storage.open("g", OpenMode::Create).await.unwrap();
+                std::fs::remove_file(root.join("g")).unwrap();
+                std::fs::write(root.join("g"), [0u8; SECTOR]).unwrap();
+                let refused = storage.write_durable(&g, 0, &[6u8; SECTOR]).await;
+                assert_eq!(refused, Err(StorageError::Replaced("g".to_owned())));
+                assert_eq!(std::fs::read(root.join("g")).unwrap(), vec![0u8; SECTOR]);
+                drop(g);
                 let mut back = vec![0u8; 3 * SECTOR];
                 assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 3 * SECTOR);
                 assert!(back[..SECTOR].iter().all(|b| *b == 9));

@@ -6,7 +6,7 @@
 //! thread-per-core shard the group commit keeps the blocking `fdatasync` count low.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::storage::{OpenMode, SECTOR, Storage, StorageError, check_aligned, check_name};
@@ -120,6 +120,14 @@ impl FileStorage {
             .custom_flags(flags)
             .open(self.root.join(&file.name))
             .map_err(|e| StorageError::io("open", &file.name, &e))?;
+        let identity = |f: &File| {
+            f.metadata()
+                .map(|m| (m.dev(), m.ino()))
+                .map_err(|e| StorageError::io("stat", &file.name, &e))
+        };
+        if identity(&opened)? != identity(&file.file)? {
+            return Err(StorageError::Replaced(file.name.clone()));
+        }
         Ok(file.dsync.get_or_init(|| opened))
     }
 
@@ -296,6 +304,29 @@ mod tests {
             assert_eq!(buf.len(), len);
             assert!(is_aligned(buf.as_slice()) || len == 0);
         }
+    }
+
+    /// Decision 496: a durable write goes through a second descriptor opened by name, so it
+    /// checks that the name still holds the handle's file; a file put in its place is refused,
+    /// never written. Before that it reads back what it wrote.
+    #[test]
+    fn a_durable_write_refuses_a_file_put_in_its_place() {
+        let dir = temp_dir("dsync");
+        let storage = FileStorage::new(&dir, false).expect("temp dir");
+        block_on(async {
+            let f = storage.open("w", OpenMode::Create).await.unwrap();
+            storage.write_durable(&f, 0, &[5u8; SECTOR]).await.unwrap();
+            let mut back = vec![0u8; SECTOR];
+            assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), SECTOR);
+            assert!(back.iter().all(|b| *b == 5));
+            let g = storage.open("g", OpenMode::Create).await.unwrap();
+            std::fs::remove_file(dir.join("g")).unwrap();
+            std::fs::write(dir.join("g"), [0u8; SECTOR]).unwrap();
+            let refused = storage.write_durable(&g, 0, &[6u8; SECTOR]).await;
+            assert_eq!(refused, Err(StorageError::Replaced("g".to_owned())));
+            assert_eq!(std::fs::read(dir.join("g")).unwrap(), vec![0u8; SECTOR]);
+        });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

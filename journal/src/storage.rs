@@ -58,6 +58,10 @@ pub enum StorageError {
     /// A name with a path separator or otherwise unusable.
     #[error("bad file name: {0}")]
     BadName(String),
+    /// The name no longer names the file the handle was opened on (a second descriptor of
+    /// it, opened by name, reached another file).
+    #[error("{0} names another file than the one opened")]
+    Replaced(String),
     /// The fault backend failed a read of a lost sector.
     #[error("sector {sector} of {name} is unreadable")]
     SectorLost {
