@@ -176,16 +176,22 @@ impl DmaStorage {
         bufs.push(buffer);
     }
 
-    /// Writes `len` bytes that `fill` puts into a kept DMA buffer at `offset`, through
-    /// `target` (one of `file`'s descriptors).
+    /// Writes `len` bytes that `fill` puts into a kept DMA buffer at `offset`, through the
+    /// file's own descriptor or, when `durable`, its `O_DSYNC` one.
     async fn write_through<F: FnOnce(&mut [u8])>(
         &self,
-        target: &DmaFile,
+        durable: bool,
         file: &DmaHandle,
         offset: u64,
         len: usize,
         fill: F,
     ) -> Result<(), StorageError> {
+        check_aligned("write", &file.name, offset, len)?;
+        let target = if durable {
+            self.dsync(file).await?
+        } else {
+            &file.file
+        };
         let mut buffer = self.write_buf(target, len);
         fill(buffer.as_bytes_mut());
         let buffer = Rc::new(buffer);
@@ -367,9 +373,7 @@ impl Storage for DmaStorage {
         len: usize,
         fill: F,
     ) -> Result<(), StorageError> {
-        check_aligned("write", &file.name, offset, len)?;
-        self.write_through(&file.file, file, offset, len, fill)
-            .await
+        self.write_through(false, file, offset, len, fill).await
     }
 
     async fn write_durable(
@@ -393,9 +397,7 @@ impl Storage for DmaStorage {
         len: usize,
         fill: F,
     ) -> Result<(), StorageError> {
-        check_aligned("write", &file.name, offset, len)?;
-        let dsync = self.dsync(file).await?;
-        self.write_through(dsync, file, offset, len, fill).await
+        self.write_through(true, file, offset, len, fill).await
     }
 
     async fn sync(&self, file: &DmaHandle) -> Result<(), StorageError> {
@@ -471,73 +473,89 @@ mod tests {
     use crate::wal::{PartitionWal, WalConfig};
     use glommio::{LocalExecutorBuilder, Placement};
 
+    /// Runs `test` on a glommio executor with `io_memory` bytes of DMA buffers, in a fresh
+    /// directory `tag` (removed after) that it gets as `root`.
+    fn on_glommio<T, F>(
+        tag: &str,
+        io_memory: usize,
+        test: impl FnOnce(PathBuf) -> F + Send + 'static,
+    ) -> T
+    where
+        F: std::future::Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let dir = std::env::temp_dir().join(format!("journal-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = dir.clone();
+        let out = LocalExecutorBuilder::new(Placement::Unbound)
+            .io_memory(io_memory)
+            .spawn(move || test(root))
+            .unwrap()
+            .join()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
     #[test]
     fn the_journal_runs_on_glommio_dma_files() {
         eprintln!("RLIMIT_MEMLOCK: {:?} bytes", memlock_limit());
-        let dir = std::env::temp_dir().join(format!("journal-dma-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let root = dir.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(2 * 1024 * 1024)
-            .spawn(move || async move {
-                let storage = DmaStorage::new(&root).unwrap();
-                let f = storage.open("x", OpenMode::Create).await.unwrap();
-                storage
-                    .write_at(&f, 0, &vec![7u8; 2 * SECTOR])
-                    .await
-                    .unwrap();
-                storage.sync(&f).await.unwrap();
-                let mut back = vec![0u8; 2 * SECTOR];
-                assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 2 * SECTOR);
-                assert!(back[..2 * SECTOR].iter().all(|b| *b == 7));
-                let config = JournalConfig {
-                    slot_count: 16,
-                    slot_size: 4 * SECTOR as u64,
-                };
-                let (mut journal, _) = MetadataJournal::open(storage.clone(), config, 0, 0)
-                    .await
-                    .unwrap();
-                let mut parent = 0;
-                for op in 1..=20 {
-                    if journal.capacity_remaining() == 0 {
-                        journal.set_checkpoint(op - 9).unwrap();
-                    }
-                    let frame = prepare(op, parent, 5000, 1);
-                    journal.append(&frame).await.unwrap();
-                    parent = crate::prepare::verify_frame(&frame, true)
-                        .unwrap()
-                        .identity();
+        let fell_back = on_glommio("dma", 2 * 1024 * 1024, |root| async move {
+            let storage = DmaStorage::new(&root).unwrap();
+            let f = storage.open("x", OpenMode::Create).await.unwrap();
+            storage
+                .write_at(&f, 0, &vec![7u8; 2 * SECTOR])
+                .await
+                .unwrap();
+            storage.sync(&f).await.unwrap();
+            let mut back = vec![0u8; 2 * SECTOR];
+            assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 2 * SECTOR);
+            assert!(back[..2 * SECTOR].iter().all(|b| *b == 7));
+            let config = JournalConfig {
+                slot_count: 16,
+                slot_size: 4 * SECTOR as u64,
+            };
+            let (mut journal, _) = MetadataJournal::open(storage.clone(), config, 0, 0)
+                .await
+                .unwrap();
+            let mut parent = 0;
+            for op in 1..=20 {
+                if journal.capacity_remaining() == 0 {
+                    journal.set_checkpoint(op - 9).unwrap();
                 }
-                let (journal, recovery) = MetadataJournal::open(storage.clone(), config, 11, 0)
-                    .await
-                    .unwrap();
-                assert!(recovery.is_clean(), "{recovery:?}");
-                assert_eq!(recovery.op_head, 20);
-                assert!(journal.read(20).await.is_ok());
-                let wal_config = WalConfig {
-                    file_size_max: 1 << 20,
-                    window_bytes_max: 1 << 18,
-                    window_us_max: 0,
-                };
-                let (mut wal, _) = PartitionWal::open(storage.clone(), wal_config, |_| {})
-                    .await
-                    .unwrap();
-                for i in 0..50u64 {
-                    wal.submit(i % 3, &vec![i as u8; 3000], 0).unwrap();
-                }
-                assert_eq!(wal.commit().await.unwrap(), 50);
-                let mut seen = 0;
-                let (_, recovery) = PartitionWal::open(storage.clone(), wal_config, |_| seen += 1)
-                    .await
-                    .unwrap();
-                assert!(recovery.is_clean());
-                assert_eq!(seen, 50);
-                storage.reads_through_std()
-            })
-            .unwrap();
-        let fell_back = handle.join().unwrap();
+                let frame = prepare(op, parent, 5000, 1);
+                journal.append(&frame).await.unwrap();
+                parent = crate::prepare::verify_frame(&frame, true)
+                    .unwrap()
+                    .identity();
+            }
+            let (journal, recovery) = MetadataJournal::open(storage.clone(), config, 11, 0)
+                .await
+                .unwrap();
+            assert!(recovery.is_clean(), "{recovery:?}");
+            assert_eq!(recovery.op_head, 20);
+            assert!(journal.read(20).await.is_ok());
+            let wal_config = WalConfig {
+                file_size_max: 1 << 20,
+                window_bytes_max: 1 << 18,
+                window_us_max: 0,
+            };
+            let (mut wal, _) = PartitionWal::open(storage.clone(), wal_config, |_| {})
+                .await
+                .unwrap();
+            for i in 0..50u64 {
+                wal.submit(i % 3, &vec![i as u8; 3000], 0).unwrap();
+            }
+            assert_eq!(wal.commit().await.unwrap(), 50);
+            let mut seen = 0;
+            let (_, recovery) = PartitionWal::open(storage.clone(), wal_config, |_| seen += 1)
+                .await
+                .unwrap();
+            assert!(recovery.is_clean());
+            assert_eq!(seen, 50);
+            storage.reads_through_std()
+        });
         eprintln!("glommio reads fell back to pread(2): {fell_back}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Reads go through io_uring, not the `pread(2)` fallback, once the probe has told glommio
@@ -545,70 +563,62 @@ mod tests {
     /// another; the probe file stays out of `list`.
     #[test]
     fn reads_go_through_io_uring_and_write_buffers_are_reused_cleanly() {
-        let dir = std::env::temp_dir().join(format!("journal-dma-read-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let root = dir.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(1024 * 1024)
-            .spawn(move || async move {
-                let storage = DmaStorage::new(&root).unwrap();
-                let f = storage.open("r", OpenMode::Create).await.unwrap();
-                for round in 0..3u8 {
-                    let data: Vec<u8> = (0..3 * SECTOR).map(|i| (i as u8) ^ round).collect();
-                    let offset = (round as usize * 3 * SECTOR) as u64;
-                    storage.write_at(&f, offset, &data).await.unwrap();
-                    storage.sync(&f).await.unwrap();
-                    let mut back = vec![0u8; 3 * SECTOR];
-                    let n = storage.read_at(&f, offset, &mut back).await.unwrap();
-                    assert_eq!((n, &back), (3 * SECTOR, &data));
-                }
-                // A read past the end is short.
-                let mut tail = vec![0u8; 4 * SECTOR];
-                let n = storage
-                    .read_at(&f, (6 * SECTOR) as u64, &mut tail)
-                    .await
-                    .unwrap();
-                assert_eq!(n, 3 * SECTOR);
-                // `read_vec` (decision 406) returns what `read_at` reads, short at the end too,
-                // including a read longer than one 1 MiB io_uring chunk.
-                let big: Vec<u8> = (0..(300 * SECTOR)).map(|i| (i % 253) as u8).collect();
-                storage
-                    .write_at(&f, (9 * SECTOR) as u64, &big)
-                    .await
-                    .unwrap();
-                for (at, len) in [(0, 3), (6, 4), (0, 309), (8, 320), (300, 16)] {
-                    let (at, len) = ((at * SECTOR) as u64, len * SECTOR);
-                    let mut want = vec![0u8; len];
-                    let n = storage.read_at(&f, at, &mut want).await.unwrap();
-                    want.truncate(n);
-                    let got = storage.read_vec(&f, at, len).await.unwrap();
-                    assert_eq!(got, want, "read_vec at {at} len {len}");
-                }
-                // `write_filled` writes what its closure puts in the buffer, which here is the
-                // kept buffer of the 3-sector writes above: every byte is the closure's.
-                storage
-                    .write_filled(&f, 0, 3 * SECTOR, |buf| {
-                        assert_eq!(buf.len(), 3 * SECTOR);
-                        buf.fill(0x5a);
-                    })
-                    .await
-                    .unwrap();
+        let fell_back = on_glommio("dma-read", 1024 * 1024, |root| async move {
+            let storage = DmaStorage::new(&root).unwrap();
+            let f = storage.open("r", OpenMode::Create).await.unwrap();
+            for round in 0..3u8 {
+                let data: Vec<u8> = (0..3 * SECTOR).map(|i| (i as u8) ^ round).collect();
+                let offset = (round as usize * 3 * SECTOR) as u64;
+                storage.write_at(&f, offset, &data).await.unwrap();
+                storage.sync(&f).await.unwrap();
                 let mut back = vec![0u8; 3 * SECTOR];
-                storage.read_at(&f, 0, &mut back).await.unwrap();
-                assert!(
-                    back.iter().all(|b| *b == 0x5a),
-                    "write_filled wrote its fill"
-                );
-                assert!(
-                    storage.write_filled(&f, 1, SECTOR, |_| {}).await.is_err(),
-                    "an unaligned filled write is refused"
-                );
-                assert_eq!(storage.list().await.unwrap(), vec!["r".to_owned()]);
-                storage.reads_through_std()
-            })
-            .unwrap();
-        let fell_back = handle.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+                let n = storage.read_at(&f, offset, &mut back).await.unwrap();
+                assert_eq!((n, &back), (3 * SECTOR, &data));
+            }
+            // A read past the end is short.
+            let mut tail = vec![0u8; 4 * SECTOR];
+            let n = storage
+                .read_at(&f, (6 * SECTOR) as u64, &mut tail)
+                .await
+                .unwrap();
+            assert_eq!(n, 3 * SECTOR);
+            // `read_vec` (decision 406) returns what `read_at` reads, short at the end too,
+            // including a read longer than one 1 MiB io_uring chunk.
+            let big: Vec<u8> = (0..(300 * SECTOR)).map(|i| (i % 253) as u8).collect();
+            storage
+                .write_at(&f, (9 * SECTOR) as u64, &big)
+                .await
+                .unwrap();
+            for (at, len) in [(0, 3), (6, 4), (0, 309), (8, 320), (300, 16)] {
+                let (at, len) = ((at * SECTOR) as u64, len * SECTOR);
+                let mut want = vec![0u8; len];
+                let n = storage.read_at(&f, at, &mut want).await.unwrap();
+                want.truncate(n);
+                let got = storage.read_vec(&f, at, len).await.unwrap();
+                assert_eq!(got, want, "read_vec at {at} len {len}");
+            }
+            // `write_filled` writes what its closure puts in the buffer, which here is the
+            // kept buffer of the 3-sector writes above: every byte is the closure's.
+            storage
+                .write_filled(&f, 0, 3 * SECTOR, |buf| {
+                    assert_eq!(buf.len(), 3 * SECTOR);
+                    buf.fill(0x5a);
+                })
+                .await
+                .unwrap();
+            let mut back = vec![0u8; 3 * SECTOR];
+            storage.read_at(&f, 0, &mut back).await.unwrap();
+            assert!(
+                back.iter().all(|b| *b == 0x5a),
+                "write_filled wrote its fill"
+            );
+            assert!(
+                storage.write_filled(&f, 1, SECTOR, |_| {}).await.is_err(),
+                "an unaligned filled write is refused"
+            );
+            assert_eq!(storage.list().await.unwrap(), vec!["r".to_owned()]);
+            storage.reads_through_std()
+        });
         assert!(!fell_back, "reads fell back to pread(2)");
     }
 
@@ -649,44 +659,36 @@ mod tests {
     /// and `retire` closes that descriptor too.
     #[test]
     fn a_durable_write_goes_through_an_o_dsync_descriptor() {
-        let dir = std::env::temp_dir().join(format!("journal-dma-dsync-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let root = dir.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(1024 * 1024)
-            .spawn(move || async move {
-                let storage = DmaStorage::new(&root).unwrap();
-                let f = storage.open("w", OpenMode::Create).await.unwrap();
-                let path = root.join("w");
-                let before = flags_on(&path);
-                let data: Vec<u8> = (0..2 * SECTOR).map(|i| (i % 251) as u8).collect();
-                storage
-                    .write_durable(&f, SECTOR as u64, &data)
-                    .await
-                    .unwrap();
-                storage
-                    .write_filled_durable(&f, 0, SECTOR, |b| b.fill(9))
-                    .await
-                    .unwrap();
-                let after = flags_on(&path);
-                // A file put in another handle's place is refused, never written.
-                let g = storage.open("g", OpenMode::Create).await.unwrap();
-                std::fs::remove_file(root.join("g")).unwrap();
-                std::fs::write(root.join("g"), [0u8; SECTOR]).unwrap();
-                let refused = storage.write_durable(&g, 0, &[6u8; SECTOR]).await;
-                assert_eq!(refused, Err(StorageError::Replaced("g".to_owned())));
-                assert_eq!(std::fs::read(root.join("g")).unwrap(), vec![0u8; SECTOR]);
-                drop(g);
-                let mut back = vec![0u8; 3 * SECTOR];
-                assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 3 * SECTOR);
-                assert!(back[..SECTOR].iter().all(|b| *b == 9));
-                assert_eq!(back[SECTOR..], data[..]);
-                storage.retire(f, "w").await.unwrap();
-                (before, after, flags_on(&path))
-            })
-            .unwrap();
-        let (before, after, retired) = handle.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        let (before, after, retired) = on_glommio("dma-dsync", 1024 * 1024, |root| async move {
+            let storage = DmaStorage::new(&root).unwrap();
+            let f = storage.open("w", OpenMode::Create).await.unwrap();
+            let path = root.join("w");
+            let before = flags_on(&path);
+            let data: Vec<u8> = (0..2 * SECTOR).map(|i| (i % 251) as u8).collect();
+            storage
+                .write_durable(&f, SECTOR as u64, &data)
+                .await
+                .unwrap();
+            storage
+                .write_filled_durable(&f, 0, SECTOR, |b| b.fill(9))
+                .await
+                .unwrap();
+            let after = flags_on(&path);
+            // A file put in another handle's place is refused, never written.
+            let g = storage.open("g", OpenMode::Create).await.unwrap();
+            std::fs::remove_file(root.join("g")).unwrap();
+            std::fs::write(root.join("g"), [0u8; SECTOR]).unwrap();
+            let refused = storage.write_durable(&g, 0, &[6u8; SECTOR]).await;
+            assert_eq!(refused, Err(StorageError::Replaced("g".to_owned())));
+            assert_eq!(std::fs::read(root.join("g")).unwrap(), vec![0u8; SECTOR]);
+            drop(g);
+            let mut back = vec![0u8; 3 * SECTOR];
+            assert_eq!(storage.read_at(&f, 0, &mut back).await.unwrap(), 3 * SECTOR);
+            assert!(back[..SECTOR].iter().all(|b| *b == 9));
+            assert_eq!(back[SECTOR..], data[..]);
+            storage.retire(f, "w").await.unwrap();
+            (before, after, flags_on(&path))
+        });
         let dsync = |flags: &Vec<i32>| {
             flags
                 .iter()
@@ -703,30 +705,22 @@ mod tests {
     /// here: the default `retire`, drop then remove, passes too; the strace of a node shows it.)
     #[test]
     fn retire_closes_every_descriptor_and_removes_the_name() {
-        let dir = std::env::temp_dir().join(format!("journal-dma-retire-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let root = dir.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Unbound)
-            .io_memory(1024 * 1024)
-            .spawn(move || async move {
-                let storage = DmaStorage::new(&root).unwrap();
-                let f = storage
-                    .open("wal.0000000001", OpenMode::Create)
-                    .await
-                    .unwrap();
-                storage
-                    .write_at(&f, 0, &vec![3u8; 4 * SECTOR])
-                    .await
-                    .unwrap();
-                storage.sync(&f).await.unwrap();
-                let path = root.join("wal.0000000001");
-                let before = open_on(&path);
-                storage.retire(f, "wal.0000000001").await.unwrap();
-                (before, open_on(&path), storage.list().await.unwrap())
-            })
-            .unwrap();
-        let (before, after, names) = handle.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        let (before, after, names) = on_glommio("dma-retire", 1024 * 1024, |root| async move {
+            let storage = DmaStorage::new(&root).unwrap();
+            let f = storage
+                .open("wal.0000000001", OpenMode::Create)
+                .await
+                .unwrap();
+            storage
+                .write_at(&f, 0, &vec![3u8; 4 * SECTOR])
+                .await
+                .unwrap();
+            storage.sync(&f).await.unwrap();
+            let path = root.join("wal.0000000001");
+            let before = open_on(&path);
+            storage.retire(f, "wal.0000000001").await.unwrap();
+            (before, open_on(&path), storage.list().await.unwrap())
+        });
         assert_eq!(before, 2, "glommio's descriptor and the std one");
         assert_eq!(after, 0, "no descriptor left on the retired file");
         assert!(names.is_empty(), "{names:?}");

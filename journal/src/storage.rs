@@ -117,6 +117,15 @@ thread_local! {
     static FILL_SCRATCH: std::cell::Cell<Option<AlignedBuf>> = const { std::cell::Cell::new(None) };
 }
 
+/// The thread's scratch buffer (taken: put it back after the write), `len` bytes filled by
+/// `fill`.
+fn scratch_filled(len: usize, fill: impl FnOnce(&mut [u8])) -> AlignedBuf {
+    let mut buf = FILL_SCRATCH.take().unwrap_or_else(|| AlignedBuf::zeroed(0));
+    buf.reuse(len);
+    fill(buf.as_mut_slice());
+    buf
+}
+
 /// A flat directory of files with sector-aligned positional IO.
 #[allow(async_fn_in_trait)] // thread-per-core: futures never cross threads, no Send bound wanted
 pub trait Storage {
@@ -173,9 +182,7 @@ pub trait Storage {
         len: usize,
         fill: F,
     ) -> Result<(), StorageError> {
-        let mut buf = FILL_SCRATCH.take().unwrap_or_else(|| AlignedBuf::zeroed(0));
-        buf.reuse(len);
-        fill(buf.as_mut_slice());
+        let buf = scratch_filled(len, fill);
         let written = self.write_at(file, offset, buf.as_slice()).await;
         FILL_SCRATCH.set(Some(buf));
         written
@@ -205,9 +212,7 @@ pub trait Storage {
         len: usize,
         fill: F,
     ) -> Result<(), StorageError> {
-        let mut buf = FILL_SCRATCH.take().unwrap_or_else(|| AlignedBuf::zeroed(0));
-        buf.reuse(len);
-        fill(buf.as_mut_slice());
+        let buf = scratch_filled(len, fill);
         let written = self.write_durable(file, offset, buf.as_slice()).await;
         FILL_SCRATCH.set(Some(buf));
         written
