@@ -40,12 +40,17 @@ impl<S: StateMachine> Replica<S> {
         match self.status {
             Status::Recovering => {
                 self.probe_attempts += 1;
-                // A lost-state replica never elects, except a memory-ack group's (decision 73):
-                // its superblock may hold a view the others never reached (no primary of that
-                // view answers), and its StartViewChange moves them past it; it still never
-                // sends a DoViewChange, so it casts no vote on the log.
+                // A lost-state replica never elects, except a memory-ack group's (decision 73)
+                // and one whose view is above the view a quorum of peers reports (decision
+                // 497): its superblock holds a view the others never reached (no primary of
+                // that view answers, and the lower view's StartView is refused as old), and
+                // its StartViewChange moves them past it; it still never sends a
+                // DoViewChange, so it casts no vote on the log.
+                let ahead = self
+                    .learned_view()
+                    .is_some_and(|learned| learned < self.view);
                 if self.probe_attempts >= self.config.view_probe_attempts_max
-                    && (!self.lost_state || self.config.memory_ack)
+                    && (!self.lost_state || self.config.memory_ack || ahead)
                 {
                     self.transfer.abandon();
                     self.start_view_change_to(now, self.view + 1, out);

@@ -670,3 +670,70 @@ fn a_memory_ack_group_acks_from_memory_and_rejoins_in_lost_state() {
     assert_eq!((b.status(), b.view()), (Status::Normal, 1));
     assert!(!b.is_lost_state());
 }
+
+/// Decision 497: a lost-state replica of a disk group whose superblock holds a view the others
+/// never reached (view 3, while two peers report view 2) elects once its probes go unanswered:
+/// the primary of view 2 answers with that view's StartView, which it refuses as old, so
+/// without an election it would probe forever (found by a simulator seed). It moves the others
+/// past its view and still never votes. Without a quorum's report of a lower view it keeps
+/// probing (the wiped replica of `a_wiped_replica_probes_forever_and_never_elects`).
+#[test]
+fn a_lost_replica_ahead_of_the_reported_view_moves_the_others_past_it() {
+    let boot = |reports: &[u8]| {
+        let mut out = crate::Outbox::new();
+        let mut b = crate::Replica::new(
+            raw(3, 0).validate().unwrap(),
+            crate::Recovered {
+                superblock: Some(VsrState {
+                    view: 3,
+                    log_view: 1,
+                    lost_state: true,
+                    ..Default::default()
+                }),
+                lost_state: true,
+                incarnation: 5,
+                ..Default::default()
+            },
+            crate::DigestStateMachine::default(),
+            &mut out,
+        );
+        persisted(&mut b);
+        for &peer in reports {
+            let _ = feed(&mut b, peer, &commit_frame(2, peer, 0, 1));
+        }
+        b
+    };
+    let elects = |b: &mut R| {
+        (0..12).any(|_| {
+            let effects = tick_until_effects(b, 100);
+            effects.iter().any(|e| {
+                matches!(
+                    e,
+                    Effect::PersistVsrState(VsrState {
+                        view: 4,
+                        lost_state: true,
+                        ..
+                    })
+                )
+            })
+        })
+    };
+    let mut b = boot(&[1, 2]);
+    assert_eq!((b.status(), b.view()), (Status::Recovering, 3));
+    assert_eq!(b.learned_view(), Some(2));
+    assert!(
+        elects(&mut b),
+        "a lost replica ahead of its peers' view elects"
+    );
+    assert_eq!((b.status(), b.view()), (Status::ViewChange, 4));
+    persisted(&mut b);
+    let is_dvc = |e: &Effect| matches!(e, Effect::Send { frame, .. } if frame.bytes()[60] == Command::DoViewChange.byte());
+    let (_, effects) = feed(&mut b, 1, &svc(4, 1));
+    assert!(!effects.iter().any(is_dvc), "lost state votes: {effects:?}");
+    assert!(b.is_lost_state());
+    // One peer's report is no quorum: it keeps probing.
+    let mut c = boot(&[2]);
+    assert_eq!(c.learned_view(), None);
+    assert!(!elects(&mut c), "elected without a quorum's report");
+    assert_eq!(c.status(), Status::Recovering);
+}
