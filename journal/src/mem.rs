@@ -561,7 +561,9 @@ impl Storage for MemStorage {
             if f.pending.iter().any(|op| matches!(op, Pending::SetLen(_))) {
                 return f.sync_all();
             }
-            f.pending.pop(); // the write itself: durable now
+            // The write's own pending entry lies wholly inside its bytes, so superseding them
+            // drops it too, wherever it stands: a write to the same file may have been pushed
+            // after it while the sync half waited (a held sync).
             f.pending = supersede(std::mem::take(&mut f.pending), offset, data.len());
             apply_write(&mut f.durable, offset, data);
         })
