@@ -187,8 +187,8 @@ async fn below_frontier<S: Storage>(log: &PartitionLog<S>, at: &BodyRef) -> Opti
     let info = batch::peek(&bytes)?;
     (bytes.len() as u64 == at.len
         && info.base_offset == at.base_offset
-        && wire::integrity::xxh3(&bytes) == at.hash)
-        .then_some(bytes)
+        && BodyRef::names(at.hash, &bytes))
+    .then_some(bytes)
 }
 
 /// The SendMessages batch a whole prepare frame carries, if it carries one.

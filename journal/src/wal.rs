@@ -175,7 +175,8 @@ pub struct WalRecord<'a> {
 
 /// Where a prepare's body was written in its group's segments, and what it holds: the record
 /// a body-reference WAL entry carries instead of the body (decision 414). Untrusted on replay:
-/// the body found there is checked against `len`, `hash` and the offsets before it is used.
+/// the body found there is checked against `len`, `hash` ([`BodyRef::names`]) and the offsets
+/// before it is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyRef {
     /// Base offset of the segment the body was written to.
@@ -184,7 +185,8 @@ pub struct BodyRef {
     pub position: u64,
     /// Body length in bytes (the prepare's `size` minus its header).
     pub len: u64,
-    /// XXH3-64 of the body.
+    /// The batch's own `batch_checksum` (decision 498); a reference written before it holds
+    /// the XXH3-64 of the whole body instead. Either way [`BodyRef::names`] tells.
     pub hash: u64,
     /// The batch's base offset.
     pub base_offset: u64,
@@ -197,17 +199,33 @@ impl BodyRef {
     pub const LEN: usize = 48;
 
     /// The reference to `body`, a message batch written at `position` of the segment based at
-    /// `segment`: its length, XXH3-64 and offsets. `None` when `body` has no batch header.
+    /// `segment`: its length, batch checksum and offsets. No pass over the body: the batch
+    /// checksum already covers every message's checksum, and a reader verifies the batch whole
+    /// (decision 498). `None` when `body` has no batch header.
     pub fn of(segment: u64, position: u64, body: &[u8]) -> Option<BodyRef> {
         let info = crate::batch::peek(body)?;
         Some(BodyRef {
             segment,
             position,
             len: body.len() as u64,
-            hash: wire::integrity::xxh3(body),
+            hash: wire::batch::peek(body)?.checksum,
             base_offset: info.base_offset,
             end_offset: info.end_offset(),
         })
+    }
+
+    /// Whether `body` is the batch a reference with `hash` names: a batch of exactly
+    /// `body.len()` bytes whose checksum is `hash` and which verifies whole (every message
+    /// checksum, then the batch checksum: every byte is covered). A reference written before
+    /// decision 498 names its body by the XXH3-64 of all of it, which is checked instead when
+    /// the batch checksum differs.
+    pub fn names(hash: u64, body: &[u8]) -> bool {
+        match wire::batch::peek(body) {
+            Some(header) if header.checksum == hash => {
+                header.length == body.len() as u64 && crate::batch::verify(body).is_ok()
+            }
+            _ => wire::integrity::xxh3(body) == hash,
+        }
     }
 
     fn encode(&self) -> [u8; Self::LEN] {

@@ -12,7 +12,6 @@
 //! record vouches for.
 
 use bytes::Bytes;
-use wire::integrity::xxh3;
 
 use super::{PartitionLog, SegmentError, encode_entries, index_name, log_name};
 use crate::batch::{self, BatchFault};
@@ -22,11 +21,11 @@ use crate::storage::{SECTOR, Storage, read_exact_at, sector_ceil};
 /// What a replayed prepare says its batch is, for [`PartitionLog::settle`].
 #[derive(Debug, Clone, Copy)]
 pub enum Expected<'a> {
-    /// A body-reference record: the body's length and XXH3-64.
+    /// A body-reference record: the body's length and hash.
     Referenced {
         /// Body length.
         len: u64,
-        /// XXH3-64 of the body.
+        /// The reference's hash ([`crate::wal::BodyRef::names`]).
         hash: u64,
     },
     /// A whole prepare in the WAL: its body.
@@ -247,7 +246,7 @@ impl<S: Storage> PartitionLog<S> {
                 break;
             };
             let intact = match e.expected {
-                Expected::Referenced { hash, .. } => xxh3(&body) == hash,
+                Expected::Referenced { hash, .. } => crate::wal::BodyRef::names(hash, &body),
                 Expected::Held(held) => body == held,
             };
             let Some(info) = batch::peek(&body).filter(|i| intact && i.base_offset == cursor)
@@ -320,7 +319,7 @@ mod tests {
             base_offset: batch::peek(&a.batch).unwrap().base_offset,
             expected: Expected::Referenced {
                 len: a.batch.len() as u64,
-                hash: xxh3(&a.batch),
+                hash: crate::wal::BodyRef::of(0, 0, &a.batch).unwrap().hash,
             },
         }
     }

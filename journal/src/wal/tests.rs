@@ -1154,3 +1154,36 @@ fn a_created_file_is_zeroed_ahead_of_its_windows_and_a_found_one_is_not() {
     assert!(recovery.is_clean());
     assert_eq!(seen, expected);
 }
+
+/// A reference names its batch by the batch checksum (decision 498): the batch as written is
+/// named, and no change of one byte of it is (the whole batch is verified, not only the
+/// checksum compared), nor the batch with a byte more. A reference written before, naming its
+/// body by the XXH3-64 of all of it, still names exactly that body.
+#[test]
+fn a_body_reference_names_its_batch_whole() {
+    let batch = crate::batch::build(4, 200, 7_000, &[b"first message", b"", b"and a third"]);
+    let at = BodyRef::of(9, 4096, &batch).expect("a batch");
+    assert_eq!(at.hash, wire::batch::peek(&batch).unwrap().checksum);
+    assert_eq!(
+        (at.len, at.base_offset, at.end_offset),
+        (batch.len() as u64, 200, 203)
+    );
+    assert!(BodyRef::names(at.hash, &batch));
+    for i in 0..batch.len() {
+        let mut bad = batch.clone();
+        bad[i] ^= 0x04;
+        assert!(
+            !BodyRef::names(at.hash, &bad),
+            "byte {i} changed and still named"
+        );
+    }
+    let mut longer = batch.clone();
+    longer.push(0);
+    assert!(!BodyRef::names(at.hash, &longer));
+    assert!(!BodyRef::names(at.hash, &batch[..batch.len() - 1]));
+    let old = wire::integrity::xxh3(&batch);
+    assert!(BodyRef::names(old, &batch));
+    let mut bad = batch.clone();
+    bad[300] ^= 1;
+    assert!(!BodyRef::names(old, &bad));
+}
