@@ -409,6 +409,32 @@ fn write_once(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A body reference built and checked (decision 498): `BodyRef::of` reads the batch checksum
+/// from the header, next to the whole-body XXH3-64 it used to compute (the baseline, same run);
+/// `BodyRef::names` verifies the batch whole, the check of a reference on read.
+fn body_reference(c: &mut Criterion) {
+    let mut group = c.benchmark_group("body_reference");
+    for (label, size) in [("1000x1000B", 1000usize), ("1000x100B", 100)] {
+        let payload = vec![0x5au8; size];
+        let payloads: Vec<&[u8]> = (0..1000).map(|_| payload.as_slice()).collect();
+        let body = journal::batch::build(1, 0, 1, &payloads);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(BenchmarkId::new("of", label), |b| {
+            b.iter(|| journal::wal::BodyRef::of(0, 4096, std::hint::black_box(&body)))
+        });
+        group.bench_function(BenchmarkId::new("whole_body_xxh3_baseline", label), |b| {
+            b.iter(|| wire::integrity::xxh3(std::hint::black_box(&body)))
+        });
+        let hash = journal::wal::BodyRef::of(0, 4096, &body)
+            .expect("a batch")
+            .hash;
+        group.bench_function(BenchmarkId::new("names", label), |b| {
+            b.iter(|| journal::wal::BodyRef::names(hash, std::hint::black_box(&body)))
+        });
+    }
+    group.finish();
+}
+
 fn recovery(c: &mut Criterion) {
     let mut group = c.benchmark_group("recovery");
     group.sample_size(10);
@@ -818,6 +844,7 @@ criterion_group!(
     append_dma,
     segment_append,
     write_once,
+    body_reference,
     recovery
 );
 #[cfg(not(feature = "glommio"))]
@@ -827,6 +854,7 @@ criterion_group!(
     append_end_record,
     segment_append,
     write_once,
+    body_reference,
     recovery
 );
 criterion_main!(benches);
