@@ -106,6 +106,7 @@ pub async fn recover_partition<S: Storage + Clone>(
                 base_offset: body.base_offset,
                 expected: Expected::Referenced {
                     len: body.len,
+                    by: body.by,
                     hash: body.hash,
                 },
             }),
@@ -185,10 +186,7 @@ async fn below_frontier<S: Storage>(log: &PartitionLog<S>, at: &BodyRef) -> Opti
         .ok()
         .flatten()?;
     let info = batch::peek(&bytes)?;
-    (bytes.len() as u64 == at.len
-        && info.base_offset == at.base_offset
-        && BodyRef::names(at.hash, &bytes))
-    .then_some(bytes)
+    (info.base_offset == at.base_offset && at.names(&bytes)).then_some(bytes)
 }
 
 /// The SendMessages batch a whole prepare frame carries, if it carries one.

@@ -94,8 +94,13 @@ const ZERO_AHEAD: u64 = 1024 * 1024;
 const KIND_PREPARE: u8 = 0;
 const KIND_TRUNCATE: u8 = 1;
 /// A prepare whose body lives in its group's segment (decision 414): the payload is the
-/// prepare's header and a [`BodyRef`].
+/// prepare's header and a [`BodyRef`] whose hash is the XXH3-64 of the whole body
+/// ([`BodyHash::WholeBody`]). Written by builds before decision 498, still read.
 const KIND_BODY_REF: u8 = 2;
+/// The same, the hash being the batch's own checksum ([`BodyHash::BatchChecksum`], decision
+/// 498). A build before it does not parse the record, so it takes the window for damaged and
+/// refuses the directory instead of taking the bodies for lost (no downgrade).
+const KIND_BODY_REF_BATCH: u8 = 3;
 /// A window header that is not a seal.
 const SEAL_NONE: u8 = 0;
 /// A seal over a window that landed whole and was damaged ([`WalRecovery::damage`]).
@@ -179,14 +184,15 @@ pub struct WalRecord<'a> {
 /// before it is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyRef {
+    /// What `hash` is: the record kind says.
+    pub by: BodyHash,
     /// Base offset of the segment the body was written to.
     pub segment: u64,
     /// Byte position of the body in that segment's `.log`.
     pub position: u64,
     /// Body length in bytes (the prepare's `size` minus its header).
     pub len: u64,
-    /// The batch's own `batch_checksum` (decision 498); a reference written before it holds
-    /// the XXH3-64 of the whole body instead. Either way [`BodyRef::names`] tells.
+    /// The body's hash, of the kind `by` says.
     pub hash: u64,
     /// The batch's base offset.
     pub base_offset: u64,
@@ -205,6 +211,7 @@ impl BodyRef {
     pub fn of(segment: u64, position: u64, body: &[u8]) -> Option<BodyRef> {
         let info = crate::batch::peek(body)?;
         Some(BodyRef {
+            by: BodyHash::BatchChecksum,
             segment,
             position,
             len: body.len() as u64,
@@ -214,18 +221,10 @@ impl BodyRef {
         })
     }
 
-    /// Whether `body` is the batch a reference with `hash` names: a batch of exactly
-    /// `body.len()` bytes whose checksum is `hash` and which verifies whole (every message
-    /// checksum, then the batch checksum: every byte is covered). A reference written before
-    /// decision 498 names its body by the XXH3-64 of all of it, which is checked instead when
-    /// the batch checksum differs.
-    pub fn names(hash: u64, body: &[u8]) -> bool {
-        match wire::batch::peek(body) {
-            Some(header) if header.checksum == hash => {
-                header.length == body.len() as u64 && crate::batch::verify(body).is_ok()
-            }
-            _ => wire::integrity::xxh3(body) == hash,
-        }
+    /// Whether `body` is exactly the body this reference names (its length and hash; the
+    /// caller checks the offsets).
+    pub fn names(&self, body: &[u8]) -> bool {
+        body.len() as u64 == self.len && self.by.names(self.hash, body)
     }
 
     fn encode(&self) -> [u8; Self::LEN] {
@@ -246,14 +245,42 @@ impl BodyRef {
         out
     }
 
-    fn decode(bytes: &[u8]) -> BodyRef {
+    fn decode(by: BodyHash, bytes: &[u8]) -> BodyRef {
         BodyRef {
+            by,
             segment: u64_at(bytes, 0),
             position: u64_at(bytes, 8),
             len: u64_at(bytes, 16),
             hash: u64_at(bytes, 24),
             base_offset: u64_at(bytes, 32),
             end_offset: u64_at(bytes, 40),
+        }
+    }
+}
+
+/// What a body reference's hash is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyHash {
+    /// The batch's own `batch_checksum` (decision 498, record kind 3): it binds the reference
+    /// to the batch without a pass over the body, which the storage task used to make on every
+    /// node between taking an append and submitting its segment write.
+    BatchChecksum,
+    /// The XXH3-64 of the whole body (record kind 2, written before decision 498).
+    WholeBody,
+}
+
+impl BodyHash {
+    /// Whether `body` is the body a reference with `hash` of this kind names. A batch
+    /// checksum names a batch of exactly `body.len()` bytes with that checksum that verifies
+    /// whole: every message checksum, then the batch checksum, so every byte is covered.
+    pub fn names(self, hash: u64, body: &[u8]) -> bool {
+        match self {
+            BodyHash::BatchChecksum => wire::batch::peek(body).is_some_and(|header| {
+                header.checksum == hash
+                    && header.length == body.len() as u64
+                    && crate::batch::verify(body).is_ok()
+            }),
+            BodyHash::WholeBody => wire::integrity::xxh3(body) == hash,
         }
     }
 }
@@ -536,9 +563,10 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
         return None;
     }
     let kind = head[32];
-    if kind > KIND_BODY_REF
+    if kind > KIND_BODY_REF_BATCH
         || (kind == KIND_TRUNCATE && len != 8)
-        || (kind == KIND_BODY_REF && len != HEADER_SIZE + BodyRef::LEN)
+        || ((kind == KIND_BODY_REF || kind == KIND_BODY_REF_BATCH)
+            && len != HEADER_SIZE + BodyRef::LEN)
     {
         return None;
     }
@@ -864,10 +892,17 @@ impl<S: Storage> PartitionWal<S> {
                                 (&payload[..0], Some(op), None)
                             }
                             // The length was checked by `parse_record`.
-                            KIND_BODY_REF => (
+                            KIND_BODY_REF | KIND_BODY_REF_BATCH => (
                                 &payload[..HEADER_SIZE],
                                 None,
-                                Some(BodyRef::decode(&payload[HEADER_SIZE..])),
+                                Some(BodyRef::decode(
+                                    if kind == KIND_BODY_REF {
+                                        BodyHash::WholeBody
+                                    } else {
+                                        BodyHash::BatchChecksum
+                                    },
+                                    &payload[HEADER_SIZE..],
+                                )),
                             ),
                             _ => (payload, None, None),
                         };
@@ -1230,7 +1265,11 @@ impl<S: Storage> PartitionWal<S> {
         let mut payload = [0u8; HEADER_SIZE + BodyRef::LEN];
         payload[..HEADER_SIZE].copy_from_slice(header);
         payload[HEADER_SIZE..].copy_from_slice(&body.encode());
-        self.submit_kind(group, &payload, KIND_BODY_REF, now_us)
+        let kind = match body.by {
+            BodyHash::WholeBody => KIND_BODY_REF,
+            BodyHash::BatchChecksum => KIND_BODY_REF_BATCH,
+        };
+        self.submit_kind(group, &payload, kind, now_us)
     }
 
     /// Adds the truncation of `group`'s ops `>= from_op` to the open window (the partition

@@ -742,7 +742,7 @@ async fn whole_frame<S: Storage>(
         }
     };
     // `read_span` answers exactly `at.len` bytes; the hash tells whether they are the body.
-    if !BodyRef::names(at.hash, &body) {
+    if !at.names(&body) {
         warn!(
             segment = at.segment,
             position = at.position,

@@ -25,7 +25,9 @@ pub enum Expected<'a> {
     Referenced {
         /// Body length.
         len: u64,
-        /// The reference's hash ([`crate::wal::BodyRef::names`]).
+        /// What `hash` is.
+        by: crate::wal::BodyHash,
+        /// The reference's hash.
         hash: u64,
     },
     /// A whole prepare in the WAL: its body.
@@ -246,7 +248,7 @@ impl<S: Storage> PartitionLog<S> {
                 break;
             };
             let intact = match e.expected {
-                Expected::Referenced { hash, .. } => crate::wal::BodyRef::names(hash, &body),
+                Expected::Referenced { by, hash, .. } => by.names(hash, &body),
                 Expected::Held(held) => body == held,
             };
             let Some(info) = batch::peek(&body).filter(|i| intact && i.base_offset == cursor)
@@ -319,6 +321,7 @@ mod tests {
             base_offset: batch::peek(&a.batch).unwrap().base_offset,
             expected: Expected::Referenced {
                 len: a.batch.len() as u64,
+                by: crate::wal::BodyHash::BatchChecksum,
                 hash: crate::wal::BodyRef::of(0, 0, &a.batch).unwrap().hash,
             },
         }

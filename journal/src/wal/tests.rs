@@ -1065,7 +1065,13 @@ fn body_references_replay_with_their_header_and_place() {
             .try_into()
             .unwrap()
     };
+    // Both kinds of reference (decision 498): the kind round-trips with the record.
     let body = |op: u64| BodyRef {
+        by: if op.is_multiple_of(3) {
+            BodyHash::WholeBody
+        } else {
+            BodyHash::BatchChecksum
+        },
         segment: 0,
         position: op * 100,
         len: 100,
@@ -1099,6 +1105,7 @@ fn body_references_replay_with_their_header_and_place() {
         vec![1, 3],
         "op 2 was written whole after its reference"
     );
+    assert_eq!(replay.bodies[&9][&1], body(1));
     assert_eq!(replay.bodies[&9][&3], body(3));
     assert_eq!(replay.groups[&9][&3], header(3, 100).to_vec());
     assert_eq!(replay.groups[&9][&2], prepare_in(9, 2, 0, 100, 3));
@@ -1157,33 +1164,51 @@ fn a_created_file_is_zeroed_ahead_of_its_windows_and_a_found_one_is_not() {
 
 /// A reference names its batch by the batch checksum (decision 498): the batch as written is
 /// named, and no change of one byte of it is (the whole batch is verified, not only the
-/// checksum compared), nor the batch with a byte more. A reference written before, naming its
-/// body by the XXH3-64 of all of it, still names exactly that body.
+/// checksum compared), nor the batch with a byte more or less. A reference of the kind written
+/// before, naming its body by the XXH3-64 of all of it, still names exactly that body; the two
+/// kinds' hashes are never taken for one another.
 #[test]
 fn a_body_reference_names_its_batch_whole() {
     let batch = crate::batch::build(4, 200, 7_000, &[b"first message", b"", b"and a third"]);
     let at = BodyRef::of(9, 4096, &batch).expect("a batch");
+    assert_eq!(at.by, BodyHash::BatchChecksum);
     assert_eq!(at.hash, wire::batch::peek(&batch).unwrap().checksum);
     assert_eq!(
         (at.len, at.base_offset, at.end_offset),
         (batch.len() as u64, 200, 203)
     );
-    assert!(BodyRef::names(at.hash, &batch));
+    assert!(at.names(&batch));
     for i in 0..batch.len() {
         let mut bad = batch.clone();
         bad[i] ^= 0x04;
-        assert!(
-            !BodyRef::names(at.hash, &bad),
-            "byte {i} changed and still named"
-        );
+        assert!(!at.names(&bad), "byte {i} changed and still named");
     }
     let mut longer = batch.clone();
     longer.push(0);
-    assert!(!BodyRef::names(at.hash, &longer));
-    assert!(!BodyRef::names(at.hash, &batch[..batch.len() - 1]));
-    let old = wire::integrity::xxh3(&batch);
-    assert!(BodyRef::names(old, &batch));
+    assert!(!at.names(&longer));
+    assert!(!BodyHash::BatchChecksum.names(at.hash, &longer));
+    assert!(!at.names(&batch[..batch.len() - 1]));
+    let old = BodyRef {
+        by: BodyHash::WholeBody,
+        hash: wire::integrity::xxh3(&batch),
+        ..at
+    };
+    assert!(old.names(&batch));
     let mut bad = batch.clone();
     bad[300] ^= 1;
-    assert!(!BodyRef::names(old, &bad));
+    assert!(!old.names(&bad));
+    assert!(
+        !BodyRef {
+            hash: at.hash,
+            ..old
+        }
+        .names(&batch)
+    );
+    assert!(
+        !BodyRef {
+            hash: old.hash,
+            ..at
+        }
+        .names(&batch)
+    );
 }
