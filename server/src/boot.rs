@@ -43,6 +43,13 @@ use wire::manifest::ArtifactKind;
 /// The stamp file's name in the data directory.
 pub const STAMP_FILE: &str = "strand.cluster";
 
+/// The data format generation this build writes and reads, recorded in the stamp as
+/// `data_format`: raised whenever a build starts writing something an older build would not
+/// read back safely. 0 (absent): before the field. 1: partition WAL record kind 3, a body
+/// reference by batch checksum (decision 498). A build refuses a directory of a later
+/// generation and records its own in one of an earlier one at boot (decision 499).
+pub const DATA_FORMAT: u32 = 1;
+
 /// Bytes per metadata journal slot: the largest metadata prepare a node journals (the journal's
 /// own default). The metadata group's `max_message_size` is capped at it so the core never
 /// prepares a frame the journal would refuse.
@@ -69,6 +76,8 @@ pub struct Stamp {
     /// The directory was formatted by `--rejoin` (decision 240): while the stamp says so,
     /// every group that boots without a superblock state boots in lost state.
     pub rejoin: bool,
+    /// The data format generation ([`DATA_FORMAT`] for the stamp a node expects).
+    pub data_format: u32,
 }
 
 /// What places a partition group's data under the data directory: its lane is
@@ -99,6 +108,9 @@ struct StampFile {
     /// Written `true` by `--rejoin` (decision 240); absent otherwise.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     rejoin: bool,
+    /// Absent from stamps written before decision 499 (generation 0).
+    #[serde(default)]
+    data_format: u32,
 }
 
 impl Stamp {
@@ -111,6 +123,7 @@ impl Stamp {
             shards: Some(self.layout.shards),
             replica_lanes: Some(self.layout.replica_lanes),
             rejoin: self.rejoin,
+            data_format: self.data_format,
         };
         format!(
             "# Written once when this directory was formatted; never edit it.\n{}",
@@ -139,6 +152,7 @@ impl Stamp {
                 replica_lanes: 0,
             }),
             rejoin: file.rejoin,
+            data_format: file.data_format,
         };
         Some((stamp, layout))
     }
@@ -166,6 +180,21 @@ pub enum BootError {
         what: &'static str,
         /// The OS error.
         error: std::io::Error,
+    },
+    /// The directory was written by a build of a later data format generation.
+    #[error(
+        "{path}: the data directory was written by a newer build (data format {found}; this \
+         build reads up to {supported}); refusing to start (rule: a data directory moves \
+         forward only: this build would take the newer records for damage and cut the data \
+         they vouch for; run the newer build)"
+    )]
+    NewerFormat {
+        /// The stamp.
+        path: PathBuf,
+        /// The generation it records.
+        found: u32,
+        /// This build's ([`DATA_FORMAT`]).
+        supported: u32,
     },
     /// The stamp does not parse.
     #[error("{path}: the cluster stamp does not parse; refusing to start (never reformatted)")]
@@ -357,13 +386,32 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                     expected: describe(expected),
                 });
             }
+            if found.data_format > expected.data_format {
+                return Err(BootError::NewerFormat {
+                    path,
+                    found: found.data_format,
+                    supported: expected.data_format,
+                });
+            }
             match layout {
                 Some(layout) if layout != expected.layout => Err(BootError::LayoutChanged {
                     path,
                     recorded: describe_layout(&layout),
                     configured: describe_layout(&expected.layout),
                 }),
-                Some(_) => Ok(false),
+                Some(_) => {
+                    if found.data_format < expected.data_format {
+                        // Recorded before this build writes anything of its generation.
+                        write_stamp(
+                            data,
+                            &Stamp {
+                                rejoin: found.rejoin,
+                                ..expected.clone()
+                            },
+                        )?;
+                    }
+                    Ok(false)
+                }
                 None => {
                     // A stamp from before the layout was recorded: no partition data was laid
                     // out by shard then, so the current layout is recorded now.
@@ -848,6 +896,7 @@ mod tests {
                 replica_lanes: 16,
             },
             rejoin: false,
+            data_format: DATA_FORMAT,
         }
     }
 
@@ -909,6 +958,51 @@ mod tests {
             "{error}"
         );
         assert!(!dir.join(STAMP_FILE).exists(), "never formatted over data");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Decision 499: the stamp records the data format generation. A directory of a later
+    /// generation refuses, naming the stamp and both generations, and is not rewritten; a
+    /// stamp of an earlier one (here without the field, as every stamp before) is brought to
+    /// this build's generation at boot, keeping its rejoin.
+    #[test]
+    fn a_newer_data_format_refuses_and_an_older_one_is_recorded_forward() {
+        let dir = temp("data-format");
+        let path = dir.join(STAMP_FILE);
+        assert!(check_or_format(&dir, &stamp()).unwrap());
+        let written = std::fs::read_to_string(&path).unwrap();
+        let line = format!("data_format = {DATA_FORMAT}");
+        assert!(written.contains(&line), "{written}");
+        let newer = written.replace(&line, &format!("data_format = {}", DATA_FORMAT + 1));
+        std::fs::write(&path, &newer).unwrap();
+        let error = check_or_format(&dir, &stamp()).unwrap_err();
+        assert!(
+            matches!(error, BootError::NewerFormat { found, supported, .. }
+                if found == DATA_FORMAT + 1 && supported == DATA_FORMAT),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(STAMP_FILE) && text.contains("newer build"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            newer,
+            "not rewritten"
+        );
+        let older: String = written
+            .lines()
+            .filter(|l| !l.starts_with("data_format"))
+            .map(|l| format!("{l}\n"))
+            .chain(std::iter::once("rejoin = true\n".to_string()))
+            .collect();
+        std::fs::write(&path, &older).unwrap();
+        assert_eq!(Stamp::decode(&older).unwrap().0.data_format, 0);
+        assert!(!check_or_format(&dir, &stamp()).unwrap());
+        let (recorded, _) = Stamp::decode(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(recorded.data_format, DATA_FORMAT);
+        assert!(recorded.rejoin, "the rejoin is kept");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
