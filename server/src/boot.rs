@@ -399,9 +399,11 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                     recorded: describe_layout(&layout),
                     configured: describe_layout(&expected.layout),
                 }),
-                Some(_) => {
-                    if found.data_format < expected.data_format {
-                        // Recorded before this build writes anything of its generation.
+                layout => {
+                    // A stamp from before the layout was recorded (no partition data was laid
+                    // out by shard then), or of an earlier data format generation (nothing of
+                    // this build's generation is written yet): both are recorded now.
+                    if layout.is_none() || found.data_format < expected.data_format {
                         write_stamp(
                             data,
                             &Stamp {
@@ -410,18 +412,6 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                             },
                         )?;
                     }
-                    Ok(false)
-                }
-                None => {
-                    // A stamp from before the layout was recorded: no partition data was laid
-                    // out by shard then, so the current layout is recorded now.
-                    write_stamp(
-                        data,
-                        &Stamp {
-                            rejoin: found.rejoin,
-                            ..expected.clone()
-                        },
-                    )?;
                     Ok(false)
                 }
             }
