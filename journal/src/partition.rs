@@ -104,11 +104,7 @@ pub async fn recover_partition<S: Storage + Clone>(
             Some(body) => Some(ExpectedBatch {
                 op: *op,
                 base_offset: body.base_offset,
-                expected: Expected::Referenced {
-                    len: body.len,
-                    by: body.by,
-                    hash: body.hash,
-                },
+                expected: Expected::Referenced(*body),
             }),
             None => send_messages_body(frame).and_then(|body| {
                 Some(ExpectedBatch {

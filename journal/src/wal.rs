@@ -209,15 +209,16 @@ impl BodyRef {
     /// checksum already covers every message's checksum, and a reader verifies the batch whole
     /// (decision 498). `None` when `body` has no batch header.
     pub fn of(segment: u64, position: u64, body: &[u8]) -> Option<BodyRef> {
-        let info = crate::batch::peek(body)?;
+        let header =
+            wire::batch::peek(body).filter(|h| h.length >= crate::batch::BATCH_HEADER as u64)?;
         Some(BodyRef {
             by: BodyHash::BatchChecksum,
             segment,
             position,
             len: body.len() as u64,
-            hash: wire::batch::peek(body)?.checksum,
-            base_offset: info.base_offset,
-            end_offset: info.end_offset(),
+            hash: header.checksum,
+            base_offset: header.base_offset,
+            end_offset: header.end_offset(),
         })
     }
 
@@ -270,6 +271,21 @@ pub enum BodyHash {
 }
 
 impl BodyHash {
+    /// The WAL record kind of a reference with this hash.
+    fn kind(self) -> u8 {
+        match self {
+            BodyHash::WholeBody => KIND_BODY_REF,
+            BodyHash::BatchChecksum => KIND_BODY_REF_BATCH,
+        }
+    }
+
+    /// The hash a body-reference record of `kind` holds.
+    fn of_kind(kind: u8) -> Option<BodyHash> {
+        [BodyHash::WholeBody, BodyHash::BatchChecksum]
+            .into_iter()
+            .find(|by| by.kind() == kind)
+    }
+
     /// Whether `body` is the body a reference with `hash` of this kind names. A batch
     /// checksum names a batch of exactly `body.len()` bytes with that checksum that verifies
     /// whole: every message checksum, then the batch checksum, so every byte is covered.
@@ -565,8 +581,7 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
     let kind = head[32];
     if kind > KIND_BODY_REF_BATCH
         || (kind == KIND_TRUNCATE && len != 8)
-        || ((kind == KIND_BODY_REF || kind == KIND_BODY_REF_BATCH)
-            && len != HEADER_SIZE + BodyRef::LEN)
+        || (BodyHash::of_kind(kind).is_some() && len != HEADER_SIZE + BodyRef::LEN)
     {
         return None;
     }
@@ -886,23 +901,16 @@ impl<S: Storage> PartitionWal<S> {
                         }
                     }
                     for (lsn, group, payload, kind) in records {
-                        let (frame, truncate_from, body) = match kind {
-                            KIND_TRUNCATE => {
+                        let (frame, truncate_from, body) = match (kind, BodyHash::of_kind(kind)) {
+                            (KIND_TRUNCATE, _) => {
                                 let op = u64::from_le_bytes(payload.try_into().expect("8"));
                                 (&payload[..0], Some(op), None)
                             }
                             // The length was checked by `parse_record`.
-                            KIND_BODY_REF | KIND_BODY_REF_BATCH => (
+                            (_, Some(by)) => (
                                 &payload[..HEADER_SIZE],
                                 None,
-                                Some(BodyRef::decode(
-                                    if kind == KIND_BODY_REF {
-                                        BodyHash::WholeBody
-                                    } else {
-                                        BodyHash::BatchChecksum
-                                    },
-                                    &payload[HEADER_SIZE..],
-                                )),
+                                Some(BodyRef::decode(by, &payload[HEADER_SIZE..])),
                             ),
                             _ => (payload, None, None),
                         };
@@ -1265,11 +1273,7 @@ impl<S: Storage> PartitionWal<S> {
         let mut payload = [0u8; HEADER_SIZE + BodyRef::LEN];
         payload[..HEADER_SIZE].copy_from_slice(header);
         payload[HEADER_SIZE..].copy_from_slice(&body.encode());
-        let kind = match body.by {
-            BodyHash::WholeBody => KIND_BODY_REF,
-            BodyHash::BatchChecksum => KIND_BODY_REF_BATCH,
-        };
-        self.submit_kind(group, &payload, kind, now_us)
+        self.submit_kind(group, &payload, body.by.kind(), now_us)
     }
 
     /// Adds the truncation of `group`'s ops `>= from_op` to the open window (the partition

@@ -17,19 +17,14 @@ use super::{PartitionLog, SegmentError, encode_entries, index_name, log_name};
 use crate::batch::{self, BatchFault};
 use crate::file::AlignedBuf;
 use crate::storage::{SECTOR, Storage, read_exact_at, sector_ceil};
+use crate::wal::BodyRef;
 
 /// What a replayed prepare says its batch is, for [`PartitionLog::settle`].
 #[derive(Debug, Clone, Copy)]
 pub enum Expected<'a> {
-    /// A body-reference record: the body's length and hash.
-    Referenced {
-        /// Body length.
-        len: u64,
-        /// What `hash` is.
-        by: crate::wal::BodyHash,
-        /// The reference's hash.
-        hash: u64,
-    },
+    /// A body-reference record: the body it names ([`BodyRef::names`]; its place is the
+    /// walk's, not the record's).
+    Referenced(BodyRef),
     /// A whole prepare in the WAL: its body.
     Held(&'a [u8]),
 }
@@ -241,21 +236,21 @@ impl<S: Storage> PartitionLog<S> {
                 position = 0;
             }
             let want = match e.expected {
-                Expected::Referenced { len, .. } => len,
+                Expected::Referenced(at) => at.len,
                 Expected::Held(body) => body.len() as u64,
             };
             let Some(body) = self.span(i, position, want).await? else {
                 break;
             };
             let intact = match e.expected {
-                Expected::Referenced { by, hash, .. } => by.names(hash, &body),
+                Expected::Referenced(at) => at.names(&body),
                 Expected::Held(held) => body == held,
             };
             let Some(info) = batch::peek(&body).filter(|i| intact && i.base_offset == cursor)
             else {
                 break;
             };
-            if matches!(e.expected, Expected::Referenced { .. }) {
+            if matches!(e.expected, Expected::Referenced(_)) {
                 settled.bodies.push((e.op, Bytes::from(body)));
             }
             cursor = info.end_offset();
@@ -319,11 +314,7 @@ mod tests {
         ExpectedBatch {
             op: a.op,
             base_offset: batch::peek(&a.batch).unwrap().base_offset,
-            expected: Expected::Referenced {
-                len: a.batch.len() as u64,
-                by: crate::wal::BodyHash::BatchChecksum,
-                hash: crate::wal::BodyRef::of(0, 0, &a.batch).unwrap().hash,
-            },
+            expected: Expected::Referenced(BodyRef::of(0, 0, &a.batch).unwrap()),
         }
     }
 
@@ -419,8 +410,8 @@ mod tests {
         let all: Vec<Ahead> = (1..=4).map(|op| reserve(&mut log, op, 3)).collect();
         block_on(log.flush_synced()).unwrap();
         let mut expected: Vec<_> = all.iter().map(referenced).collect();
-        if let Expected::Referenced { hash, .. } = &mut expected[1].expected {
-            *hash ^= 1;
+        if let Expected::Referenced(at) = &mut expected[1].expected {
+            at.hash ^= 1;
         }
         let mut log = open(&disk);
         let settled = block_on(log.settle(0, &expected)).unwrap();
