@@ -76,8 +76,16 @@ pub struct Stamp {
     /// The directory was formatted by `--rejoin` (decision 240): while the stamp says so,
     /// every group that boots without a superblock state boots in lost state.
     pub rejoin: bool,
-    /// The data format generation ([`DATA_FORMAT`] for the stamp a node expects).
-    pub data_format: u32,
+}
+
+/// A stamp as read back, with what only the file records: the layout (`None` before decision
+/// 192) and the data format generation (0 before decision 499). A stamp is always written
+/// with this build's [`DATA_FORMAT`].
+#[derive(Debug, PartialEq, Eq)]
+struct Recorded {
+    stamp: Stamp,
+    layout: Option<ShardLayout>,
+    data_format: u32,
 }
 
 /// What places a partition group's data under the data directory: its lane is
@@ -123,7 +131,7 @@ impl Stamp {
             shards: Some(self.layout.shards),
             replica_lanes: Some(self.layout.replica_lanes),
             rejoin: self.rejoin,
-            data_format: self.data_format,
+            data_format: DATA_FORMAT,
         };
         format!(
             "# Written once when this directory was formatted; never edit it.\n{}",
@@ -131,8 +139,8 @@ impl Stamp {
         )
     }
 
-    /// The stamp and its recorded layout (`None` for a stamp from before decision 192).
-    fn decode(text: &str) -> Option<(Stamp, Option<ShardLayout>)> {
+    /// The stamp and what its file records beside it.
+    fn decode(text: &str) -> Option<Recorded> {
         let file: StampFile = toml::from_str(text).ok()?;
         let layout = match (file.shards, file.replica_lanes) {
             (Some(shards), Some(replica_lanes)) => Some(ShardLayout {
@@ -152,9 +160,12 @@ impl Stamp {
                 replica_lanes: 0,
             }),
             rejoin: file.rejoin,
-            data_format: file.data_format,
         };
-        Some((stamp, layout))
+        Some(Recorded {
+            stamp,
+            layout,
+            data_format: file.data_format,
+        })
     }
 
     /// The superblock identity this stamp demands.
@@ -321,7 +332,7 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 /// accepted: the rejoin goes on from the stamp, which is what a start without the flag does.
 pub fn check_rejoin(data: &Path) -> Result<(), BootError> {
     if let Ok(text) = std::fs::read_to_string(data.join(STAMP_FILE))
-        && Stamp::decode(&text).is_some_and(|(s, _)| s.rejoin)
+        && Stamp::decode(&text).is_some_and(|r| r.stamp.rejoin)
     {
         return Ok(());
     }
@@ -363,8 +374,11 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
     let path = data.join(STAMP_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
-            let (found, layout) =
-                Stamp::decode(&text).ok_or(BootError::StampUnreadable { path: path.clone() })?;
+            let Recorded {
+                stamp: found,
+                layout,
+                data_format,
+            } = Stamp::decode(&text).ok_or(BootError::StampUnreadable { path: path.clone() })?;
             let describe = |s: &Stamp| {
                 format!(
                     "cluster {:?} (id {:#x}), replica {} of {}",
@@ -386,11 +400,11 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                     expected: describe(expected),
                 });
             }
-            if found.data_format > expected.data_format {
+            if data_format > DATA_FORMAT {
                 return Err(BootError::NewerFormat {
                     path,
-                    found: found.data_format,
-                    supported: expected.data_format,
+                    found: data_format,
+                    supported: DATA_FORMAT,
                 });
             }
             match layout {
@@ -403,7 +417,7 @@ pub fn check_or_format(data: &Path, expected: &Stamp) -> Result<bool, BootError>
                     // A stamp from before the layout was recorded (no partition data was laid
                     // out by shard then), or of an earlier data format generation (nothing of
                     // this build's generation is written yet): both are recorded now.
-                    if layout.is_none() || found.data_format < expected.data_format {
+                    if layout.is_none() || data_format < DATA_FORMAT {
                         write_stamp(
                             data,
                             &Stamp {
@@ -442,7 +456,7 @@ pub fn stamp_records_rejoin(data: &Path) -> Result<bool, BootError> {
     let path = data.join(STAMP_FILE);
     let text = std::fs::read_to_string(&path).map_err(io(&path, "reading"))?;
     Stamp::decode(&text)
-        .map(|(s, _)| s.rejoin)
+        .map(|r| r.stamp.rejoin)
         .ok_or(BootError::StampUnreadable { path })
 }
 
@@ -452,7 +466,9 @@ pub fn stamp_records_rejoin(data: &Path) -> Result<bool, BootError> {
 pub fn clear_rejoin(data: &Path) -> Result<(), BootError> {
     let path = data.join(STAMP_FILE);
     let text = std::fs::read_to_string(&path).map_err(io(&path, "reading"))?;
-    let (stamp, _) = Stamp::decode(&text).ok_or(BootError::StampUnreadable { path })?;
+    let stamp = Stamp::decode(&text)
+        .ok_or(BootError::StampUnreadable { path })?
+        .stamp;
     if !stamp.rejoin {
         return Ok(());
     }
@@ -886,7 +902,6 @@ mod tests {
                 replica_lanes: 16,
             },
             rejoin: false,
-            data_format: DATA_FORMAT,
         }
     }
 
@@ -900,7 +915,14 @@ mod tests {
     fn stamp_round_trips() {
         let s = stamp();
         let layout = s.layout;
-        assert_eq!(Stamp::decode(&s.encode()), Some((s, Some(layout))));
+        assert_eq!(
+            Stamp::decode(&s.encode()),
+            Some(Recorded {
+                stamp: s,
+                layout: Some(layout),
+                data_format: DATA_FORMAT,
+            })
+        );
         assert_eq!(Stamp::decode("cluster_name = \"x\"\n"), None);
     }
 
@@ -988,11 +1010,11 @@ mod tests {
             .chain(std::iter::once("rejoin = true\n".to_string()))
             .collect();
         std::fs::write(&path, &older).unwrap();
-        assert_eq!(Stamp::decode(&older).unwrap().0.data_format, 0);
+        assert_eq!(Stamp::decode(&older).unwrap().data_format, 0);
         assert!(!check_or_format(&dir, &stamp()).unwrap());
-        let (recorded, _) = Stamp::decode(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let recorded = Stamp::decode(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(recorded.data_format, DATA_FORMAT);
-        assert!(recorded.rejoin, "the rejoin is kept");
+        assert!(recorded.stamp.rejoin, "the rejoin is kept");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -1042,11 +1064,11 @@ mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         std::fs::write(dir.join(STAMP_FILE), &old).unwrap();
-        assert_eq!(Stamp::decode(&old).unwrap().1, None);
+        assert_eq!(Stamp::decode(&old).unwrap().layout, None);
         assert!(!check_or_format(&dir, &stamp()).unwrap());
         let completed = std::fs::read_to_string(dir.join(STAMP_FILE)).unwrap();
         assert_eq!(
-            Stamp::decode(&completed).unwrap().1,
+            Stamp::decode(&completed).unwrap().layout,
             Some(stamp().layout),
             "{completed}"
         );

@@ -99,7 +99,6 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
             replica_lanes: config.cluster.replica_lanes,
         },
         rejoin: args.rejoin,
-        data_format: boot::DATA_FORMAT,
     };
     if args.rejoin {
         boot::check_rejoin(&data)?;

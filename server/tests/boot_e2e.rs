@@ -355,7 +355,6 @@ fn a_rejoin_cut_before_its_superblock_mark_boots_in_lost_state_without_the_flag(
                 replica_lanes: 16,
             },
             rejoin: true,
-            data_format: server::boot::DATA_FORMAT,
         };
         server::boot::check_rejoin(&nodes[wiped].dir).unwrap();
         assert!(server::boot::check_or_format(&nodes[wiped].dir, &stamp).unwrap());
