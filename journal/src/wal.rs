@@ -98,8 +98,9 @@ const KIND_TRUNCATE: u8 = 1;
 /// ([`BodyHash::WholeBody`]). Written by builds before decision 498, still read.
 const KIND_BODY_REF: u8 = 2;
 /// The same, the hash being the batch's own checksum ([`BodyHash::BatchChecksum`], decision
-/// 498). A build before it does not parse the record, so it takes the window for damaged and
-/// refuses the directory instead of taking the bodies for lost (no downgrade).
+/// 498). A build before it does not parse the record: it takes the window for damaged, and a
+/// node with no peer to repair from then cuts the segment data the window vouched for. No
+/// downgrade: the stamp's `data_format` (decision 499) makes later builds refuse instead.
 const KIND_BODY_REF_BATCH: u8 = 3;
 /// A window header that is not a seal.
 const SEAL_NONE: u8 = 0;
