@@ -36,6 +36,24 @@ pub struct Baseline {
     /// Bytes per write of the loopback and disk probes (the SendMessages frame of one batch;
     /// the disk probe rounds it up to 4096).
     pub write_size: usize,
+    /// The kernel's default TCP congestion control when the probes ran
+    /// (`/proc/sys/net/ipv4/tcp_congestion_control`), which every connection of the run,
+    /// probes, harness and nodes, starts with. It moves the loopback figures: on the
+    /// development machine `bbr` carried 2.5-3.4 GB/s where `cubic` carried 5.3-8.5 (decision
+    /// 500). `null` where the file cannot be read, and in reports older than it.
+    #[serde(default)]
+    pub tcp_congestion_control: Option<String>,
+}
+
+/// Where Linux shows the default TCP congestion control.
+pub const CONGESTION_CONTROL_PATH: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
+
+/// The congestion control named in `path` (one word and a newline), `None` when it cannot be
+/// read or names nothing.
+pub fn congestion_control(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let name = text.trim();
+    (!name.is_empty() && !name.contains(char::is_whitespace)).then(|| name.to_string())
 }
 
 /// How long each bandwidth probe runs, and the round-trip count.
@@ -81,6 +99,7 @@ pub fn measure(
         disk_read_mb_s: disk.as_ref().map(|d| d.read_mb_s),
         disk_direct_io: disk.as_ref().map(|d| d.direct_io),
         write_size,
+        tcp_congestion_control: congestion_control(Path::new(CONGESTION_CONTROL_PATH)),
     })
 }
 

@@ -720,7 +720,8 @@ fn baseline_line(b: &baseline::Baseline) -> String {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
     format!(
         "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s ({}), \
-         fdatasync p50 {} us, disk read {} MB/s, at {} bytes per write",
+         fdatasync p50 {} us, disk read {} MB/s, at {} bytes per write, TCP congestion \
+         control {}",
         b.loopback_mb_s,
         b.rtt_us_p50,
         b.rtt_us_p99,
@@ -732,7 +733,8 @@ fn baseline_line(b: &baseline::Baseline) -> String {
         },
         opt(b.fdatasync_us_p50),
         opt(b.disk_read_mb_s),
-        b.write_size
+        b.write_size,
+        b.tcp_congestion_control.as_deref().unwrap_or("unknown")
     )
 }
 

@@ -816,6 +816,17 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         opt(a.baseline.fdatasync_us_p50),
         opt(b.baseline.fdatasync_us_p50),
     );
+    let congestion = |r: &Report| {
+        r.baseline
+            .tcp_congestion_control
+            .clone()
+            .unwrap_or_else(|| "null".into())
+    };
+    row(
+        "baseline.tcp_congestion_control",
+        congestion(a),
+        congestion(b),
+    );
     row("ceiling_mb_s", opt(a.ceiling_mb_s), opt(b.ceiling_mb_s));
     row(
         "ratio_to_ceiling",

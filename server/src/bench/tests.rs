@@ -99,6 +99,7 @@ fn baseline(loopback: f64, disk: Option<f64>) -> baseline::Baseline {
         disk_read_mb_s: disk.map(|d| 2.0 * d),
         disk_direct_io: disk.map(|_| true),
         write_size: 4096,
+        tcp_congestion_control: Some("cubic".into()),
     }
 }
 
@@ -298,6 +299,49 @@ fn compare_prints_both_reports_and_their_ratio() {
         "{line}"
     );
     assert!(text.contains("aaa") && text.contains("bbb"));
+}
+
+/// The report names the kernel's default congestion control (decision 500): read from the
+/// file Linux shows it in, one word; anything else is `null`, never a guess.
+#[test]
+fn the_baseline_names_the_congestion_control_it_ran_under() {
+    let dir = crate::scratch_dir("bench-congestion");
+    let file = |text: &str| {
+        let path = dir.join("tcp_congestion_control");
+        std::fs::write(&path, text).unwrap();
+        baseline::congestion_control(&path)
+    };
+    assert_eq!(file("bbr\n").as_deref(), Some("bbr"));
+    assert_eq!(file("cubic").as_deref(), Some("cubic"));
+    assert_eq!(file("\n"), None);
+    assert_eq!(file("bbr cubic\n"), None);
+    assert_eq!(baseline::congestion_control(&dir.join("absent")), None);
+    let _ = std::fs::remove_dir_all(&dir);
+    // On Linux the measured baseline carries the running kernel's choice.
+    let here =
+        baseline::congestion_control(std::path::Path::new(baseline::CONGESTION_CONTROL_PATH))
+            .expect("Linux shows its default congestion control");
+    let measured = baseline::measure(
+        4096,
+        None,
+        baseline::Budget::standard(std::time::Duration::from_millis(50)),
+    )
+    .unwrap();
+    assert_eq!(measured.tcp_congestion_control, Some(here));
+    // Reports from before the field read back with it `null`; `compare` prints it.
+    let mut old = serde_json::to_value(sample_report(100.0, "old")).unwrap();
+    old["baseline"]
+        .as_object_mut()
+        .unwrap()
+        .remove("tcp_congestion_control");
+    let old: report::Report = serde_json::from_value(old).unwrap();
+    assert_eq!(old.baseline.tcp_congestion_control, None);
+    let text = report::compare(&old, &sample_report(100.0, "new"), "A", "B");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("baseline.tcp_congestion_control"))
+        .unwrap();
+    assert!(line.contains("null") && line.contains("cubic"), "{line}");
 }
 
 #[test]
