@@ -70,10 +70,13 @@ fn a_rejoined_node_clears_its_mark_and_a_later_group_votes_at_once() {
             &["--rejoin"],
         );
 
-        // 3. The mark goes, after the old life's group booted lost under it.
+        // 3. The mark goes, after the old life's group booted lost under it. The node writes
+        // the stamp before it logs the clearing, so both are waited for.
         eventually("the rejoined node clears its mark", &logs, || {
-            (!stamp(&nodes[wiped]).is_empty() && !stamp(&nodes[wiped]).contains("rejoin ="))
-                .then_some(())
+            (!stamp(&nodes[wiped]).is_empty()
+                && !stamp(&nodes[wiped]).contains("rejoin =")
+                && !log_lines(&logs, "the stamp's rejoin is cleared").is_empty())
+            .then_some(())
         });
         let cleared = log_lines(&logs, "the stamp's rejoin is cleared");
         assert_eq!(cleared.len(), 1, "{cleared:?}");
