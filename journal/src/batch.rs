@@ -42,8 +42,13 @@ impl From<BatchHeader> for BatchInfo {
 /// Reads the header fields without verifying the messages: `None` if the header is shorter
 /// than 256 bytes or `batch_length` is below it.
 pub fn peek(bytes: &[u8]) -> Option<BatchInfo> {
-    let header = batch::peek(bytes)?;
-    (header.length >= BATCH_HEADER as u64).then(|| header.into())
+    peek_header(bytes).map(BatchInfo::from)
+}
+
+/// [`peek`]'s header whole, its checksum included (a body reference names its batch by it,
+/// decision 498).
+pub fn peek_header(bytes: &[u8]) -> Option<BatchHeader> {
+    batch::peek(bytes).filter(|header| header.length >= BATCH_HEADER as u64)
 }
 
 /// Verifies the batch at the start of `bytes` (`wire::batch::verify`).
@@ -85,6 +90,34 @@ mod tests {
             assert!(verify(&bad).is_err(), "byte {at}");
         }
         assert_eq!(verify(&batch[..200]), Err(BatchFault::Truncated));
+    }
+
+    /// A header whose `batch_length` is below the header itself is not a batch to peek: a
+    /// scan that stepped by that length would not move (bytes from disk are untrusted).
+    #[test]
+    fn a_batch_length_below_the_header_is_not_peeked() {
+        let mut batch = build(3, 100, 5_000, &[b"hello"]);
+        assert_eq!(
+            peek_header(&batch).map(|h| h.length),
+            Some(batch.len() as u64)
+        );
+        assert_eq!(peek(&batch).map(|i| i.len), Some(batch.len() as u64));
+        for length in [0, 1, BATCH_HEADER as u64 - 1] {
+            batch[32..40].copy_from_slice(&length.to_le_bytes());
+            assert_eq!(peek_header(&batch), None, "batch_length {length}");
+            assert_eq!(peek(&batch), None, "batch_length {length}");
+            assert_eq!(crate::wal::BodyRef::of(0, 0, &batch), None);
+        }
+        batch[32..40].copy_from_slice(&(BATCH_HEADER as u64).to_le_bytes());
+        assert!(
+            peek_header(&batch).is_some(),
+            "a header alone is a batch of no messages"
+        );
+        assert_eq!(
+            peek_header(&batch[..BATCH_HEADER - 1]),
+            None,
+            "a short header"
+        );
     }
 
     #[test]

@@ -210,8 +210,7 @@ impl BodyRef {
     /// checksum already covers every message's checksum, and a reader verifies the batch whole
     /// (decision 498). `None` when `body` has no batch header.
     pub fn of(segment: u64, position: u64, body: &[u8]) -> Option<BodyRef> {
-        let header =
-            wire::batch::peek(body).filter(|h| h.length >= crate::batch::BATCH_HEADER as u64)?;
+        let header = crate::batch::peek_header(body)?;
         Some(BodyRef {
             by: BodyHash::BatchChecksum,
             segment,
@@ -292,7 +291,7 @@ impl BodyHash {
     /// whole: every message checksum, then the batch checksum, so every byte is covered.
     pub fn names(self, hash: u64, body: &[u8]) -> bool {
         match self {
-            BodyHash::BatchChecksum => wire::batch::peek(body).is_some_and(|header| {
+            BodyHash::BatchChecksum => crate::batch::peek_header(body).is_some_and(|header| {
                 header.checksum == hash
                     && header.length == body.len() as u64
                     && crate::batch::verify(body).is_ok()
