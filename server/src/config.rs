@@ -94,6 +94,8 @@ pub struct RawConfig {
     pub cluster: RawCluster,
     /// `[message_bus]`.
     pub message_bus: RawMessageBus,
+    /// `[network]`.
+    pub network: RawNetwork,
     /// `[metadata]`.
     pub metadata: RawMetadata,
     /// `[partition]`.
@@ -230,6 +232,18 @@ defaults!(RawMessageBus {
     close_peer_timeout: s("2 s"),
     close_grace: s("2 s"),
     handshake_grace: s("10 s"),
+});
+
+/// `[network]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+#[allow(missing_docs)]
+pub struct RawNetwork {
+    pub tcp_congestion_control: String,
+}
+
+defaults!(RawNetwork {
+    tcp_congestion_control: s(""),
 });
 
 /// `[metadata]`.
@@ -485,6 +499,15 @@ pub struct MessageBus {
     pub handshake_grace: Duration,
 }
 
+/// `[network]`, validated (decision 501).
+#[derive(Debug, Clone)]
+pub struct Network {
+    /// `network.tcp_congestion_control`: set on the node's client and replica listeners
+    /// before they listen and on its replica dials before they connect; `None` (the empty
+    /// string) leaves the kernel's default. Whether the kernel has it is checked at start.
+    pub tcp_congestion_control: Option<shard::net::CongestionControl>,
+}
+
 /// `[metadata]`, validated.
 #[derive(Debug, Clone)]
 #[allow(missing_docs)]
@@ -554,6 +577,8 @@ pub struct Config {
     pub cluster: Cluster,
     #[allow(missing_docs)]
     pub message_bus: MessageBus,
+    #[allow(missing_docs)]
+    pub network: Network,
     #[allow(missing_docs)]
     pub metadata: Metadata,
     #[allow(missing_docs)]
@@ -703,6 +728,7 @@ impl RawConfig {
     pub fn validate(&self, overrides: &Overrides) -> Result<Config, ConfigError> {
         let system = self.validate_system(overrides)?;
         let message_bus = self.validate_message_bus()?;
+        let network = self.validate_network()?;
         let cluster = self.validate_cluster(overrides, &system, &message_bus)?;
         let metadata = self.validate_metadata(overrides)?;
         let partition = self.validate_partition(&message_bus)?;
@@ -726,9 +752,25 @@ impl RawConfig {
             replica_id: replica_id as u8,
             cluster,
             message_bus,
+            network,
             metadata,
             partition,
             system,
+        })
+    }
+
+    fn validate_network(&self) -> Result<Network, ConfigError> {
+        let name = &self.network.tcp_congestion_control;
+        let tcp_congestion_control =
+            if name.is_empty() {
+                None
+            } else {
+                Some(shard::net::CongestionControl::new(name).map_err(|e| {
+                    ConfigError::new("network.tcp_congestion_control", e.to_string())
+                })?)
+            };
+        Ok(Network {
+            tcp_congestion_control,
         })
     }
 

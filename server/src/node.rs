@@ -64,6 +64,13 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
     // killing it.
     let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
     let (soft, hard) = shard::runtime::raise_memlock_limit().context("reading RLIMIT_MEMLOCK")?;
+    // A name the kernel does not have (or does not allow) stops the node here, before any
+    // socket: a listener would fail later with a less clear error, a dial every second.
+    if let Some(congestion) = &config.network.tcp_congestion_control {
+        congestion
+            .check()
+            .context("config key `network.tcp_congestion_control`")?;
+    }
     let node = config.node().clone();
     if consensus::INVARIANT_SWEEP && !cfg!(debug_assertions) {
         warn!(
@@ -83,6 +90,11 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         replicas = config.cluster.nodes.len(),
         shards = %sharding,
         lanes = config.cluster.replica_lanes,
+        tcp_congestion_control = config
+            .network
+            .tcp_congestion_control
+            .as_ref()
+            .map_or("kernel default", |c| c.name()),
         data_dir = %config.system.path.display(),
         memlock_soft = soft,
         memlock_hard = hard,
@@ -483,7 +495,7 @@ impl Shard {
             None
         };
         if id == 0 {
-            match glommio::net::TcpListener::bind(self.listen) {
+            match shard::net::socket::listener(self.listen, self.net.congestion.as_ref()) {
                 Ok(listener) => plane.serve(listener),
                 Err(e) => {
                     self.report(Err(format!(
@@ -494,7 +506,9 @@ impl Shard {
                 }
             }
         }
-        match glommio::net::TcpListener::bind(self.clients) {
+        // The client listeners run under the replica plane's congestion control too: one
+        // `network.tcp_congestion_control` for every socket of the node (decision 501).
+        match shard::net::socket::listener(self.clients, self.net.congestion.as_ref()) {
             Ok(listener) => core.serve(listener, ctx.stop.clone()),
             Err(e) => {
                 self.report(Err(format!(

@@ -60,6 +60,7 @@ pub fn net_config(config: &Config) -> anyhow::Result<NetConfig> {
         .context("message_bus.max_message_size")?;
     net.peer_queue_capacity = config.message_bus.peer_queue_capacity as usize;
     net.max_batch = config.message_bus.max_batch as usize;
+    net.congestion = config.network.tcp_congestion_control.clone();
     Ok(net)
 }
 

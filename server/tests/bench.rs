@@ -361,7 +361,7 @@ fn the_baseline_probes_return_plausible_numbers() {
         round_trips: 200,
         disk_bytes_max: 8 << 20,
     };
-    let b = baseline::measure(1 << 20, Some(&dir), budget).unwrap();
+    let b = baseline::measure(1 << 20, Some(&dir), budget, None).unwrap();
     assert!(
         b.loopback_mb_s.is_finite() && b.loopback_mb_s > 0.0,
         "{b:?}"

@@ -4,12 +4,14 @@
 //! latency. Each probe is bounded in time and bytes; none asserts anything about speed.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use shard::net::CongestionControl;
+use shard::net::socket::{std_connect, std_listener};
 
 /// The baselines of one run (the report's `baseline` object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,7 +45,18 @@ pub struct Baseline {
     /// 500). `null` where the file cannot be read, and in reports older than it.
     #[serde(default)]
     pub tcp_congestion_control: Option<String>,
+    /// The congestion control `--tcp-congestion` set on every socket of the run (probes,
+    /// harness, spawned nodes) before it connected or listened; `null` when the run's sockets
+    /// kept the kernel's default, and in reports older than decision 501.
+    #[serde(default)]
+    pub socket_congestion_control: Option<String>,
 }
+
+/// Where the probes listen: loopback, a port of the kernel's choosing.
+const LOCALHOST_ANY_PORT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+/// A probe's connect to its own listener is answered at once; this only bounds a broken one.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where Linux shows the default TCP congestion control.
 pub const CONGESTION_CONTROL_PATH: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
@@ -83,9 +96,10 @@ pub fn measure(
     write_size: usize,
     data_dir: Option<&Path>,
     budget: Budget,
+    congestion: Option<&CongestionControl>,
 ) -> std::io::Result<Baseline> {
-    let loopback_mb_s = loopback(write_size, budget.time)?;
-    let (rtt_us_p50, rtt_us_p99) = round_trip(64, budget.round_trips)?;
+    let loopback_mb_s = loopback(write_size, budget.time, congestion)?;
+    let (rtt_us_p50, rtt_us_p99) = round_trip(64, budget.round_trips, congestion)?;
     let disk = match data_dir {
         Some(dir) => Some(disk(dir, write_size, budget)?),
         None => None,
@@ -100,13 +114,19 @@ pub fn measure(
         disk_direct_io: disk.as_ref().map(|d| d.direct_io),
         write_size,
         tcp_congestion_control: congestion_control(Path::new(CONGESTION_CONTROL_PATH)),
+        socket_congestion_control: congestion.map(|c| c.name().to_string()),
     })
 }
 
 /// Loopback TCP bandwidth: one connection, writes of `chunk` bytes for `time`, MB/s counted
-/// from the first write to the receiver's end of stream.
-pub fn loopback(chunk: usize, time: Duration) -> std::io::Result<f64> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+/// from the first write to the receiver's end of stream; both ends under `congestion` when
+/// given.
+pub fn loopback(
+    chunk: usize,
+    time: Duration,
+    congestion: Option<&CongestionControl>,
+) -> std::io::Result<f64> {
+    let listener = std_listener(LOCALHOST_ANY_PORT, congestion)?;
     let addr = listener.local_addr()?;
     let receiver = std::thread::spawn(move || -> std::io::Result<(u64, Instant)> {
         let (mut stream, _) = listener.accept()?;
@@ -119,7 +139,7 @@ pub fn loopback(chunk: usize, time: Duration) -> std::io::Result<f64> {
             }
         }
     });
-    let mut stream = TcpStream::connect(addr)?;
+    let mut stream = std_connect(addr, CONNECT_TIMEOUT, congestion)?;
     stream.set_nodelay(true)?;
     let data = vec![0x5au8; chunk.max(1)];
     let started = Instant::now();
@@ -133,9 +153,14 @@ pub fn loopback(chunk: usize, time: Duration) -> std::io::Result<f64> {
     Ok(mb_per_s(total, ended - started))
 }
 
-/// Round trip of `size`-byte messages echoed on one loopback connection: (p50, p99) in µs.
-pub fn round_trip(size: usize, count: u32) -> std::io::Result<(f64, f64)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
+/// Round trip of `size`-byte messages echoed on one loopback connection: (p50, p99) in µs;
+/// both ends under `congestion` when given.
+pub fn round_trip(
+    size: usize,
+    count: u32,
+    congestion: Option<&CongestionControl>,
+) -> std::io::Result<(f64, f64)> {
+    let listener = std_listener(LOCALHOST_ANY_PORT, congestion)?;
     let addr = listener.local_addr()?;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let (mut stream, _) = listener.accept()?;
@@ -149,7 +174,7 @@ pub fn round_trip(size: usize, count: u32) -> std::io::Result<(f64, f64)> {
             }
         }
     });
-    let mut stream = TcpStream::connect(addr)?;
+    let mut stream = std_connect(addr, CONNECT_TIMEOUT, congestion)?;
     stream.set_nodelay(true)?;
     let mut buf = vec![1u8; size];
     let mut histogram = nanos_histogram();

@@ -306,11 +306,16 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects (TCP_NODELAY on), retrying a refused connection until `patience` runs out.
-    pub fn connect(addr: SocketAddr, patience: Duration) -> Result<Connection> {
+    /// Connects (TCP_NODELAY on, `congestion` set before the connection starts), retrying a
+    /// refused connection until `patience` runs out.
+    pub fn connect(
+        addr: SocketAddr,
+        patience: Duration,
+        congestion: Option<&shard::net::CongestionControl>,
+    ) -> Result<Connection> {
         let started = std::time::Instant::now();
         let stream = loop {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            match shard::net::socket::std_connect(addr, Duration::from_secs(5), congestion) {
                 Ok(stream) => break stream,
                 Err(_) if started.elapsed() < patience => {
                     std::thread::sleep(Duration::from_millis(100));
@@ -331,6 +336,11 @@ impl Connection {
             transient_retries: 0,
             foreign_echoes: 0,
         })
+    }
+
+    /// The congestion control the connection runs under, as the kernel reports it.
+    pub fn congestion_control(&self) -> std::io::Result<String> {
+        shard::net::socket::congestion_control_of(&self.stream)
     }
 
     /// Header fields for the next request of `operation`; metadata ops and Logout consume a

@@ -58,6 +58,8 @@ pub struct Spawned<'a> {
     pub wal_size: Option<u64>,
     /// `partition.read_cache_bytes` (`None`: the node's default).
     pub read_cache: Option<u64>,
+    /// `network.tcp_congestion_control` (`None`: the kernel's default).
+    pub congestion: Option<&'a shard::net::CongestionControl>,
 }
 
 /// The config text of an `n`-node cluster on `nodes`, with the keys `spawned` sets.
@@ -69,6 +71,11 @@ pub fn config_text(nodes: &[NodePorts], spawned: &Spawned<'_>) -> String {
     }
     if let Some(bytes) = spawned.read_cache {
         text.push_str(&format!("read_cache_bytes = \"{bytes}\"\n"));
+    }
+    if let Some(congestion) = spawned.congestion {
+        text.push_str(&format!(
+            "\n[network]\ntcp_congestion_control = \"{congestion}\"\n"
+        ));
     }
     for (i, p) in nodes.iter().enumerate() {
         text.push_str(&format!(

@@ -68,6 +68,8 @@ pub struct Target {
     pub username: String,
     /// Password.
     pub password: String,
+    /// `--tcp-congestion`: set on every connection before it connects.
+    pub congestion: Option<shard::net::CongestionControl>,
 }
 
 /// The stream, topic and partitions the load goes to.
@@ -419,7 +421,11 @@ fn timeline(
 }
 
 fn login(target: &Target) -> Result<Connection, super::client::ClientError> {
-    let mut conn = Connection::connect(target.addr, Duration::from_secs(10))?;
+    let mut conn = Connection::connect(
+        target.addr,
+        Duration::from_secs(10),
+        target.congestion.as_ref(),
+    )?;
     conn.login(&target.username, &target.password)?;
     Ok(conn)
 }

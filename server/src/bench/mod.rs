@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use shard::net::CongestionControl;
 
 use self::client::Connection;
 use self::load::{Layout, Stop, Target, Workload};
@@ -164,10 +165,22 @@ pub struct RunArgs {
     /// Password to log in with.
     #[arg(long, default_value = crate::metadata::ROOT_DEFAULT)]
     pub password: String,
+    /// A TCP congestion control (e.g. `cubic`) set on every socket of the run before it
+    /// connects or listens: the load's connections, the loopback and round-trip probes and,
+    /// with --spawn, the nodes' (`network.tcp_congestion_control`). Default: the kernel's
+    /// (decision 501). Against --address the nodes keep their own config.
+    #[arg(long, value_name = "NAME", value_parser = parse_congestion)]
+    pub tcp_congestion: Option<CongestionControl>,
     /// Serve the sink (answers every request at once) on --address (default 127.0.0.1:8090)
     /// until killed, instead of running a load.
     #[arg(long, conflicts_with_all = ["spawn", "out"])]
     pub sink: bool,
+}
+
+/// Parses `--tcp-congestion`: a name of the kernel's shape (whether this kernel has it is
+/// checked before the run, [`validate`]).
+pub fn parse_congestion(text: &str) -> Result<CongestionControl, String> {
+    CongestionControl::new(text).map_err(|e| e.to_string())
 }
 
 /// Parses `--wal-size`: a size as the config writes it (`64 MiB`, `4096`), in the range and
@@ -254,6 +267,9 @@ pub fn validate(args: &RunArgs) -> anyhow::Result<()> {
         if args.data_dir.is_some() {
             bail!("--data-dir is where a --spawn'ed cluster keeps its data; it needs --spawn");
         }
+    }
+    if let Some(congestion) = &args.tcp_congestion {
+        congestion.check().context("--tcp-congestion")?;
     }
     let frame = send_frame_size(args.message_size, args.batch);
     if frame > wire::MAX_MESSAGE_SIZE_DEFAULT as u64 {
@@ -345,6 +361,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
     let terminal = std::io::stderr().is_terminal();
     let write_size = send_frame_size(args.message_size, args.batch) as usize;
     let budget = baseline::Budget::standard(Duration::from_secs_f64(args.baseline_seconds));
+    let congestion = args.tcp_congestion.as_ref();
     let (mut cluster, target_addr, replicas, acked, baseline) = match (args.spawn, &args.address) {
         (Some(n), _) => {
             let (dir, remove) = match &args.data_dir {
@@ -360,7 +377,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             };
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             note("measuring baselines (loopback, round trip, disk)");
-            let baseline = baseline::measure(write_size, Some(&dir), budget);
+            let baseline = baseline::measure(write_size, Some(&dir), budget, congestion);
             let baseline = match baseline {
                 Ok(b) => b,
                 Err(e) => {
@@ -378,6 +395,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                     ack: args.ack.unwrap_or(AckArg::Disk).as_str(),
                     wal_size: args.wal_size,
                     read_cache: args.read_cache,
+                    congestion,
                 },
                 dir.clone(),
                 remove,
@@ -401,8 +419,8 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         (None, Some(address)) => {
             let addr = resolve(address)?;
             note("measuring baselines (loopback, round trip)");
-            let baseline =
-                baseline::measure(write_size, None, budget).context("measuring the baselines")?;
+            let baseline = baseline::measure(write_size, None, budget, congestion)
+                .context("measuring the baselines")?;
             (None, addr, None, "unknown".to_string(), baseline)
         }
         (None, None) => bail!("strand bench needs --address HOST:PORT or --spawn N"),
@@ -412,6 +430,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
         addr: target_addr,
         username: args.username.clone(),
         password: args.password.clone(),
+        congestion: args.tcp_congestion.clone(),
     };
     let (layout, replicas) = prepare(&target, args, replicas)?;
     let ready = match cluster.as_mut() {
@@ -583,13 +602,17 @@ fn prepare(
     args: &RunArgs,
     replicas: Option<u32>,
 ) -> anyhow::Result<(Layout, Option<u32>)> {
-    let mut conn =
-        Connection::connect(target.addr, Duration::from_secs(10)).with_context(|| {
-            format!(
-                "connecting to {} (is the node's client plane serving?)",
-                target.addr
-            )
-        })?;
+    let mut conn = Connection::connect(
+        target.addr,
+        Duration::from_secs(10),
+        target.congestion.as_ref(),
+    )
+    .with_context(|| {
+        format!(
+            "connecting to {} (is the node's client plane serving?)",
+            target.addr
+        )
+    })?;
     conn.login(&target.username, &target.password)
         .with_context(|| format!("logging in to {} as {}", target.addr, target.username))?;
     let replicas = match replicas {
@@ -721,7 +744,7 @@ fn baseline_line(b: &baseline::Baseline) -> String {
     format!(
         "baseline: loopback {:.1} MB/s, rtt p50 {:.1} us p99 {:.1} us, disk {} MB/s ({}), \
          fdatasync p50 {} us, disk read {} MB/s, at {} bytes per write, TCP congestion \
-         control {}",
+         control {} (the run's sockets: {})",
         b.loopback_mb_s,
         b.rtt_us_p50,
         b.rtt_us_p99,
@@ -734,7 +757,10 @@ fn baseline_line(b: &baseline::Baseline) -> String {
         opt(b.fdatasync_us_p50),
         opt(b.disk_read_mb_s),
         b.write_size,
-        b.tcp_congestion_control.as_deref().unwrap_or("unknown")
+        b.tcp_congestion_control.as_deref().unwrap_or("unknown"),
+        b.socket_congestion_control
+            .as_deref()
+            .unwrap_or("the kernel's default")
     )
 }
 

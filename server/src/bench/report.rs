@@ -816,16 +816,16 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         opt(a.baseline.fdatasync_us_p50),
         opt(b.baseline.fdatasync_us_p50),
     );
-    let congestion = |r: &Report| {
-        r.baseline
-            .tcp_congestion_control
-            .clone()
-            .unwrap_or_else(|| "null".into())
-    };
+    let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "null".into());
     row(
         "baseline.tcp_congestion_control",
-        congestion(a),
-        congestion(b),
+        name(&a.baseline.tcp_congestion_control),
+        name(&b.baseline.tcp_congestion_control),
+    );
+    row(
+        "baseline.socket_congestion_control",
+        name(&a.baseline.socket_congestion_control),
+        name(&b.baseline.socket_congestion_control),
     );
     row("ceiling_mb_s", opt(a.ceiling_mb_s), opt(b.ceiling_mb_s));
     row(

@@ -57,11 +57,45 @@ fn a_restamp_that_skips_the_checksum_is_caught() {
     );
 }
 
+/// `--tcp-congestion` (decision 501): a name of the kernel's shape parses, a malformed one is
+/// refused by the parser, one the kernel lacks by `validate` before anything runs, naming the
+/// flag; the harness's connections start under it.
+#[test]
+fn the_congestion_control_flag_is_checked_and_reaches_the_connections() {
+    let args = parse(&["--spawn", "1", "--tcp-congestion", "reno"]).unwrap();
+    assert_eq!(
+        args.run.tcp_congestion.as_ref().map(|c| c.name()),
+        Some("reno")
+    );
+    validate(&args.run).unwrap();
+    let error = parse(&["--spawn", "1", "--tcp-congestion", "cu bic"]).unwrap_err();
+    assert!(error.to_string().contains("--tcp-congestion"), "{error}");
+    let args = parse(&["--spawn", "1", "--tcp-congestion", "no_such_cc"]).unwrap();
+    let error = format!("{:#}", validate(&args.run).unwrap_err());
+    assert!(
+        error.starts_with("--tcp-congestion") && error.contains("no_such_cc"),
+        "{error}"
+    );
+    let default = std::fs::read_to_string(baseline::CONGESTION_CONTROL_PATH).unwrap();
+    let chosen = if default.trim() == "reno" {
+        "cubic"
+    } else {
+        "reno"
+    };
+    let chosen = shard::net::CongestionControl::new(chosen).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conn = client::Connection::connect(addr, std::time::Duration::ZERO, Some(&chosen)).unwrap();
+    assert_eq!(conn.congestion_control().unwrap(), chosen.name());
+    let plain = client::Connection::connect(addr, std::time::Duration::ZERO, None).unwrap();
+    assert_eq!(plain.congestion_control().unwrap(), default.trim());
+}
+
 #[test]
 fn metadata_requests_are_stamped_and_numbered() {
     let stream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = stream.local_addr().unwrap();
-    let mut conn = client::Connection::connect(addr, std::time::Duration::ZERO).unwrap();
+    let mut conn = client::Connection::connect(addr, std::time::Duration::ZERO, None).unwrap();
     let a = conn.fields(Operation::CreateStream, 0);
     let b = conn.fields(Operation::CreateTopic, 0);
     let c = conn.fields(Operation::SendMessages, 0);
@@ -100,6 +134,7 @@ fn baseline(loopback: f64, disk: Option<f64>) -> baseline::Baseline {
         disk_direct_io: disk.map(|_| true),
         write_size: 4096,
         tcp_congestion_control: Some("cubic".into()),
+        socket_congestion_control: None,
     }
 }
 
@@ -325,9 +360,22 @@ fn the_baseline_names_the_congestion_control_it_ran_under() {
         4096,
         None,
         baseline::Budget::standard(std::time::Duration::from_millis(50)),
+        None,
+    )
+    .unwrap();
+    assert_eq!(measured.tcp_congestion_control, Some(here.clone()));
+    assert_eq!(measured.socket_congestion_control, None);
+    // `--tcp-congestion` is recorded beside the kernel's default, which it does not change.
+    let reno = shard::net::CongestionControl::new("reno").unwrap();
+    let measured = baseline::measure(
+        4096,
+        None,
+        baseline::Budget::standard(std::time::Duration::from_millis(50)),
+        Some(&reno),
     )
     .unwrap();
     assert_eq!(measured.tcp_congestion_control, Some(here));
+    assert_eq!(measured.socket_congestion_control.as_deref(), Some("reno"));
     // Reports from before the field read back with it `null`; `compare` prints it.
     let mut old = serde_json::to_value(sample_report(100.0, "old")).unwrap();
     old["baseline"]
@@ -342,6 +390,14 @@ fn the_baseline_names_the_congestion_control_it_ran_under() {
         .find(|l| l.starts_with("baseline.tcp_congestion_control"))
         .unwrap();
     assert!(line.contains("null") && line.contains("cubic"), "{line}");
+    let mut chosen = sample_report(100.0, "new");
+    chosen.baseline.socket_congestion_control = Some("reno".into());
+    let text = report::compare(&old, &chosen, "A", "B");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("baseline.socket_congestion_control"))
+        .unwrap();
+    assert!(line.contains("null") && line.contains("reno"), "{line}");
 }
 
 #[test]
@@ -377,10 +433,13 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                 })
                 .collect();
             for wal_size in [None, Some(8 << 20), Some(1 << 30)] {
+                let congestion =
+                    wal_size.map(|_| shard::net::CongestionControl::new("reno").unwrap());
                 let spawned = cluster::Spawned {
                     ack: ack.as_str(),
                     wal_size,
                     read_cache: wal_size.map(|_| 64 << 20),
+                    congestion: congestion.as_ref(),
                 };
                 let text = cluster::config_text(&nodes, &spawned);
                 let overrides = crate::config::Overrides {
@@ -404,6 +463,15 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                     256 << 20
                 };
                 assert_eq!(config.partition.read_cache_bytes, cache);
+                // `--tcp-congestion` reaches it too (here with each explicit WAL size).
+                assert_eq!(
+                    config
+                        .network
+                        .tcp_congestion_control
+                        .as_ref()
+                        .map(|c| c.name()),
+                    congestion.as_ref().map(|c| c.name())
+                );
             }
         }
     }
@@ -627,6 +695,7 @@ fn the_readiness_wait_expects_the_generated_configs_lanes() {
                 ack: "disk",
                 wal_size: None,
                 read_cache: None,
+                congestion: None,
             },
         ),
         &crate::config::Overrides {

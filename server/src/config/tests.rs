@@ -113,6 +113,34 @@ fn every_default() {
     assert_eq!((s.io_memory, s.ring_depth), (2 << 20, 128));
 }
 
+/// `network.tcp_congestion_control` (decision 501): empty keeps the kernel's default, a name
+/// of the kernel's shape is taken (whether the kernel has it is `strand start`'s check), and a
+/// name the kernel could never take is refused here, naming the key.
+#[test]
+fn the_congestion_control_is_a_name_or_nothing() {
+    assert_eq!(load_ok(NODES).network.tcp_congestion_control, None);
+    let set = load_ok(&format!(
+        "{NODES}\n[network]\ntcp_congestion_control = \"cubic\"\n"
+    ));
+    assert_eq!(
+        set.network
+            .tcp_congestion_control
+            .map(|c| c.name().to_string()),
+        Some("cubic".to_string())
+    );
+    for (name, why) in [
+        ("cu bic", "' '"),
+        ("a_name_of_16_byt", "16 bytes"),
+        ("bbr\\u0000", "'\\0'"),
+    ] {
+        let error = refuse(&format!("[network]\ntcp_congestion_control = \"{name}\"\n"));
+        assert!(
+            error.starts_with("config key `network.tcp_congestion_control`") && error.contains(why),
+            "{name}: {error}"
+        );
+    }
+}
+
 /// The README's config block writes out every default: it parses, and apart from its roster
 /// gives exactly what a file with only a roster gives.
 #[test]

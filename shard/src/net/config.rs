@@ -99,6 +99,9 @@ pub struct NetConfig {
     pub peer_queue_capacity: usize,
     /// `message_bus.max_batch`.
     pub max_batch: usize,
+    /// `network.tcp_congestion_control`: set on the replica listener before it listens and on
+    /// every dial before it connects (decision 501); `None` keeps the kernel's default.
+    pub congestion: Option<super::CongestionControl>,
 }
 
 impl NetConfig {
@@ -116,6 +119,7 @@ impl NetConfig {
             max_message_size: wire::MAX_MESSAGE_SIZE_DEFAULT,
             peer_queue_capacity: PEER_QUEUE_CAPACITY_DEFAULT,
             max_batch: MAX_BATCH_DEFAULT,
+            congestion: None,
         }
     }
 

@@ -247,12 +247,16 @@ fn exporter_of(exported: Result<[u8; 32], rustls::Error>) -> Result<[u8; 32], Ha
 /// per-dial timeout), TLS (client role) when configured, then the dialer machine. The caller
 /// bounds TLS and the machine by `handshake_grace`.
 pub async fn dial(config: &NetConfig, peer: &Peer, lane: u8) -> Result<Established, Handshake> {
-    let tcp = TcpStream::connect_timeout(peer.addr, config.reconnect_period)
-        .await
-        .map_err(|error| {
-            tracing::debug!(peer = peer.id, %error, "replica dial failed");
-            Handshake::Connect
-        })?;
+    let tcp = super::socket::connect(
+        peer.addr,
+        config.reconnect_period,
+        config.congestion.as_ref(),
+    )
+    .await
+    .map_err(|error| {
+        tracing::debug!(peer = peer.id, %error, "replica dial failed");
+        Handshake::Connect
+    })?;
     tcp.set_nodelay(true).map_err(|e| io_failure(e.into()))?;
     let Some(tls) = &config.tls else {
         let mut tcp = tcp;

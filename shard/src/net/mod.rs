@@ -7,6 +7,7 @@
 //! - [`handshake`]: TLS then the `wire::handshake` machines over a socket, bounded by the
 //!   caller's `handshake_grace`.
 //! - [`receive`]: the receive checks of wire.md section 6 on a framed frame, as a pure function.
+//! - [`socket`]: listeners and dials with an operator-chosen TCP congestion control.
 //! - [`counters`]: every refusal, close, failed handshake and send drop, by reason.
 //! - [`plane`]: one shard's endpoint: accept loop, reconnect sweep, handoff by lane, the
 //!   registry of connections, reader and writer tasks, bounded per-peer queues.
@@ -20,8 +21,10 @@ pub mod handshake;
 pub mod io;
 pub mod plane;
 pub mod receive;
+pub mod socket;
 pub mod tls;
 
 pub use config::{NetConfig, Peer};
 pub use counters::Counters;
 pub use plane::{Origin, Plane, SendError, Sink};
+pub use socket::CongestionControl;
