@@ -11,7 +11,7 @@
 //! partition's first batch, restamped with the polled offset and the newest origin timestamp.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -75,7 +75,31 @@ impl Sink {
         refuse_first: u64,
         create_topic_echo: Option<u8>,
     ) -> std::io::Result<Sink> {
-        let listener = TcpListener::bind(addr)?;
+        Sink::serve_on(TcpListener::bind(addr)?, refuse_first, create_topic_echo)
+    }
+
+    /// As [`Sink::spawn`], with `congestion` set on the listener before it listens, so every
+    /// connection it accepts runs under it: `strand bench --sink --tcp-congestion NAME`, the
+    /// sink end of a client measured under that control (decision 501).
+    pub fn spawn_under(
+        addr: &str,
+        congestion: Option<&shard::net::CongestionControl>,
+    ) -> std::io::Result<Sink> {
+        let resolved = addr.to_socket_addrs()?.next().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{addr} resolves to nothing"),
+            )
+        })?;
+        let listener = shard::net::socket::std_listener(resolved, congestion)?;
+        Sink::serve_on(listener, 0, None)
+    }
+
+    fn serve_on(
+        listener: TcpListener,
+        refuse_first: u64,
+        create_topic_echo: Option<u8>,
+    ) -> std::io::Result<Sink> {
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
             refuse_first,
