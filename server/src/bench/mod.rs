@@ -250,6 +250,9 @@ pub fn send_frame_size(message_size: u32, batch: u32) -> u64 {
 
 /// Checks the cross-flag rules clap does not: names the flags in every error.
 pub fn validate(args: &RunArgs) -> anyhow::Result<()> {
+    if let Some(congestion) = &args.tcp_congestion {
+        congestion.check().context("--tcp-congestion")?;
+    }
     if args.sink {
         return Ok(());
     }
@@ -267,9 +270,6 @@ pub fn validate(args: &RunArgs) -> anyhow::Result<()> {
         if args.data_dir.is_some() {
             bail!("--data-dir is where a --spawn'ed cluster keeps its data; it needs --spawn");
         }
-    }
-    if let Some(congestion) = &args.tcp_congestion {
-        congestion.check().context("--tcp-congestion")?;
     }
     let frame = send_frame_size(args.message_size, args.batch);
     if frame > wire::MAX_MESSAGE_SIZE_DEFAULT as u64 {
@@ -340,9 +340,6 @@ pub fn main(args: BenchArgs, exe: &Path, out: &mut dyn std::io::Write) -> anyhow
             validate(&args)?;
             if args.sink {
                 let addr = args.address.as_deref().unwrap_or("127.0.0.1:8090");
-                if let Some(congestion) = &args.tcp_congestion {
-                    congestion.check().context("--tcp-congestion")?;
-                }
                 let sink = sink::Sink::spawn_under(addr, args.tcp_congestion.as_ref())
                     .with_context(|| format!("binding {addr}"))?;
                 writeln!(out, "sink listening on {}", sink.addr())?;

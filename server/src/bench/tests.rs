@@ -70,12 +70,18 @@ fn the_congestion_control_flag_is_checked_and_reaches_the_connections() {
     validate(&args.run).unwrap();
     let error = parse(&["--spawn", "1", "--tcp-congestion", "cu bic"]).unwrap_err();
     assert!(error.to_string().contains("--tcp-congestion"), "{error}");
-    let args = parse(&["--spawn", "1", "--tcp-congestion", "no_such_cc"]).unwrap();
-    let error = format!("{:#}", validate(&args.run).unwrap_err());
-    assert!(
-        error.starts_with("--tcp-congestion") && error.contains("no_such_cc"),
-        "{error}"
-    );
+    for mode in ["--spawn", "--sink"] {
+        let args = if mode == "--sink" {
+            parse(&["--sink", "--tcp-congestion", "no_such_cc"]).unwrap()
+        } else {
+            parse(&["--spawn", "1", "--tcp-congestion", "no_such_cc"]).unwrap()
+        };
+        let error = format!("{:#}", validate(&args.run).unwrap_err());
+        assert!(
+            error.starts_with("--tcp-congestion") && error.contains("no_such_cc"),
+            "{mode}: {error}"
+        );
+    }
     let default = std::fs::read_to_string(baseline::CONGESTION_CONTROL_PATH).unwrap();
     let chosen = if default.trim() == "reno" {
         "cubic"
