@@ -1399,8 +1399,13 @@ pub const DEV_PORT_STEP: u16 = 100;
 pub const DEV_REPLICAS_MAX: u8 = 9;
 
 /// The config text of a `strand dev` cluster of `replicas` nodes on 127.0.0.1.
-pub fn dev_config(replicas: u8) -> String {
+pub fn dev_config(replicas: u8, congestion: Option<&shard::net::CongestionControl>) -> String {
     let mut text = DEV_CONFIG.to_string();
+    if let Some(congestion) = congestion {
+        text.push_str(&format!(
+            "\n[network]\ntcp_congestion_control = \"{congestion}\"\n"
+        ));
+    }
     for i in 0..replicas {
         let step = DEV_PORT_STEP * u16::from(i);
         let p = DEV_BASE_PORTS;

@@ -89,6 +89,10 @@ struct DevArgs {
     /// Where the nodes keep their data: DIR/node-0, DIR/node-1, ... and the generated config.
     #[arg(long, value_name = "DIR", default_value = "local_data/dev")]
     data_dir: PathBuf,
+    /// A TCP congestion control (e.g. `cubic`) for every socket of the nodes: their
+    /// `network.tcp_congestion_control` (decision 501). Default: the kernel's.
+    #[arg(long, value_name = "NAME", value_parser = server::bench::parse_congestion)]
+    tcp_congestion: Option<shard::net::CongestionControl>,
 }
 
 fn parse_cores(text: &str) -> Result<CoreList, String> {

@@ -806,7 +806,10 @@ impl shard::pump::Handler<ShardMsg> for Adopt {
 /// `strand dev`: N child nodes on loopback from the embedded config.
 pub fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
     init_logging();
-    let text = config::dev_config(args.replicas);
+    if let Some(congestion) = &args.tcp_congestion {
+        congestion.check().context("--tcp-congestion")?;
+    }
+    let text = config::dev_config(args.replicas, args.tcp_congestion.as_ref());
     // Validate every node's view before starting any.
     for i in 0..args.replicas {
         let overrides = Overrides {

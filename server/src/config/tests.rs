@@ -673,8 +673,11 @@ fn sharding_from_the_file_and_the_flags() {
 
 #[test]
 fn dev_clusters_validate_with_ports_a_hundred_apart() {
+    let cubic = shard::net::CongestionControl::new("cubic").unwrap();
     for replicas in 1..=DEV_REPLICAS_MAX {
-        let text = dev_config(replicas);
+        // `strand dev --tcp-congestion` reaches every node's config (odd sizes here).
+        let congestion = (replicas % 2 == 1).then_some(&cubic);
+        let text = dev_config(replicas, congestion);
         for i in 0..replicas {
             let o = Overrides {
                 replica_id: u64::from(i),
@@ -682,6 +685,7 @@ fn dev_clusters_validate_with_ports_a_hundred_apart() {
                 ..overrides()
             };
             let config = load(&text, &o).unwrap_or_else(|e| panic!("{replicas} nodes: {e}"));
+            assert_eq!(config.network.tcp_congestion_control.as_ref(), congestion);
             let node = config.node();
             let step = 100 * u16::from(i);
             assert_eq!(node.ip, IpAddr::from([127, 0, 0, 1]));
