@@ -302,7 +302,7 @@ mod tests {
     }
 
     #[test]
-    fn glommio_sockets_run_under_the_control_and_a_refused_dial_is_an_error() {
+    fn glommio_sockets_run_under_the_control_and_a_refused_or_unanswered_dial_fails() {
         let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .io_memory(64 << 10)
             .spawn(|| async move {
@@ -331,6 +331,23 @@ mod tests {
                 };
                 let refused = connect(closed, Duration::from_secs(5), Some(&cc)).await;
                 assert!(refused.is_err(), "a dial to a closed port succeeded");
+                // A listener whose accept queue is full drops new handshakes: the dial
+                // gives up at its timeout with `TimedOut`.
+                let full = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+                full.bind(&SockAddr::from(loopback())).unwrap();
+                full.listen(0).unwrap();
+                let full_addr = full.local_addr().unwrap().as_socket().unwrap();
+                let mut queued = Vec::new();
+                let started = std::time::Instant::now();
+                let timed_out = loop {
+                    match connect(full_addr, Duration::from_millis(200), None).await {
+                        Ok(stream) => queued.push(stream),
+                        Err(error) => break error,
+                    }
+                    assert!(queued.len() < 16, "the accept queue never filled");
+                };
+                assert_eq!(timed_out.kind(), io::ErrorKind::TimedOut, "{timed_out}");
+                assert!(started.elapsed() < Duration::from_secs(10));
             })
             .unwrap();
         handle.join().unwrap();
