@@ -149,16 +149,38 @@ fn tcp_socket(addr: &SocketAddr, congestion: Option<&CongestionControl>) -> io::
     Ok(socket)
 }
 
-/// Binds and listens on `addr` as `glommio::net::TcpListener::bind` does (`SO_REUSEPORT`, a
-/// backlog of 1024), with `congestion` set before it listens. Call on a glommio executor.
+/// Which address reuse a listener asks for before it binds.
+enum Reuse {
+    /// `SO_REUSEPORT`, as `glommio::net::TcpListener::bind` (every shard binds the client port).
+    Port,
+    /// `SO_REUSEADDR`, as `std::net::TcpListener::bind`.
+    Address,
+}
+
+/// A TCP socket on `addr` with `congestion` set, then `reuse`, bound and listening with a
+/// backlog of 1024 (both glommio's and std's).
+fn listening(
+    addr: SocketAddr,
+    congestion: Option<&CongestionControl>,
+    reuse: Reuse,
+) -> io::Result<Socket> {
+    let socket = tcp_socket(&addr, congestion)?;
+    match reuse {
+        Reuse::Port => socket.set_reuse_port(true)?,
+        Reuse::Address => socket.set_reuse_address(true)?,
+    }
+    socket.bind(&SockAddr::from(addr))?;
+    socket.listen(1024)?;
+    Ok(socket)
+}
+
+/// Binds and listens on `addr` as `glommio::net::TcpListener::bind` does, with `congestion`
+/// set before it listens. Call on a glommio executor.
 pub fn listener(
     addr: SocketAddr,
     congestion: Option<&CongestionControl>,
 ) -> io::Result<glommio::net::TcpListener> {
-    let socket = tcp_socket(&addr, congestion)?;
-    socket.set_reuse_port(true)?;
-    socket.bind(&SockAddr::from(addr))?;
-    socket.listen(1024)?;
+    let socket = listening(addr, congestion, Reuse::Port)?;
     // SAFETY: `into_raw_fd` gives up the descriptor of a TCP socket this function created,
     // bound and set listening, so the listener becomes its only owner.
     Ok(unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) })
@@ -191,12 +213,13 @@ pub async fn connect(
     match waited {
         Ok(_) => {}
         Err(glommio::GlommioError::IoError(error)) => return Err(error),
-        Err(_) => {
+        Err(glommio::GlommioError::TimedOut(_)) => {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("connecting to {addr}: no answer within {timeout:?}"),
             ));
         }
+        Err(other) => return Err(io::Error::other(format!("connecting to {addr}: {other}"))),
     }
     match socket2::SockRef::from(&stream).take_error()? {
         Some(error) => Err(error),
@@ -209,11 +232,7 @@ pub fn std_listener(
     addr: SocketAddr,
     congestion: Option<&CongestionControl>,
 ) -> io::Result<std::net::TcpListener> {
-    let socket = tcp_socket(&addr, congestion)?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&SockAddr::from(addr))?;
-    socket.listen(1024)?;
-    Ok(socket.into())
+    Ok(listening(addr, congestion, Reuse::Address)?.into())
 }
 
 /// A blocking [`std::net::TcpStream`] connected to `addr` within `timeout`, with `congestion`
