@@ -499,6 +499,14 @@ pub struct MessageBus {
     pub handshake_grace: Duration,
 }
 
+/// The `[network]` table that sets `network.tcp_congestion_control` to `congestion`, for a
+/// generated config (`strand dev`, `strand bench --spawn`); empty for `None`.
+pub fn network_section(congestion: Option<&shard::net::CongestionControl>) -> String {
+    congestion.map_or_else(String::new, |c| {
+        format!("\n[network]\ntcp_congestion_control = \"{c}\"\n")
+    })
+}
+
 /// `[network]`, validated (decision 501).
 #[derive(Debug, Clone)]
 pub struct Network {
@@ -1401,11 +1409,7 @@ pub const DEV_REPLICAS_MAX: u8 = 9;
 /// The config text of a `strand dev` cluster of `replicas` nodes on 127.0.0.1.
 pub fn dev_config(replicas: u8, congestion: Option<&shard::net::CongestionControl>) -> String {
     let mut text = DEV_CONFIG.to_string();
-    if let Some(congestion) = congestion {
-        text.push_str(&format!(
-            "\n[network]\ntcp_congestion_control = \"{congestion}\"\n"
-        ));
-    }
+    text.push_str(&network_section(congestion));
     for i in 0..replicas {
         let step = DEV_PORT_STEP * u16::from(i);
         let p = DEV_BASE_PORTS;

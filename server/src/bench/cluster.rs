@@ -72,11 +72,7 @@ pub fn config_text(nodes: &[NodePorts], spawned: &Spawned<'_>) -> String {
     if let Some(bytes) = spawned.read_cache {
         text.push_str(&format!("read_cache_bytes = \"{bytes}\"\n"));
     }
-    if let Some(congestion) = spawned.congestion {
-        text.push_str(&format!(
-            "\n[network]\ntcp_congestion_control = \"{congestion}\"\n"
-        ));
-    }
+    text.push_str(&config::network_section(spawned.congestion));
     for (i, p) in nodes.iter().enumerate() {
         text.push_str(&format!(
             "\n[[cluster.nodes]]\nname = \"bench-{i}\"\nip = \"127.0.0.1\"\nreplica_id = {i}\n\

@@ -340,7 +340,7 @@ pub fn main(args: BenchArgs, exe: &Path, out: &mut dyn std::io::Write) -> anyhow
             validate(&args)?;
             if args.sink {
                 let addr = args.address.as_deref().unwrap_or("127.0.0.1:8090");
-                let sink = sink::Sink::spawn_under(addr, args.tcp_congestion.as_ref())
+                let sink = sink::Sink::spawn_under(resolve(addr)?, args.tcp_congestion.as_ref())
                     .with_context(|| format!("binding {addr}"))?;
                 writeln!(out, "sink listening on {}", sink.addr())?;
                 out.flush()?;

@@ -11,7 +11,7 @@
 //! partition's first batch, restamped with the polled offset and the newest origin timestamp.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -82,16 +82,10 @@ impl Sink {
     /// connection it accepts runs under it: `strand bench --sink --tcp-congestion NAME`, the
     /// sink end of a client measured under that control (decision 501).
     pub fn spawn_under(
-        addr: &str,
+        addr: SocketAddr,
         congestion: Option<&shard::net::CongestionControl>,
     ) -> std::io::Result<Sink> {
-        let resolved = addr.to_socket_addrs()?.next().ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("{addr} resolves to nothing"),
-            )
-        })?;
-        let listener = shard::net::socket::std_listener(resolved, congestion)?;
+        let listener = shard::net::socket::std_listener(addr, congestion)?;
         Sink::serve_on(listener, 0, None)
     }
 

@@ -96,7 +96,7 @@ fn the_congestion_control_flag_is_checked_and_reaches_the_connections() {
     let plain = client::Connection::connect(addr, std::time::Duration::ZERO, None).unwrap();
     assert_eq!(plain.congestion_control().unwrap(), default.trim());
     // `--sink --tcp-congestion`: the sink's listener takes it too, and serves as before.
-    let sink = sink::Sink::spawn_under("127.0.0.1:0", Some(&chosen)).unwrap();
+    let sink = sink::Sink::spawn_under(([127, 0, 0, 1], 0).into(), Some(&chosen)).unwrap();
     let mut conn =
         client::Connection::connect(sink.addr(), std::time::Duration::ZERO, Some(&chosen)).unwrap();
     conn.login("iggy", "iggy").unwrap();
