@@ -6,20 +6,38 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::client::Client;
+use shard::net::CongestionControl;
 
 /// A congestion control the kernel offers that is not its default (`reno` is built into every
 /// kernel), so that a socket the node left alone would show something else.
-fn not_the_default() -> &'static str {
+fn not_the_default() -> CongestionControl {
     let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
         .expect("read the kernel's default congestion control");
-    if default.trim() == "reno" {
+    let name = if default.trim() == "reno" {
         "cubic"
     } else {
         "reno"
-    }
+    };
+    CongestionControl::new(name).unwrap()
+}
+
+/// Writes the config of an `n`-node cluster `name` with `network.tcp_congestion_control` set
+/// to `congestion` into `dir`; its ports and path.
+fn config_under(
+    dir: &Path,
+    name: &str,
+    n: usize,
+    congestion: &CongestionControl,
+) -> (Vec<u16>, PathBuf) {
+    let ports = common::free_ports(3 * n);
+    let path = dir.join("strand.toml");
+    let network = server::config::network_section(Some(congestion));
+    std::fs::write(&path, common::config(name, n, &ports, &network)).unwrap();
+    (ports, path)
 }
 
 /// One established TCP socket as `ss -tinp` shows it.
@@ -75,18 +93,7 @@ fn every_socket_of_a_node_runs_under_the_configured_congestion_control() {
     let _serial = common::serial();
     let chosen = not_the_default();
     let dir = common::scratch("congestion");
-    let ports = common::free_ports(6);
-    let config_path = dir.join("strand.toml");
-    std::fs::write(
-        &config_path,
-        common::config(
-            "congestion-e2e",
-            2,
-            &ports,
-            &format!("\n[network]\ntcp_congestion_control = \"{chosen}\"\n"),
-        ),
-    )
-    .unwrap();
+    let (ports, config_path) = config_under(&dir, "congestion-e2e", 2, &chosen);
     let logs = dir.join("nodes.log");
     let mut nodes = common::nodes(&dir, 2, &ports);
     for node in nodes.iter_mut() {
@@ -124,7 +131,10 @@ fn every_socket_of_a_node_runs_under_the_configured_congestion_control() {
             client_side >= 1 && replica_accepted >= 1 && replica_dialed >= 1,
             "expected an accepted client connection and replica connections both ways: {mine:#?}"
         );
-        let other: Vec<&Socket> = mine.iter().filter(|s| s.congestion != chosen).collect();
+        let other: Vec<&Socket> = mine
+            .iter()
+            .filter(|s| s.congestion != chosen.name())
+            .collect();
         assert!(
             other.is_empty(),
             "sockets of the nodes not under {chosen}: {other:#?}"
@@ -134,7 +144,7 @@ fn every_socket_of_a_node_runs_under_the_configured_congestion_control() {
             .into_iter()
             .find(|s| s.peer_port == nodes[0].tcp && s.pid == std::process::id())
             .expect("the test's client connection");
-        assert_ne!(ours.congestion, chosen, "{ours:?}");
+        assert_ne!(ours.congestion, chosen.name(), "{ours:?}");
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -142,18 +152,8 @@ fn every_socket_of_a_node_runs_under_the_configured_congestion_control() {
 #[test]
 fn a_congestion_control_the_kernel_lacks_stops_the_node_naming_the_key() {
     let dir = common::scratch("congestion-missing");
-    let ports = common::free_ports(3);
-    let config_path = dir.join("strand.toml");
-    std::fs::write(
-        &config_path,
-        common::config(
-            "congestion-missing",
-            1,
-            &ports,
-            "\n[network]\ntcp_congestion_control = \"no_such_cc\"\n",
-        ),
-    )
-    .unwrap();
+    let lacking = CongestionControl::new("no_such_cc").unwrap();
+    let (_, config_path) = config_under(&dir, "congestion-missing", 1, &lacking);
     let output = Command::new(env!("CARGO_BIN_EXE_strand"))
         .args(["start", "--config"])
         .arg(&config_path)
