@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream as StdTcp};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,8 @@ struct Got {
     shard: usize,
     origin: Origin,
     frame: Vec<u8>,
+    /// The shard loop's turns when the frame was delivered.
+    turns: u64,
 }
 
 type Configure = Arc<dyn Fn(&mut NetConfig) + Send + Sync>;
@@ -73,6 +75,11 @@ struct Control {
     node: Mutex<Option<NodeShared>>,
     /// Keep only each frame's header (throughput runs).
     headers_only: AtomicBool,
+    /// Microseconds the sink works (spins) on each frame: a busy node.
+    work_per_frame_us: AtomicU64,
+    /// Turns of the shards' own loops (each waits on a timer, so each turn needs the
+    /// executor to look at its rings).
+    turns: AtomicU64,
     stop: AtomicBool,
 }
 
@@ -89,10 +96,16 @@ impl Sink for Collect {
         } else {
             frame
         };
+        let work = Duration::from_micros(self.control.work_per_frame_us.load(Ordering::Relaxed));
+        let started = Instant::now();
+        while started.elapsed() < work {
+            std::hint::spin_loop();
+        }
         self.control.received.lock().unwrap().push(Got {
             shard: self.shard,
             origin,
             frame: kept.to_vec(),
+            turns: self.control.turns.load(Ordering::SeqCst),
         });
     }
 
@@ -317,6 +330,7 @@ async fn run_shard(
             break;
         }
         Timer::new(Duration::from_millis(5)).await;
+        control.turns.fetch_add(1, Ordering::SeqCst);
     }
     // Let the writers shut their sockets down.
     Timer::new(Duration::from_millis(50)).await;
@@ -627,6 +641,42 @@ fn a_client_request_on_the_replica_port_is_dropped_and_the_connection_kept() {
     assert_eq!(one.count(|c| c.dropped_count(Dropped::ClientRequest)), 1);
     assert_eq!(one.count(|c| c.dropped_count(Dropped::Seal)), 1);
     assert_eq!(one.connections(), [(0, 2)]);
+    one.stop();
+}
+
+/// A peer that keeps the socket full does not hold the shard (decision 502): while a stream
+/// of large prepares lasts, longer than many turns of the shard's own loop, that loop keeps
+/// turning. Each frame costs the sink a millisecond of work, so the peer's writes stay ahead
+/// of the reads and every read finds bytes waiting; a reader that never suspends would let
+/// the loop turn only after the last frame.
+#[test]
+fn a_peer_that_keeps_the_socket_full_does_not_hold_the_shard() {
+    const FRAMES: u64 = 160;
+    let (nodes, _) = cluster(vec![None, Some((1, plain()))]);
+    let one = nodes.into_iter().flatten().next().unwrap();
+    one.control.headers_only.store(true, Ordering::SeqCst);
+    one.control.work_per_frame_us.store(1_000, Ordering::SeqCst);
+    let mut raw = raw_peer(one.addr(), 0, 3);
+    eventually("the raw peer registered", || one.connections() == [(0, 3)]);
+    let body = vec![0x5a; 256 * 1024];
+    let frames: Vec<Bytes> = (1..=FRAMES).map(|op| prepare(0, op, &body)).collect();
+    let writer = std::thread::spawn(move || {
+        for frame in &frames {
+            raw.write_all(frame).unwrap();
+        }
+        raw
+    });
+    eventually("every frame delivered", || {
+        one.received().len() == FRAMES as usize
+    });
+    let _raw = writer.join().unwrap();
+    let got = one.received();
+    let turned = got.last().unwrap().turns - got.first().unwrap().turns;
+    // At least 160 ms of the sink's work, one turn per 5 ms timer: about 30 turns.
+    assert!(
+        turned >= 5,
+        "the shard's loop turned {turned} times while {FRAMES} frames were read"
+    );
     one.stop();
 }
 

@@ -82,6 +82,27 @@ pub trait Sink {
 /// the framer's buffer and copied by a sink that keeps them.
 pub const DIRECT_READ_MIN: usize = wire::framer::READ_CHUNK;
 
+/// Bytes a connection's reader takes in before it lets its shard's rings turn (decision 502).
+pub const READ_TURN_BYTES: usize = 1 << 20;
+
+/// The wait of [`reactor_turn`]: due at once, so it ends on the executor's next look at its
+/// rings.
+const REACTOR_TURN: Duration = Duration::from_micros(1);
+
+/// Lets the shard's executor look at its rings once before this task goes on.
+///
+/// A socket read that finds bytes waiting completes without ever suspending, and glommio
+/// reaps its rings (storage completions, timers, sockets) only when no task is ready or its
+/// preempt timer (100 ms) fires. So a reader whose peer keeps the socket full would hold the
+/// shard, its pump, its storage task and its ticks, for as long as the stream lasts: a backup
+/// at the end of a chain did, for seconds, while its inbox grew by every prepare it read. A
+/// timer is fired by the reactor, so waiting on one that is already due suspends this task
+/// until the executor has been to its rings (if it is due before the first poll, the turn is
+/// skipped, no harm done).
+async fn reactor_turn() {
+    Timer::new(REACTOR_TURN).await;
+}
+
 /// Why a frame was not queued for a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
@@ -569,9 +590,15 @@ impl Plane {
     async fn reader(self: Rc<Self>, conn: Rc<Conn>, mut half: ReadHalf) {
         let config = &self.config;
         let mut framer = Framer::new(config.max_message_size);
+        // Bytes read since the shard's rings last turned.
+        let mut unturned = 0usize;
         let reason = 'connection: loop {
             if conn.closed.get().is_some() {
                 break None;
+            }
+            if unturned >= READ_TURN_BYTES {
+                unturned = 0;
+                reactor_turn().await;
             }
             // Reads into the framer stop at `READ_CHUNK`, so a large frame is never whole
             // in one read: its header arrives with at most a chunk of its body and the rest
@@ -579,7 +606,10 @@ impl Plane {
             let spare = framer.spare();
             let chunk = spare.len().min(wire::framer::READ_CHUNK);
             match self.read_into(&conn, &mut half, &mut spare[..chunk]).await {
-                Ok(n) => framer.filled(n),
+                Ok(n) => {
+                    framer.filled(n);
+                    unturned += n;
+                }
                 Err(reason) => break Some(reason),
             }
             while let Some(frame) = framer.next_frame() {
@@ -601,8 +631,15 @@ impl Plane {
                     if conn.closed.get().is_some() {
                         break 'connection None;
                     }
+                    if unturned >= READ_TURN_BYTES {
+                        unturned = 0;
+                        reactor_turn().await;
+                    }
                     match self.read_into(&conn, &mut half, &mut frame[filled..]).await {
-                        Ok(n) => filled += n,
+                        Ok(n) => {
+                            filled += n;
+                            unturned += n;
+                        }
                         Err(reason) => break 'connection Some(reason),
                     }
                 }
