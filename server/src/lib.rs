@@ -12,6 +12,7 @@ pub mod client_core;
 pub mod config;
 pub mod forward_metrics;
 pub mod groups;
+pub mod inbox_bound;
 pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;

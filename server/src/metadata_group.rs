@@ -41,6 +41,7 @@ use tracing::{debug, error, info, warn};
 use wire::GroupId;
 
 use crate::boot::{MetadataDisk, encode_snapshot, persisted_state};
+use crate::inbox_bound::InboxBound;
 use crate::metrics::Gauges;
 
 /// A state machine the node can checkpoint through the shared reference the core hands out
@@ -87,8 +88,9 @@ impl Checkpointable for consensus::DigestStateMachine {
 /// tick on time, and keep the readers draining sockets while a burst is handled.
 pub const TURN_EVENTS_MAX: usize = 64;
 
-/// Replica-plane frames waiting in the inbox at most; beyond it a frame is dropped and counted
-/// (VSR retransmits heal drops; completions and connection reports are never dropped).
+/// Replica-plane frames waiting in the inbox at most; beyond it, or beyond
+/// [`INBOX_BYTES_MAX`](crate::inbox_bound::INBOX_BYTES_MAX) of them, a frame is dropped and
+/// counted (VSR retransmits heal drops; completions and connection reports are never dropped).
 pub const INBOX_FRAMES_MAX: usize = 4096;
 
 /// One input for the pump.
@@ -118,7 +120,7 @@ pub enum Event {
 /// The pump's inbox: filled by the sink and the storage task on the same shard.
 pub struct Inbox {
     events: RefCell<VecDeque<Event>>,
-    frames: Cell<usize>,
+    bound: InboxBound,
     waker: Cell<Option<Waker>>,
     gauges: Arc<Gauges>,
 }
@@ -128,21 +130,20 @@ impl Inbox {
     pub fn new(gauges: Arc<Gauges>) -> Inbox {
         Inbox {
             events: RefCell::default(),
-            frames: Cell::new(0),
+            bound: InboxBound::new(INBOX_FRAMES_MAX),
             waker: Cell::new(None),
             gauges,
         }
     }
 
     fn push(&self, event: Event) {
-        if matches!(event, Event::Frame { .. }) {
-            if self.frames.get() >= INBOX_FRAMES_MAX {
-                self.gauges
-                    .inbox_dropped_full
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return;
-            }
-            self.frames.set(self.frames.get() + 1);
+        if let Event::Frame { bytes, .. } = &event
+            && !self.bound.admit(bytes.len())
+        {
+            self.gauges
+                .inbox_dropped_full
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
         }
         self.events.borrow_mut().push_back(event);
         if let Some(waker) = self.waker.take() {
@@ -157,8 +158,8 @@ impl Inbox {
 
     fn pop(&self) -> Option<Event> {
         let event = self.events.borrow_mut().pop_front()?;
-        if matches!(event, Event::Frame { .. }) {
-            self.frames.set(self.frames.get() - 1);
+        if let Event::Frame { bytes, .. } = &event {
+            self.bound.release(bytes.len());
         }
         Some(event)
     }

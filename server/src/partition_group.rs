@@ -58,6 +58,7 @@ use crate::client::reply::ConsumerOffsetReply;
 use crate::client::request::PollMessages;
 use crate::client::status;
 use crate::groups::{Partitions, Refused, ReplySink};
+use crate::inbox_bound::InboxBound;
 use crate::metadata::view::MetadataReader;
 use crate::partition::PollAnswer;
 use crate::partition::machine::{PartitionStateMachine, StorageWork};
@@ -70,8 +71,9 @@ use crate::timeline::Timeline;
 /// connection readers and the storage task running during a burst.
 pub const TURN_EVENTS_MAX: usize = 64;
 
-/// Replica-plane frames (and client requests) waiting in the inbox at most; beyond, a frame is
-/// dropped and counted (VSR retransmits heal it) and a request is refused `Busy`.
+/// Replica-plane frames (and client requests) waiting in the inbox at most; beyond, or beyond
+/// [`INBOX_BYTES_MAX`](crate::inbox_bound::INBOX_BYTES_MAX) of them, a frame is dropped and
+/// counted (VSR retransmits heal it) and a request is refused `Busy`.
 pub const INBOX_FRAMES_MAX: usize = 8192;
 
 /// WAL lsns a group may hold below the WAL's durable end before the reclaim it blocks is
@@ -510,7 +512,7 @@ pub struct BootedGroup {
 /// storage task on the same shard.
 pub struct Inbox {
     events: RefCell<VecDeque<(Instant, Event)>>,
-    frames: Cell<usize>,
+    bound: InboxBound,
     waker: Cell<Option<Waker>>,
     gauges: Arc<PartitionGauges>,
 }
@@ -520,23 +522,22 @@ impl Inbox {
     pub fn new(gauges: Arc<PartitionGauges>) -> Inbox {
         Inbox {
             events: RefCell::default(),
-            frames: Cell::new(0),
+            bound: InboxBound::new(INBOX_FRAMES_MAX),
             waker: Cell::new(None),
             gauges,
         }
     }
 
-    /// Queues an event; a frame or request beyond [`INBOX_FRAMES_MAX`] is refused (`false`).
+    /// Queues an event; a frame or request beyond [`INBOX_FRAMES_MAX`] or the inbox's byte
+    /// bound is refused (`false`).
     pub fn push(&self, event: Event) -> bool {
-        let bounded = matches!(event, Event::Frame { .. } | Event::Request { .. });
-        if bounded {
-            if self.frames.get() >= INBOX_FRAMES_MAX {
-                if matches!(event, Event::Frame { .. }) {
-                    add(&self.gauges.dropped_full, 1);
-                }
-                return false;
+        if let Some(len) = bounded_len(&event)
+            && !self.bound.admit(len)
+        {
+            if matches!(event, Event::Frame { .. }) {
+                add(&self.gauges.dropped_full, 1);
             }
-            self.frames.set(self.frames.get() + 1);
+            return false;
         }
         self.events.borrow_mut().push_back((Instant::now(), event));
         self.wake();
@@ -546,8 +547,8 @@ impl Inbox {
     /// The oldest event and when it was pushed.
     fn pop(&self) -> Option<(Instant, Event)> {
         let (at, event) = self.events.borrow_mut().pop_front()?;
-        if matches!(event, Event::Frame { .. } | Event::Request { .. }) {
-            self.frames.set(self.frames.get() - 1);
+        if let Some(len) = bounded_len(&event) {
+            self.bound.release(len);
         }
         Some((at, event))
     }
@@ -556,6 +557,16 @@ impl Inbox {
         if let Some(waker) = self.waker.take() {
             waker.wake();
         }
+    }
+}
+
+/// The bytes an event counts against the inbox's bounds: frames and requests (a request's
+/// body), `None` for what is never refused.
+fn bounded_len(event: &Event) -> Option<usize> {
+    match event {
+        Event::Frame { bytes, .. } => Some(bytes.len()),
+        Event::Request { request, .. } => Some(request.body.len()),
+        _ => None,
     }
 }
 
@@ -3158,6 +3169,37 @@ mod tests {
     use journal::mem::FailOp;
     use wire::header::{FrameHeader, Layout, PrepareHeader};
     use wire::{Command, Operation, PartitionKey, Sender};
+
+    /// The inbox holds at most `INBOX_BYTES_MAX` of frames however few they are (decision 503):
+    /// a shard whose pump did not run took in 8,192 one-megabyte prepares before. Beyond the
+    /// bound a frame is dropped and counted, and room comes back as the pump takes frames out.
+    #[test]
+    fn the_inbox_holds_a_bounded_number_of_bytes() {
+        use crate::inbox_bound::INBOX_BYTES_MAX;
+        let gauges = Arc::new(PartitionGauges::default());
+        let inbox = Inbox::new(gauges.clone());
+        let frame = || Event::Frame {
+            from: 1,
+            group: 7,
+            bytes: Bytes::from(vec![0u8; 1 << 20]),
+        };
+        let fits = INBOX_BYTES_MAX >> 20;
+        assert!(
+            fits < INBOX_FRAMES_MAX,
+            "the byte bound is the one that bites here"
+        );
+        for _ in 0..fits {
+            assert!(inbox.push(frame()));
+        }
+        assert!(!inbox.push(frame()), "one megabyte more is over the bound");
+        assert_eq!(gauges.dropped_full.load(Ordering::Relaxed), 1);
+        // Events the pump must see are never refused.
+        assert!(inbox.push(Event::Removed { group: 7 }));
+        assert!(inbox.pop().is_some());
+        assert!(inbox.push(frame()), "room again once the pump took one out");
+        assert!(!inbox.push(frame()));
+        assert_eq!(gauges.dropped_full.load(Ordering::Relaxed), 2);
+    }
 
     /// A storage task over in-memory disks as a test drives it (replica 0 of 3, default WAL and
     /// limits, a fresh boot of `wal`), with the handles the test reads back.
