@@ -23,6 +23,24 @@ pub const TICK: Duration = Duration::from_millis(10);
 /// yields, a few hundred microseconds of consensus steps, well inside one tick.
 pub const TURN_MESSAGES_MAX: usize = 64;
 
+/// The wait of [`reactor_turn`]: due at once, so it ends on the executor's next look at its
+/// rings.
+const REACTOR_TURN: Duration = Duration::from_micros(1);
+
+/// Lets the shard's executor look at its rings once before this task goes on (decision 502).
+///
+/// glommio reaps a shard's rings (storage completions, timers, socket readiness) only when no
+/// task is ready or its preempt timer (100 ms) fires; `yield_now` lets the shard's other
+/// *ready* tasks run but reaps nothing. So a task that always has work (a socket read that
+/// finds bytes waiting never suspends; a pump with events or owed work) holds back every
+/// completion of its shard for as long as it has work: a replica connection's reader whose
+/// peer kept the socket full did, for seconds. A timer is fired by the reactor, so waiting on
+/// one that is already due suspends this task until the executor has been to its rings (if it
+/// is due before the first poll, the turn is skipped, no harm done).
+pub async fn reactor_turn() {
+    glommio::timer::Timer::new(REACTOR_TURN).await;
+}
+
 /// What a shard does with its pump's events. Synchronous: the consensus core steps without
 /// I/O, and I/O it asks for runs in tasks of the shard's own.
 pub trait Handler<T> {

@@ -85,24 +85,6 @@ pub const DIRECT_READ_MIN: usize = wire::framer::READ_CHUNK;
 /// Bytes a connection's reader takes in before it lets its shard's rings turn (decision 502).
 pub const READ_TURN_BYTES: usize = 1 << 20;
 
-/// The wait of [`reactor_turn`]: due at once, so it ends on the executor's next look at its
-/// rings.
-const REACTOR_TURN: Duration = Duration::from_micros(1);
-
-/// Lets the shard's executor look at its rings once before this task goes on.
-///
-/// A socket read that finds bytes waiting completes without ever suspending, and glommio
-/// reaps its rings (storage completions, timers, sockets) only when no task is ready or its
-/// preempt timer (100 ms) fires. So a reader whose peer keeps the socket full would hold the
-/// shard, its pump, its storage task and its ticks, for as long as the stream lasts: a backup
-/// at the end of a chain did, for seconds, while its inbox grew by every prepare it read. A
-/// timer is fired by the reactor, so waiting on one that is already due suspends this task
-/// until the executor has been to its rings (if it is due before the first poll, the turn is
-/// skipped, no harm done).
-async fn reactor_turn() {
-    Timer::new(REACTOR_TURN).await;
-}
-
 /// Why a frame was not queued for a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
@@ -598,7 +580,7 @@ impl Plane {
             }
             if unturned >= READ_TURN_BYTES {
                 unturned = 0;
-                reactor_turn().await;
+                crate::pump::reactor_turn().await;
             }
             // Reads into the framer stop at `READ_CHUNK`, so a large frame is never whole
             // in one read: its header arrives with at most a chunk of its body and the rest
@@ -633,7 +615,7 @@ impl Plane {
                     }
                     if unturned >= READ_TURN_BYTES {
                         unturned = 0;
-                        reactor_turn().await;
+                        crate::pump::reactor_turn().await;
                     }
                     match self.read_into(&conn, &mut half, &mut frame[filled..]).await {
                         Ok(n) => {
