@@ -17,10 +17,12 @@ use crate::runtime::StopSignal;
 /// The consensus tick (consensus.md: timeouts are counted in 10 ms ticks).
 pub const TICK: Duration = Duration::from_millis(10);
 
-/// Messages a pump handles before it yields to the shard's other tasks (connection readers and
-/// writers, storage completions) even if glommio's preemption timer has not asked it to. Bounds
-/// one pump turn: with the 1:1 main/reply interleave, at most 2 x 64 handler calls run between
-/// yields, a few hundred microseconds of consensus steps, well inside one tick.
+/// Messages a pump handles before it yields to the shard's other ready tasks (connection
+/// readers and writers, tasks whose completions were reaped) even if glommio's preemption timer
+/// has not asked it to. Bounds one pump turn: with the 1:1 main/reply interleave, at most 2 x
+/// 64 handler calls run between yields, a few hundred microseconds of consensus steps, well
+/// inside one tick. A yield reaps no new completions: that takes [`reactor_turn`], or the pump
+/// running out of messages.
 pub const TURN_MESSAGES_MAX: usize = 64;
 
 /// The wait of [`reactor_turn`]: due at once, so it ends on the executor's next look at its
