@@ -578,20 +578,16 @@ impl Plane {
             if conn.closed.get().is_some() {
                 break None;
             }
-            if unturned >= READ_TURN_BYTES {
-                unturned = 0;
-                crate::pump::reactor_turn().await;
-            }
             // Reads into the framer stop at `READ_CHUNK`, so a large frame is never whole
             // in one read: its header arrives with at most a chunk of its body and the rest
             // goes straight into its own buffer below.
             let spare = framer.spare();
             let chunk = spare.len().min(wire::framer::READ_CHUNK);
-            match self.read_into(&conn, &mut half, &mut spare[..chunk]).await {
-                Ok(n) => {
-                    framer.filled(n);
-                    unturned += n;
-                }
+            match self
+                .read_into(&conn, &mut half, &mut spare[..chunk], &mut unturned)
+                .await
+            {
+                Ok(n) => framer.filled(n),
                 Err(reason) => break Some(reason),
             }
             while let Some(frame) = framer.next_frame() {
@@ -613,15 +609,11 @@ impl Plane {
                     if conn.closed.get().is_some() {
                         break 'connection None;
                     }
-                    if unturned >= READ_TURN_BYTES {
-                        unturned = 0;
-                        crate::pump::reactor_turn().await;
-                    }
-                    match self.read_into(&conn, &mut half, &mut frame[filled..]).await {
-                        Ok(n) => {
-                            filled += n;
-                            unturned += n;
-                        }
+                    match self
+                        .read_into(&conn, &mut half, &mut frame[filled..], &mut unturned)
+                        .await
+                    {
+                        Ok(n) => filled += n,
                         Err(reason) => break 'connection Some(reason),
                     }
                 }
@@ -637,16 +629,23 @@ impl Plane {
     }
 
     /// One read from the connection into `buf`: the bytes read, or why the connection ends
-    /// (end of stream, a read error).
+    /// (end of stream, a read error). `unturned` counts the bytes read since the shard's rings
+    /// last turned; past [`READ_TURN_BYTES`] they turn before this read (decision 502).
     async fn read_into(
         &self,
         conn: &Conn,
         half: &mut ReadHalf,
         buf: &mut [u8],
+        unturned: &mut usize,
     ) -> Result<usize, Closed> {
+        if *unturned >= READ_TURN_BYTES {
+            *unturned = 0;
+            crate::pump::reactor_turn().await;
+        }
         match half.read(buf).await {
             Ok((0, _)) => Err(Closed::Eof),
             Ok((n, wants_write)) => {
+                *unturned += n;
                 if wants_write {
                     conn.flush.set(true);
                     conn.wake();
