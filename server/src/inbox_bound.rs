@@ -68,11 +68,13 @@ impl InboxBound {
     }
 
     /// Entries held.
+    #[cfg(test)]
     pub fn entries(&self) -> usize {
         self.entries.get()
     }
 
     /// Bytes held.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes.get()
     }

@@ -1028,6 +1028,38 @@ mod tests {
     use crate::test_frames::prepare;
     use consensus::{DigestStateMachine, WholeArtifacts};
     use journal::MemStorage;
+
+    /// The metadata inbox counts frames in and out by their bytes too (decision 503): 256
+    /// frames of 1 MiB fill it, the next is dropped and counted, and each one the pump takes
+    /// out makes room again; a connection report is never refused.
+    #[test]
+    fn the_inbox_holds_a_bounded_number_of_bytes() {
+        use crate::inbox_bound::INBOX_BYTES_MAX;
+        use std::sync::atomic::Ordering;
+        let gauges = Arc::new(Gauges::default());
+        let inbox = Inbox::new(gauges.clone());
+        let frame = || Event::Frame {
+            from: 1,
+            bytes: vec![0u8; 1 << 20],
+        };
+        for _ in 0..INBOX_BYTES_MAX >> 20 {
+            inbox.push(frame());
+        }
+        inbox.push(frame());
+        assert_eq!(gauges.inbox_dropped_full.load(Ordering::Relaxed), 1);
+        inbox.push(Event::Peer {
+            peer: 1,
+            connected: false,
+        });
+        for _ in 0..2 {
+            assert!(matches!(inbox.pop(), Some(Event::Frame { .. })));
+            inbox.push(frame());
+        }
+        assert_eq!(gauges.inbox_dropped_full.load(Ordering::Relaxed), 1);
+        inbox.push(frame());
+        assert_eq!(gauges.inbox_dropped_full.load(Ordering::Relaxed), 2);
+        assert_eq!(inbox.events.borrow().len(), (INBOX_BYTES_MAX >> 20) + 1);
+    }
     use journal::metadata::JournalConfig;
 
     const IDENTITY: journal::Identity = journal::Identity {
