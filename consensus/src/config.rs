@@ -54,6 +54,14 @@ pub struct RawConfig {
     /// dropped oldest first, as if `frame_cache_committed` were smaller (default 64 MiB, at least
     /// `max_message_size`).
     pub frame_cache_committed_bytes: u64,
+    /// Bytes of prepares whose appends this replica requested and has not seen complete
+    /// (decision 504). At or above it a backup forwards a new prepare down the chain but
+    /// neither journals nor acknowledges it, and asks for no repairs; a primary prepares no
+    /// new request. Repair fetches what was skipped once the appends caught up, so a replica
+    /// whose disk is slower than its group's stream holds a bounded backlog instead of all of
+    /// it. An empty backlog always takes one prepare, whatever its size. 0 = unbounded.
+    /// Default [`APPENDING_BYTES_MAX_DEFAULT`]. Node-local: need not agree.
+    pub appending_bytes_max: u64,
     /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
     /// older ops are answered RangeEvicted (state transfer takes over).
     pub headers_retained: u64,
@@ -139,6 +147,7 @@ impl RawConfig {
             clients_table_max: CLIENTS_TABLE_MAX_DEFAULT,
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
             frame_cache_committed_bytes: FRAME_CACHE_COMMITTED_BYTES_DEFAULT,
+            appending_bytes_max: APPENDING_BYTES_MAX_DEFAULT,
             headers_retained: HEADERS_RETAINED,
             checkpoint_interval_ops: match group.kind() {
                 wire::GroupKind::Metadata => METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT,

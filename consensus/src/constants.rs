@@ -82,6 +82,11 @@ pub const FRAME_CACHE_COMMITTED_DEFAULT: u64 = 256;
 /// default `max_message_size`).
 pub const FRAME_CACHE_COMMITTED_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 
+/// Bytes of prepares a replica may have asked its journal to append and not yet seen durable
+/// before a backup stops journaling new ones (decision 504): one largest frame at the default
+/// `max_message_size`, the frame cache's bound.
+pub const APPENDING_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
+
 /// Parked forwarded sessions waiting for a result, per replica.
 pub const FORWARDS_PENDING_MAX: usize = 1024;
 

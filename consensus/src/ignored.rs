@@ -94,6 +94,11 @@ pub enum Ignored {
     /// (decision 34); the sender retransmits or repair asks again later.
     #[error("journal full above the durable checkpoint")]
     JournalFull,
+    /// This backup's appends that have not completed reach `appending_bytes_max` (decision
+    /// 504): a live prepare is forwarded, neither journaled nor acked; repair fetches it once
+    /// the appends caught up.
+    #[error("appends behind: the journal holds its bound of incomplete appends")]
+    AppendingBehind,
     /// A live prepare stamped further ahead of this backup's clock than
     /// `timestamp_ahead_max_us` (decision 72): forwarded, neither journaled nor acked.
     #[error("prepare timestamp ahead of the local clock beyond the window")]

@@ -23,6 +23,15 @@ pub(crate) struct Entry {
     pub verified: bool,
 }
 
+/// The frame's whole size as its header states it, whether or not the frame is cached.
+fn appending_bytes_of(entry: &Entry) -> u64 {
+    if entry.durable {
+        0
+    } else {
+        u64::from(entry.header.frame.size.get())
+    }
+}
+
 fn frame_bytes(entry: &Entry) -> u64 {
     entry
         .frame
@@ -45,6 +54,10 @@ pub(crate) struct Journal {
     /// Bytes of the frames the entries hold. A frame enters only with `insert` and leaves only
     /// through `truncate_from`, `trim_below` and `evict_frame`, which keep this sum.
     cached_bytes: u64,
+    /// Frame sizes (from the headers) of the entries whose append has not completed. An entry
+    /// enters with `insert`, turns durable only through `set_durable`, and leaves only through
+    /// `truncate_from` and `trim_below`, which keep this sum.
+    appending_bytes: u64,
 }
 
 impl Journal {
@@ -55,6 +68,7 @@ impl Journal {
             base,
             slots: VecDeque::new(),
             cached_bytes: 0,
+            appending_bytes: 0,
         }
     }
 
@@ -105,6 +119,7 @@ impl Journal {
         }
         debug_assert!(self.slots[index].is_none(), "insert over a held op");
         self.cached_bytes += frame_bytes(&entry);
+        self.appending_bytes += appending_bytes_of(&entry);
         self.slots[index] = Some(Box::new(entry));
     }
 
@@ -120,6 +135,7 @@ impl Journal {
         while self.slots.len() > keep {
             if let Some(Some(entry)) = self.slots.pop_back() {
                 self.cached_bytes -= frame_bytes(&entry);
+                self.appending_bytes -= appending_bytes_of(&entry);
                 if !entry.durable {
                     in_flight.push((entry.header.op.get(), entry.checksum()));
                 }
@@ -140,7 +156,10 @@ impl Journal {
                     break;
                 }
                 Some(slot) => {
-                    self.cached_bytes -= slot.map_or(0, |entry| frame_bytes(&entry));
+                    if let Some(entry) = slot {
+                        self.cached_bytes -= frame_bytes(&entry);
+                        self.appending_bytes -= appending_bytes_of(&entry);
+                    }
                 }
             }
             self.base += 1;
@@ -159,6 +178,26 @@ impl Journal {
     /// Bytes of the frames held in memory.
     pub fn cached_bytes(&self) -> u64 {
         self.cached_bytes
+    }
+
+    /// Marks `op`'s append complete. `false` (nothing changed) when it is not held or already
+    /// durable.
+    pub fn set_durable(&mut self, op: u64) -> bool {
+        let Some(entry) = self.get_mut(op) else {
+            return false;
+        };
+        if entry.durable {
+            return false;
+        }
+        let bytes = appending_bytes_of(entry);
+        entry.durable = true;
+        self.appending_bytes -= bytes;
+        true
+    }
+
+    /// Frame bytes of the held entries whose append has not completed (decision 504).
+    pub fn appending_bytes(&self) -> u64 {
+        self.appending_bytes
     }
 
     /// The highest op `h` such that every op in `from..=h` is held; `from - 1` if `from` is not.
@@ -216,5 +255,34 @@ mod tests {
         assert!(j.get(1).is_none());
         j.trim_below(10);
         assert_eq!(j.base(), 10);
+    }
+
+    /// An entry whose append has not completed, `size` bytes as its header states.
+    fn appending(op: u64, size: u32) -> Entry {
+        let mut e = entry(op);
+        e.header.frame.size.set(size);
+        e.durable = false;
+        e
+    }
+
+    #[test]
+    fn appending_bytes_count_incomplete_appends_on_every_path() {
+        let mut j = Journal::new(1);
+        j.insert(appending(1, 100));
+        j.insert(appending(2, 200));
+        j.insert(appending(3, 300));
+        j.insert(entry(4));
+        assert_eq!(j.appending_bytes(), 600);
+        assert!(j.set_durable(2));
+        assert!(!j.set_durable(2), "already durable");
+        assert!(!j.set_durable(9), "not held");
+        assert_eq!(j.appending_bytes(), 400);
+        // Evicting a frame keeps the header's size: the append is still in flight.
+        j.evict_frame(3);
+        assert_eq!(j.appending_bytes(), 400);
+        assert_eq!(j.truncate_from(3), vec![(3, 103)]);
+        assert_eq!(j.appending_bytes(), 100);
+        j.trim_below(2);
+        assert_eq!(j.appending_bytes(), 0);
     }
 }

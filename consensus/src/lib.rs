@@ -55,6 +55,8 @@ mod types;
 mod view_change;
 
 #[cfg(test)]
+mod backlog_tests;
+#[cfg(test)]
 mod capacity_tests;
 #[cfg(test)]
 mod fuzz_tests;

@@ -235,7 +235,16 @@ impl<S: StateMachine> Replica<S> {
     /// for `op + 1` (decision 34). Otherwise requests wait in the request queue (backpressure)
     /// until a commit frees the pipeline or a durable checkpoint raises the journal's floor.
     pub(crate) fn has_prepare_room(&self) -> bool {
-        self.pipeline.len() < self.config.prepare_queue_depth && self.op < self.journal_op_max()
+        self.pipeline.len() < self.config.prepare_queue_depth
+            && self.op < self.journal_op_max()
+            && !self.is_appending_behind()
+    }
+
+    /// Whether this replica's requested appends that have not completed reach
+    /// `appending_bytes_max` (decision 504): its disk is behind the group's stream.
+    pub(crate) fn is_appending_behind(&self) -> bool {
+        self.config.appending_bytes_max != 0
+            && self.journal.appending_bytes() >= self.config.appending_bytes_max
     }
 
     /// Promotes parked requests into free prepare slots, re-running the preflight (§5.8).
@@ -433,7 +442,18 @@ impl<S: StateMachine> Replica<S> {
         body: &[u8],
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
-        self.ignore_prepare(header)?;
+        if let Err(reason) = self.ignore_prepare(header) {
+            if reason == Ignored::Transferring
+                && self.status == Status::Normal
+                && header.frame.view.get() == self.view
+                && self.primary_index(self.view) != self.id
+            {
+                // A transfer installs only below the stream: the replicas after this one
+                // still need its prepares (decision 504).
+                self.forward_down_chain(header, body, out);
+            }
+            return Err(reason);
+        }
         self.commit_max = self.commit_max.max(header.commit.get());
         let commit_min = self.commit_min;
         let result = self.accept_prepare(now, header, body, out);
@@ -490,6 +510,10 @@ impl<S: StateMachine> Replica<S> {
             if op > self.journal_op_max() {
                 return Err(Ignored::JournalFull);
             }
+            if self.is_appending_behind() {
+                self.prepares_skipped_behind += 1;
+                return Err(Ignored::AppendingBehind);
+            }
             self.check_stamp(header, body, false)?;
             let frame = self.incoming_or_whole(header, body);
             if self.journal_prepare(now, frame, out) && self.config.memory_ack {
@@ -498,6 +522,12 @@ impl<S: StateMachine> Replica<S> {
             return Ok(());
         }
         if op != self.op + 1 {
+            // Ops below it are missing here (skipped while this backup's appends were behind,
+            // or lost): the replicas after this one may hold them, so the chain goes on
+            // through this hop (decision 504); repair fills the gap here.
+            if op > self.op + 1 {
+                self.forward_down_chain(header, body, out);
+            }
             return Err(Ignored::Gap);
         }
         // After a state-transfer install the head's identity is unknown; a prepare of our
@@ -528,10 +558,29 @@ impl<S: StateMachine> Replica<S> {
         if op > self.journal_op_max() {
             return Err(Ignored::JournalFull);
         }
+        // The same for a backup whose disk is behind the stream (decision 504): its backlog
+        // stays bounded, and repair fetches the skipped ops once its appends caught up.
+        if self.is_appending_behind() {
+            self.prepares_skipped_behind += 1;
+            return Err(Ignored::AppendingBehind);
+        }
         if self.journal_prepare(now, frame, out) && self.config.memory_ack {
             self.send_prepare_ok(op, out);
         }
         Ok(())
+    }
+
+    /// Sends a prepare of the current view that this backup does not journal now to the next
+    /// hop of the chain, so that replicas after this one are not cut off from the stream
+    /// (decision 504): they judge it against their own logs.
+    fn forward_down_chain(&mut self, header: &PrepareHeader, body: &[u8], out: &mut Outbox) {
+        if header.op.get() <= self.commit_min {
+            return;
+        }
+        if let Some(next) = self.next_hop(header.frame.view.get()) {
+            let frame = self.incoming_or_whole(header, body);
+            self.send(out, next, frame);
+        }
     }
 
     /// The frame of `header` and `body`: the step's shared incoming frame when they are its
@@ -751,14 +800,13 @@ impl<S: StateMachine> Replica<S> {
             self.stale_appends.swap_remove(i);
             return Err(Ignored::StaleCompletion);
         }
-        let entry = self.journal.get_mut(op).ok_or(Ignored::StaleCompletion)?;
+        let entry = self.journal.get(op).ok_or(Ignored::StaleCompletion)?;
         if entry.checksum() != checksum {
             return Err(Ignored::StaleCompletion);
         }
-        if entry.durable {
+        if !self.journal.set_durable(op) {
             return Err(Ignored::Duplicate);
         }
-        entry.durable = true;
         self.advance_durable_prefix(out);
         if self.is_primary() {
             if self
@@ -767,6 +815,10 @@ impl<S: StateMachine> Replica<S> {
                 .is_some_and(|p| p.checksum() == checksum)
             {
                 let _ = self.record_ack(op, checksum, self.id, now, out);
+            }
+            if self.status == Status::Normal && !self.requests.is_empty() {
+                // Requests may have waited for this primary's own appends (decision 504).
+                self.promote_requests(now, out);
             }
         } else if self.status == Status::Normal {
             // A memory-ack backup acked when it journaled the prepare (decision 73).

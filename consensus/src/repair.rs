@@ -141,6 +141,11 @@ impl<S: StateMachine> Replica<S> {
             self.timers.repair.stop();
             return;
         };
+        if self.is_appending_behind() {
+            // Repaired prepares would only add to a backlog the disk cannot keep up with
+            // (decision 504): the session stays open and its retry timer asks again.
+            return;
+        }
         let Some(session) = self.repair.session.as_mut() else {
             return;
         };

@@ -212,6 +212,9 @@ pub struct Replica<S: StateMachine> {
     pub(crate) pipeline_stalled_ticks: u64,
     /// Appends in flight whose entries were truncated: their completions prove nothing.
     pub(crate) stale_appends: Vec<(u64, u128)>,
+    /// Prepares forwarded but not journaled while the appends were behind (decision 504),
+    /// since boot. A step may both skip one and commit, so its result alone does not tell.
+    pub(crate) prepares_skipped_behind: u64,
     /// A superblock for this group exists on disk. A fresh group writes one before it sends
     /// anything, so a restart after any send is a restart with a prior life (§9.1).
     pub(crate) superblock_written: bool,
@@ -323,6 +326,7 @@ impl<S: StateMachine> Replica<S> {
             persist_failures: 0,
             pipeline_stalled_ticks: 0,
             stale_appends: Vec::new(),
+            prepares_skipped_behind: 0,
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
@@ -870,6 +874,18 @@ impl<S: StateMachine> Replica<S> {
         self.snapshot_op
     }
 
+    /// Frame bytes of the prepares whose appends this replica requested and has not seen
+    /// complete (decision 504).
+    pub fn appending_bytes(&self) -> u64 {
+        self.journal.appending_bytes()
+    }
+
+    /// Prepares this replica forwarded but did not journal because its appends that have not
+    /// completed reached `appending_bytes_max` (decision 504), since boot.
+    pub fn prepares_skipped_behind(&self) -> u64 {
+        self.prepares_skipped_behind
+    }
+
     /// The highest op the local journal accepts now (decision 34): below `checkpoint_durable +
     /// journal_slot_count`, so no append lands in a slot whose op is above the journal's floor
     /// and the entry at the checkpoint op itself stays (journal.md G4). `u64::MAX` if unbounded.
@@ -1245,6 +1261,15 @@ impl<S: StateMachine> Replica<S> {
                 .map(|f| f.bytes().len() as u64)
                 .sum::<u64>(),
             "the journal index's cached bytes are the sum of its frames"
+        );
+        assert_eq!(
+            self.journal.appending_bytes(),
+            self.journal
+                .iter_from(0)
+                .filter(|e| !e.durable)
+                .map(|e| u64::from(e.header.frame.size.get()))
+                .sum::<u64>(),
+            "the journal index's appending bytes are the sizes of its incomplete appends"
         );
         assert!(
             (self.durable.0, self.durable.1) <= (self.view, self.log_view),

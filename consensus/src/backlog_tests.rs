@@ -1,0 +1,157 @@
+//! Handler tests for the bound on incomplete appends (decision 504): a backup whose appends
+//! fall behind its group's stream keeps forwarding, journals nothing more, asks for no repair
+//! until they complete, then repairs what it skipped; a primary parks requests meanwhile.
+
+#![allow(unused_must_use)]
+
+use wire::header::{Layout, RequestPreparesHeader};
+use wire::{Command, Operation};
+
+use crate::Ignored;
+use crate::config::RawConfig;
+use crate::io::{Effect, Input};
+use crate::test_support::*;
+use crate::testing::Cluster;
+use crate::types::Frame;
+
+/// Every prepare of [`chain`] is a header and a one-byte body.
+const FRAME: u64 = wire::HEADER_SIZE as u64 + 1;
+
+/// Replica `r` of 3 on the metadata group, holding at most two incomplete appends.
+fn bounded(r: u8) -> RawConfig {
+    let mut raw = raw(3, r);
+    raw.appending_bytes_max = 2 * FRAME;
+    raw
+}
+
+fn appends(effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Append { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect()
+}
+
+fn requested_window(effects: &[Effect]) -> Option<(u64, u64)> {
+    effects.iter().find_map(|e| match e {
+        Effect::Send { frame, .. } if frame.command() == Some(Command::RequestPrepares) => {
+            let h = RequestPreparesHeader::view(frame.bytes()).unwrap();
+            Some((h.from_op.get(), h.to_op.get()))
+        }
+        _ => None,
+    })
+}
+
+#[test]
+fn a_backup_behind_its_appends_forwards_but_neither_journals_nor_acks() {
+    let c = chain(0, 0, 4);
+    let mut b = boot(bounded(1));
+    for f in &c[..2] {
+        let (result, effects) = feed(&mut b, 0, f);
+        assert_eq!(result, Ok(()));
+        assert_eq!(appends(&effects).len(), 1);
+    }
+    // Two appends in flight reach the bound: op 3 goes down the chain only.
+    assert_eq!(
+        feed(&mut b, 0, &c[2]),
+        (Err(Ignored::AppendingBehind), vec![send(2, c[2].clone())])
+    );
+    assert_eq!(b.op(), 2);
+    // Op 4 lands above the gap that left: forwarded all the same, so the chain goes on.
+    assert_eq!(
+        feed(&mut b, 0, &c[3]),
+        (Err(Ignored::Gap), vec![send(2, c[3].clone())])
+    );
+    // The appends complete: acked as usual.
+    for f in &c[..2] {
+        let (_, effects) = input(&mut b, appended(f));
+        assert_eq!(effects, vec![send(0, prepare_ok(0, 1, f, 0))]);
+    }
+    // The primary's commit point shows what is missing: repair asks for the skipped ops and
+    // journals them.
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 2, 1));
+    assert_eq!(requested_window(&effects), None, "nothing missing yet");
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 4, 2));
+    assert_eq!(requested_window(&effects), Some((3, 4)));
+    for (f, op) in c[2..].iter().zip(3..) {
+        let (result, effects) = feed(&mut b, 0, &crate::frames::as_repair(f));
+        assert_eq!(result, Ok(()));
+        assert_eq!(appends(&effects), vec![op]);
+    }
+    assert_eq!(b.op(), 4);
+}
+
+#[test]
+fn repair_waits_while_appends_are_behind_and_asks_once_they_completed() {
+    let c = chain(0, 0, 4);
+    let mut b = boot(bounded(1));
+    for f in &c[..2] {
+        feed(&mut b, 0, f);
+    }
+    // Behind, and the commit point shows ops 3 and 4 exist: no request leaves.
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 4, 1));
+    assert_eq!(requested_window(&effects), None, "{effects:?}");
+    let mut waited = Vec::new();
+    for _ in 0..2 * crate::constants::REPAIR_RETRY_TICKS_DEFAULT {
+        waited.extend(input(&mut b, Input::Tick).1);
+    }
+    assert_eq!(requested_window(&waited), None, "still behind: {waited:?}");
+    for f in &c[..2] {
+        input(&mut b, appended(f));
+    }
+    // The session's retry timer asks now.
+    let mut asked = Vec::new();
+    for _ in 0..=crate::constants::REPAIR_RETRY_TICKS_DEFAULT {
+        asked.extend(input(&mut b, Input::Tick).1);
+        if requested_window(&asked).is_some() {
+            break;
+        }
+    }
+    assert_eq!(requested_window(&asked), Some((3, 4)), "{asked:?}");
+}
+
+#[test]
+fn an_unbounded_backup_journals_whatever_is_in_flight() {
+    let c = chain(0, 0, 4);
+    let mut raw = bounded(1);
+    raw.appending_bytes_max = 0;
+    let mut b = boot(raw);
+    for f in &c {
+        let (result, effects) = feed(&mut b, 0, f);
+        assert_eq!(result, Ok(()));
+        assert_eq!(appends(&effects).len(), 1);
+    }
+    assert_eq!(b.op(), 4);
+}
+
+#[test]
+fn a_primary_behind_its_appends_parks_requests_until_they_complete() {
+    let mut raw = raw(3, 0);
+    // One incomplete append of a Register prepare reaches it.
+    raw.appending_bytes_max = 1;
+    let mut p = boot(raw);
+    let request =
+        |client: u128| Input::Request(Cluster::request(client, Operation::Register, 0, 0, vec![]));
+    let (result, effects) = input(&mut p, request(1));
+    assert_eq!(result, Ok(()));
+    let first: Frame = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Append { frame, .. } => Some(frame.clone()),
+            _ => None,
+        })
+        .expect("prepared at once");
+    // Committed by the two backups while the primary's own append is still on its way.
+    feed(&mut p, 1, &prepare_ok(0, 1, &first, 0));
+    feed(&mut p, 2, &prepare_ok(0, 2, &first, 0));
+    assert_eq!(p.commit_min(), 1);
+    // The pipeline is empty, but the append is not done: the next request waits.
+    assert_eq!(input(&mut p, request(2)), (Ok(()), vec![]));
+    assert_eq!(p.op(), 1);
+    // The append completes: the parked request is prepared.
+    let (_, effects) = input(&mut p, appended(&first));
+    assert_eq!(appends(&effects), vec![2], "{effects:?}");
+    assert_eq!(p.op(), 2);
+}
