@@ -137,6 +137,8 @@ summary_with_counters! {
     fatals,
     /// Live prepares refused for a timestamp beyond the backup's clock window (decision 72).
     prepares_clock_ahead,
+    /// Prepares skipped while a replica's appends were behind (decision 504).
+    prepares_appending_behind,
     /// Memory-ack group restarts rejoining in lost state (decision 73).
     memory_ack_rejoins,
     /// Memory-ack groups excused from liveness: more replicas down or lost than tolerated.

@@ -114,6 +114,9 @@ pub struct Report {
     pub fingerprint: u64,
     /// Live prepares a backup refused for a timestamp beyond its clock's window (decision 72).
     pub prepares_clock_ahead: u64,
+    /// Prepares a replica skipped because its incomplete appends reached
+    /// `appending_bytes_max` (decision 504), to be repaired later.
+    pub prepares_appending_behind: u64,
     /// Restarts of a memory-ack group with a prior life, rejoining in lost state (decision 73).
     pub memory_ack_rejoins: u64,
     /// Memory-ack groups that had more replicas down or lost at once than they tolerate
@@ -422,6 +425,9 @@ impl Sim {
             raw.journal_slot_count = self.swarm.journal_slot_count;
         }
         raw.memory_ack = self.is_memory_ack(group);
+        if let Some(max) = self.swarm.appending_bytes_max {
+            raw.appending_bytes_max = max;
+        }
         #[cfg(feature = "bug-knobs")]
         {
             raw.bug_knobs = self.options.bug_knobs;
@@ -862,7 +868,10 @@ impl Sim {
         } else {
             None
         };
-        if let Err(reason) = live.replica.step(now, input, &mut outbox) {
+        let skipped = live.replica.prepares_skipped_behind();
+        let result = live.replica.step(now, input, &mut outbox);
+        self.report.prepares_appending_behind += live.replica.prepares_skipped_behind() - skipped;
+        if let Err(reason) = result {
             self.report.inputs_ignored += 1;
             if reason == consensus::Ignored::ClockAhead {
                 self.report.prepares_clock_ahead += 1;

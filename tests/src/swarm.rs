@@ -106,7 +106,14 @@ pub struct Swarm {
     /// Primary affinity (spec README decision 3, decision 171): the node that is metadata
     /// primary pulls its partition groups' primaries to itself.
     pub affinity: bool,
+    /// `appending_bytes_max` for the replicas (decision 504), when drawn: a few prepares' worth,
+    /// so a replica whose disk lags (the slow disk above, long latencies) hits the bound,
+    /// skips prepares and repairs them. `None`: the core's default, never reached here.
+    pub appending_bytes_max: Option<u64>,
 }
+
+/// Largest drawn `appending_bytes_max`: a handful of the simulator's small prepares.
+pub const APPENDING_BYTES_MAX_DRAWN: u64 = 4 * 1024;
 
 /// Largest drawn artifact padding: 16 full chunks (4 MiB).
 pub const ARTIFACT_PAD_MAX: u64 = 16 * consensus::constants::STATE_CHUNK_LEN_MAX as u64;
@@ -231,6 +238,7 @@ impl Swarm {
             memory_ack_groups: 0,
             artifact_pad: 0,
             affinity: true,
+            appending_bytes_max: None,
         };
         // After every other draw, for the same reason; it depends on the interval. Half the
         // seeds run the tightest room the core accepts, so backpressure actually binds.
@@ -258,10 +266,15 @@ impl Swarm {
         } else {
             0
         };
+        // Drawn last, so every other parameter of a seed is unchanged.
+        let appending_bytes_max = p
+            .chance_ppm(333_333)
+            .then(|| p.range_inclusive(1, APPENDING_BYTES_MAX_DRAWN));
         Swarm {
             journal_slot_count,
             memory_ack_groups,
             artifact_pad,
+            appending_bytes_max,
             ..swarm
         }
     }
@@ -298,6 +311,7 @@ impl Swarm {
             memory_ack_groups: 0,
             artifact_pad: 0,
             affinity: true,
+            appending_bytes_max: None,
         }
     }
 }

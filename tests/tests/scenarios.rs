@@ -321,3 +321,49 @@ fn a_rejoin_cut_before_its_marks_land_boots_in_lost_state_again() {
         "the metadata group's rejoin completes"
     );
 }
+
+/// Decision 504: eight clients keep the metadata pipeline full while the middle of the chain
+/// (r1) has a slow disk and, when `bound` says so, room for one incomplete append. Every
+/// request must complete and the group converge. Returns r1's peak of incomplete append bytes
+/// and the prepares it skipped.
+fn slow_middle_backup(bound: Option<u64>) -> (u64, u64) {
+    const CLIENTS: usize = 8;
+    const EACH: u32 = 30;
+    let mut swarm = tests::swarm::Swarm::calm(3, 0);
+    swarm.slow_disk = Some(1);
+    swarm.appending_bytes_max = bound;
+    swarm.clients = CLIENTS as u32;
+    let mut s = Scenario::with(0, swarm);
+    let group = s.sim.groups()[0];
+    for c in 0..CLIENTS {
+        s.sim.queue_requests(c, EACH);
+    }
+    let mut peak = 0;
+    let done = s.run_until(30_000, |sim| {
+        peak = peak.max(sim.replica(1, group).map_or(0, |r| r.appending_bytes()));
+        (0..CLIENTS).all(|c| sim.client_completed(c) >= u64::from(EACH))
+    });
+    assert!(done, "every request completes");
+    s.expect_converged(20_000);
+    let skipped = s
+        .sim
+        .replica(1, group)
+        .map_or(0, |r| r.prepares_skipped_behind());
+    (peak, skipped)
+}
+
+#[test]
+fn a_backup_behind_its_disk_keeps_a_bounded_backlog_and_catches_up() {
+    // Bounded: r1 skips prepares (forwarded, so r2 and the primary commit without it) and
+    // repairs them once its disk caught up; its backlog peaks at one append plus what one
+    // repair chunk brings (2,517 B here).
+    let (peak, skipped) = slow_middle_backup(Some(1));
+    // Unbounded, the same story holds every prepare in flight at r1 (8,672 B here).
+    let (peak_unbounded, skipped_unbounded) = slow_middle_backup(None);
+    assert!(skipped > 0, "the bound binds");
+    assert_eq!(skipped_unbounded, 0);
+    assert!(
+        peak < peak_unbounded,
+        "bounded peak {peak} B against {peak_unbounded} B unbounded"
+    );
+}

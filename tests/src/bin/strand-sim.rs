@@ -153,7 +153,7 @@ fn main() -> ExitCode {
         println!("{object}");
     } else {
         println!(
-            "seeds {} violations {} stalls {} committed_ops {} view_changes {} crashes {} repairs {} state_transfers {} frames_dropped {}",
+            "seeds {} violations {} stalls {} committed_ops {} view_changes {} crashes {} repairs {} state_transfers {} frames_dropped {} prepares_appending_behind {}",
             summary.seeds,
             summary.violations,
             summary.stalls,
@@ -162,7 +162,8 @@ fn main() -> ExitCode {
             summary.crashes,
             summary.repairs,
             summary.state_transfers,
-            summary.frames_dropped
+            summary.frames_dropped,
+            summary.prepares_appending_behind
         );
     }
     if summary.failed_seeds.is_empty() {
