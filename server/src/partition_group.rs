@@ -200,6 +200,9 @@ pub struct PartitionGauges {
     /// Frames a hosted group ignored because they carry another incarnation of its key
     /// (decision 375).
     pub fenced: AtomicU64,
+    /// Prepares a hosted group forwarded but did not journal because its appends that have
+    /// not completed reached `appending_bytes_max` (decision 504); repair fetches them later.
+    pub appending_behind: AtomicU64,
     /// Pending requests answered 57 because their group was dropped (decision 377).
     pub dropped_answered: AtomicU64,
     /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
@@ -261,7 +264,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 27] = [
+    let rows: [(&str, &str, &str, Pick); 28] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -417,6 +420,13 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "replica frames of another incarnation of the group's key, ignored",
             |g| &g.fenced,
+        ),
+        (
+            "partition_prepares_appending_behind_total",
+            "counter",
+            "prepares forwarded but not journaled: the group's incomplete appends were at \
+             their bound (decision 504); repair fetches them later",
+            |g| &g.appending_behind,
         ),
         (
             "partition_dropped_requests_answered_total",
@@ -2803,10 +2813,19 @@ fn handle(
                     from: ReplicaId(from),
                     frame: Frame::new(bytes),
                 };
-                if let Err(consensus::Ignored::Group) = h.replica.step(at, input, out) {
+                let skipped = h.replica.prepares_skipped_behind();
+                match h.replica.step(at, input, out) {
                     // Another incarnation of this key (decision 375).
-                    add(&host.gauges.fenced, 1);
+                    Err(consensus::Ignored::Group) => add(&host.gauges.fenced, 1),
+                    Err(reason) => debug!(group, from, ?reason, "replica frame ignored"),
+                    Ok(()) => {}
                 }
+                // Counted by the core: a step that skips a prepare may also commit, and
+                // report that (decision 504).
+                add(
+                    &host.gauges.appending_behind,
+                    h.replica.prepares_skipped_behind() - skipped,
+                );
                 exec.run(group, &h.replica, out);
             } else {
                 add(&host.gauges.dropped_unknown, 1);
