@@ -155,3 +155,24 @@ fn a_primary_behind_its_appends_parks_requests_until_they_complete() {
     assert_eq!(appends(&effects), vec![2], "{effects:?}");
     assert_eq!(p.op(), 2);
 }
+
+#[test]
+fn under_storage_pressure_a_backup_journals_only_into_an_empty_backlog() {
+    let c = chain(0, 0, 3);
+    // Its own bound is far away: only the driver's pressure can hold it back.
+    let mut b = boot(raw(3, 1));
+    b.set_storage_pressure(true);
+    let (result, effects) = feed(&mut b, 0, &c[0]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(appends(&effects), vec![1], "an empty backlog takes one");
+    assert_eq!(
+        feed(&mut b, 0, &c[1]),
+        (Err(Ignored::AppendingBehind), vec![send(2, c[1].clone())])
+    );
+    assert_eq!(b.prepares_skipped_behind(), 1);
+    // The pressure goes: the retransmission is journaled beside the incomplete append.
+    b.set_storage_pressure(false);
+    let (result, effects) = feed(&mut b, 0, &c[1]);
+    assert_eq!(result, Ok(()));
+    assert_eq!(appends(&effects), vec![2]);
+}

@@ -241,10 +241,13 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Whether this replica's requested appends that have not completed reach
-    /// `appending_bytes_max` (decision 504): its disk is behind the group's stream.
+    /// `appending_bytes_max` (decision 504), or any are incomplete while the driver reports
+    /// storage pressure (decision 505): its disk is behind the group's stream.
     pub(crate) fn is_appending_behind(&self) -> bool {
-        self.config.appending_bytes_max != 0
-            && self.journal.appending_bytes() >= self.config.appending_bytes_max
+        let appending = self.journal.appending_bytes();
+        (self.storage_pressure && appending > 0)
+            || (self.config.appending_bytes_max != 0
+                && appending >= self.config.appending_bytes_max)
     }
 
     /// Promotes parked requests into free prepare slots, re-running the preflight (§5.8).

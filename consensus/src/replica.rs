@@ -215,6 +215,9 @@ pub struct Replica<S: StateMachine> {
     /// Prepares forwarded but not journaled while the appends were behind (decision 504),
     /// since boot. A step may both skip one and commit, so its result alone does not tell.
     pub(crate) prepares_skipped_behind: u64,
+    /// Set by the driver while the appends of every group it hosts together reach its own
+    /// bound (decision 505): this replica then takes a new append only into an empty backlog.
+    pub(crate) storage_pressure: bool,
     /// A superblock for this group exists on disk. A fresh group writes one before it sends
     /// anything, so a restart after any send is a restart with a prior life (§9.1).
     pub(crate) superblock_written: bool,
@@ -327,6 +330,7 @@ impl<S: StateMachine> Replica<S> {
             pipeline_stalled_ticks: 0,
             stale_appends: Vec::new(),
             prepares_skipped_behind: 0,
+            storage_pressure: false,
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
@@ -878,6 +882,14 @@ impl<S: StateMachine> Replica<S> {
     /// complete (decision 504).
     pub fn appending_bytes(&self) -> u64 {
         self.journal.appending_bytes()
+    }
+
+    /// The driver's storage is behind across the groups it hosts (decision 505): while set,
+    /// this replica counts as behind (decision 504) whenever any append of its own is
+    /// incomplete, so a shard of many lagging groups holds about one prepare per group beyond
+    /// its bound instead of `appending_bytes_max` each.
+    pub fn set_storage_pressure(&mut self, on: bool) {
+        self.storage_pressure = on;
     }
 
     /// Prepares this replica forwarded but did not journal because its appends that have not

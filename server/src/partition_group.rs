@@ -76,6 +76,12 @@ pub const TURN_EVENTS_MAX: usize = 64;
 /// counted (VSR retransmits heal it) and a request is refused `Busy`.
 pub const INBOX_FRAMES_MAX: usize = 8192;
 
+/// Bytes of prepares the shard's partition groups may together have asked to append and not
+/// seen complete before each of them takes a new append only into an empty backlog (decision
+/// 505): the per-group bound (`appending_bytes_max`, 64 MiB) alone lets a shard of many
+/// lagging groups hold that much per group.
+pub const SHARD_APPENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;
+
 /// WAL lsns a group may hold below the WAL's durable end before the reclaim it blocks is
 /// counted (`strand_reclaim_blocked_total`), the shard forces its segments synced and copies
 /// the group's held entries forward. About 4096 records of a busy shard: a few WAL files.
@@ -203,6 +209,11 @@ pub struct PartitionGauges {
     /// Prepares a hosted group forwarded but did not journal because its appends that have
     /// not completed reached `appending_bytes_max` (decision 504); repair fetches them later.
     pub appending_behind: AtomicU64,
+    /// Bytes of prepares the shard's groups asked to append and have not seen complete, as of
+    /// the last tick (decision 505).
+    pub appending_bytes: AtomicU64,
+    /// Ticks on which that reached [`SHARD_APPENDING_BYTES_MAX`].
+    pub pressure_ticks: AtomicU64,
     /// Pending requests answered 57 because their group was dropped (decision 377).
     pub dropped_answered: AtomicU64,
     /// Messages the shard's partitions hold: the sum of their applied next offsets (offsets
@@ -264,7 +275,7 @@ fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 28] = [
+    let rows: [(&str, &str, &str, Pick); 30] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -420,6 +431,20 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "replica frames of another incarnation of the group's key, ignored",
             |g| &g.fenced,
+        ),
+        (
+            "partition_appending_bytes",
+            "gauge",
+            "bytes of prepares the shard's groups asked to append and have not seen complete \
+             (decision 505)",
+            |g| &g.appending_bytes,
+        ),
+        (
+            "partition_storage_pressure_ticks_total",
+            "counter",
+            "ticks on which the shard's incomplete appends reached their bound, so each group \
+             took new appends only into an empty backlog (decision 505)",
+            |g| &g.pressure_ticks,
         ),
         (
             "partition_prepares_appending_behind_total",
@@ -2612,6 +2637,16 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             let at = now(ticks);
             {
                 let mut groups = host.groups.borrow_mut();
+                let (appending, pressed) = apply_storage_pressure(
+                    groups.values_mut().map(|h| &mut h.replica),
+                    SHARD_APPENDING_BYTES_MAX,
+                );
+                host.gauges
+                    .appending_bytes
+                    .store(appending, Ordering::Relaxed);
+                if pressed {
+                    add(&host.gauges.pressure_ticks, 1);
+                }
                 for (group, hosted) in groups.iter_mut() {
                     let _ = hosted.replica.step(at, Input::Tick, &mut out);
                     exec.run(*group, &hosted.replica, &mut out);
@@ -2959,6 +2994,22 @@ fn dead_groups(host: &Host, metadata: &MetadataReader) -> Vec<u64> {
         .collect()
 }
 
+/// Sets every replica's storage pressure from the total of their incomplete appends against
+/// `bound` (decision 505), once per tick: between ticks the total may pass the bound by what
+/// one tick brings in. Returns the total and whether it reached the bound.
+fn apply_storage_pressure<'a, S: consensus::StateMachine + 'a>(
+    replicas: impl Iterator<Item = &'a mut consensus::Replica<S>>,
+    bound: u64,
+) -> (u64, bool) {
+    let mut replicas: Vec<_> = replicas.collect();
+    let total: u64 = replicas.iter().map(|r| r.appending_bytes()).sum();
+    let pressed = total >= bound;
+    for r in &mut replicas {
+        r.set_storage_pressure(pressed);
+    }
+    (total, pressed)
+}
+
 fn observe(host: &Host) {
     let groups = host.groups.borrow();
     let hosted = groups.len().max(1);
@@ -3180,6 +3231,75 @@ mod away;
 mod retire;
 #[path = "partition/seals.rs"]
 mod seals;
+
+#[cfg(test)]
+mod pressure_tests {
+    use consensus::{
+        ClientRequest, DigestStateMachine, Effect, GroupId, Input, Outbox, RawConfig, Recovered,
+        Replica, ReplicaId,
+    };
+    use wire::Operation;
+
+    use super::apply_storage_pressure;
+
+    const NOW: consensus::Now = consensus::Now {
+        tick: 1,
+        realtime_us: 5_000_000,
+    };
+
+    /// A solo metadata replica (primary at once) with one Register prepared and its append in
+    /// flight.
+    fn solo_with_an_append() -> Replica<DigestStateMachine> {
+        let raw = RawConfig::new(0xC1, ReplicaId(0), 1, GroupId::METADATA);
+        let mut out = Outbox::new();
+        let mut r = Replica::new(
+            raw.validate().unwrap(),
+            Recovered::fresh(7),
+            DigestStateMachine::default(),
+            &mut out,
+        );
+        let (view, log_view) = (r.view(), r.log_view());
+        r.step(
+            NOW,
+            Input::Done(consensus::Completion::VsrStatePersisted { view, log_view }),
+            &mut out,
+        )
+        .unwrap();
+        out.drain().for_each(drop);
+        assert!(prepares(&mut r, 1), "an empty backlog prepares");
+        r
+    }
+
+    /// Submits a Register for `client`: whether the replica prepared it at once.
+    fn prepares(r: &mut Replica<DigestStateMachine>, client: u128) -> bool {
+        let mut out = Outbox::new();
+        let request = ClientRequest::new(client, Operation::Register, 0, 0, vec![]);
+        r.step(NOW, Input::Request(request), &mut out).unwrap();
+        out.drain().any(|e| matches!(e, Effect::Append { .. }))
+    }
+
+    #[test]
+    fn a_shard_over_its_bound_holds_every_group_with_a_backlog() {
+        let mut groups = [solo_with_an_append(), solo_with_an_append()];
+        let one = groups[0].appending_bytes();
+        assert!(one > 0);
+        // Under the shard's bound: each group keeps preparing beside its backlog.
+        let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one + 1);
+        assert_eq!((total, pressed), (2 * one, false));
+        assert!(prepares(&mut groups[0], 2));
+        // The total reaches the bound: a group with an incomplete append prepares no more.
+        let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one + 1);
+        assert_eq!((total, pressed), (3 * one, false));
+        let (_, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one);
+        assert!(pressed);
+        assert!(!prepares(&mut groups[1], 3), "parked under pressure");
+        // It goes: the parked request waits only for the group's own next completion, and a
+        // new one is prepared at once.
+        let (_, pressed) = apply_storage_pressure(groups.iter_mut(), 4 * one);
+        assert!(!pressed);
+        assert!(prepares(&mut groups[0], 4));
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -139,6 +139,8 @@ summary_with_counters! {
     prepares_clock_ahead,
     /// Prepares skipped while a replica's appends were behind (decision 504).
     prepares_appending_behind,
+    /// Node ticks under storage pressure (decision 505).
+    pressure_ticks,
     /// Memory-ack group restarts rejoining in lost state (decision 73).
     memory_ack_rejoins,
     /// Memory-ack groups excused from liveness: more replicas down or lost than tolerated.

@@ -117,6 +117,8 @@ pub struct Report {
     /// Prepares a replica skipped because its incomplete appends reached
     /// `appending_bytes_max` (decision 504), to be repaired later.
     pub prepares_appending_behind: u64,
+    /// Node ticks under storage pressure (decision 505).
+    pub pressure_ticks: u64,
     /// Restarts of a memory-ack group with a prior life, rejoining in lost state (decision 73).
     pub memory_ack_rejoins: u64,
     /// Memory-ack groups that had more replicas down or lost at once than they tolerate
@@ -888,6 +890,23 @@ impl Sim {
         self.after_step(r, group);
     }
 
+    /// The node's bound on its groups' incomplete appends together (decision 505), as a
+    /// shard applies it once per tick: from what this node's own replicas report.
+    fn apply_storage_pressure(&mut self, r: u8) {
+        let Some(bound) = self.swarm.node_appending_bytes_max else {
+            return;
+        };
+        let live = &mut self.hosts[usize::from(r)].live;
+        let total: u64 = live.values().map(|l| l.replica.appending_bytes()).sum();
+        let pressed = total >= bound;
+        if pressed {
+            self.report.pressure_ticks += 1;
+        }
+        for l in live.values_mut() {
+            l.replica.set_storage_pressure(pressed);
+        }
+    }
+
     fn after_step(&mut self, r: u8, group: u64) {
         let effects: Vec<Effect> = self.outbox.drain().collect();
         for effect in effects {
@@ -1287,6 +1306,7 @@ impl Sim {
             self.complete_storage(r);
         }
         for &r in &order {
+            self.apply_storage_pressure(r);
             for group in self.groups.clone() {
                 self.step(r, group, Input::Tick);
             }

@@ -110,6 +110,10 @@ pub struct Swarm {
     /// so a replica whose disk lags (the slow disk above, long latencies) hits the bound,
     /// skips prepares and repairs them. `None`: the core's default, never reached here.
     pub appending_bytes_max: Option<u64>,
+    /// The driver's bound on every group's incomplete appends together (decision 505), when
+    /// drawn: at or above it each tick, the node's replicas take new appends only into an
+    /// empty backlog.
+    pub node_appending_bytes_max: Option<u64>,
 }
 
 /// Largest drawn `appending_bytes_max`: a handful of the simulator's small prepares.
@@ -239,6 +243,7 @@ impl Swarm {
             artifact_pad: 0,
             affinity: true,
             appending_bytes_max: None,
+            node_appending_bytes_max: None,
         };
         // After every other draw, for the same reason; it depends on the interval. Half the
         // seeds run the tightest room the core accepts, so backpressure actually binds.
@@ -270,11 +275,16 @@ impl Swarm {
         let appending_bytes_max = p
             .chance_ppm(333_333)
             .then(|| p.range_inclusive(1, APPENDING_BYTES_MAX_DRAWN));
+        // Drawn last, so every other parameter of a seed is unchanged.
+        let node_appending_bytes_max = p
+            .chance_ppm(333_333)
+            .then(|| p.range_inclusive(1, 2 * APPENDING_BYTES_MAX_DRAWN));
         Swarm {
             journal_slot_count,
             memory_ack_groups,
             artifact_pad,
             appending_bytes_max,
+            node_appending_bytes_max,
             ..swarm
         }
     }
@@ -312,6 +322,7 @@ impl Swarm {
             artifact_pad: 0,
             affinity: true,
             appending_bytes_max: None,
+            node_appending_bytes_max: None,
         }
     }
 }

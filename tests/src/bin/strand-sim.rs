@@ -153,7 +153,7 @@ fn main() -> ExitCode {
         println!("{object}");
     } else {
         println!(
-            "seeds {} violations {} stalls {} committed_ops {} view_changes {} crashes {} repairs {} state_transfers {} frames_dropped {} prepares_appending_behind {}",
+            "seeds {} violations {} stalls {} committed_ops {} view_changes {} crashes {} repairs {} state_transfers {} frames_dropped {} prepares_appending_behind {} pressure_ticks {}",
             summary.seeds,
             summary.violations,
             summary.stalls,
@@ -163,7 +163,8 @@ fn main() -> ExitCode {
             summary.repairs,
             summary.state_transfers,
             summary.frames_dropped,
-            summary.prepares_appending_behind
+            summary.prepares_appending_behind,
+            summary.pressure_ticks
         );
     }
     if summary.failed_seeds.is_empty() {
