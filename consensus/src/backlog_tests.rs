@@ -176,3 +176,21 @@ fn under_storage_pressure_a_backup_journals_only_into_an_empty_backlog() {
     assert_eq!(result, Ok(()));
     assert_eq!(appends(&effects), vec![2]);
 }
+
+#[test]
+fn repair_windows_shrink_to_the_largest_prepare_seen() {
+    // Small prepares: the window is the ops missing, up to `repair_chunk_max`.
+    let c = chain(0, 0, 1);
+    let mut b = boot(raw(3, 1));
+    journal(&mut b, &c);
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 40, 1));
+    assert_eq!(requested_window(&effects), Some((2, 40)));
+    // A 1 MiB prepare seen: a window asks for what fits 8 MiB (7 of them).
+    let big = prepare(0, 0, 1, 0, 0, &vec![7u8; 1024 * 1024]);
+    let mut b = boot(raw(3, 1));
+    journal(&mut b, std::slice::from_ref(&big));
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 40, 1));
+    let ops = crate::constants::REPAIR_WINDOW_BYTES_MAX / big.bytes().len() as u64;
+    assert_eq!(ops, 7);
+    assert_eq!(requested_window(&effects), Some((2, 1 + ops)));
+}

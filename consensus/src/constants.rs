@@ -25,6 +25,11 @@ pub const REQUEST_QUEUE_DEPTH_MAX: usize = 2 * PIPELINE_PREPARE_QUEUE_MAX;
 /// Default `repair_chunk_max` (§10.3).
 pub const REPAIR_CHUNK_MAX_DEFAULT: u32 = 128;
 
+/// About how many bytes of prepares one repair window asks for (decision 506): a requester
+/// asks for fewer than `repair_chunk_max` ops when the largest prepare it has seen says a
+/// whole chunk would bring more, so a window fits well inside `appending_bytes_max`.
+pub const REPAIR_WINDOW_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
 /// Default `message_bus.peer_queue_capacity`; `repair_chunk_max` must stay strictly below it.
 pub const PEER_QUEUE_CAPACITY_DEFAULT: u32 = 256;
 

@@ -13,6 +13,7 @@ use wire::header::{
     FrameHeader, Layout, PrepareHeader, RepairRangeReplyHeader, RequestPreparesHeader,
 };
 
+use crate::constants::REPAIR_WINDOW_BYTES_MAX;
 use crate::frames;
 use crate::ignored::Ignored;
 use crate::io::{Effect, Outbox};
@@ -68,7 +69,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// The next window to ask for, or `None` when nothing is missing.
     fn repair_window(&self) -> Option<(u64, u64)> {
-        let chunk = u64::from(self.config.repair_chunk_max);
+        let chunk = self.repair_window_ops();
         // Nothing above the journal's room is asked for (decision 34): the replica commits and
         // checkpoints what it can hold first, and asks again once `Checkpointed` made room.
         let room = self.journal_op_max();
@@ -107,6 +108,14 @@ impl<S: StateMachine> Replica<S> {
             return Some((head + 1, target.min(head + chunk)));
         }
         None
+    }
+
+    /// Ops per repair window: `repair_chunk_max`, or fewer when the largest prepare this
+    /// replica has seen says a whole chunk would bring more than [`REPAIR_WINDOW_BYTES_MAX`]
+    /// (decision 506). At least one.
+    pub(crate) fn repair_window_ops(&self) -> u64 {
+        let largest = u64::from(self.prepare_size_seen_max).max(wire::HEADER_SIZE as u64);
+        (REPAIR_WINDOW_BYTES_MAX / largest).clamp(1, u64::from(self.config.repair_chunk_max))
     }
 
     /// Opens (or re-targets) the repair session toward `peer` and asks for the next window.

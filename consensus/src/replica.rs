@@ -218,6 +218,9 @@ pub struct Replica<S: StateMachine> {
     /// Set by the driver while the appends of every group it hosts together reach its own
     /// bound (decision 505): this replica then takes a new append only into an empty backlog.
     pub(crate) storage_pressure: bool,
+    /// The largest prepare frame this replica has seen (`size` of its header, decision 506):
+    /// sizes its repair windows.
+    pub(crate) prepare_size_seen_max: u32,
     /// A superblock for this group exists on disk. A fresh group writes one before it sends
     /// anything, so a restart after any send is a restart with a prior life (§9.1).
     pub(crate) superblock_written: bool,
@@ -331,6 +334,7 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             prepares_skipped_behind: 0,
             storage_pressure: false,
+            prepare_size_seen_max: 0,
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
