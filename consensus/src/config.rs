@@ -62,6 +62,13 @@ pub struct RawConfig {
     /// it. An empty backlog always takes one prepare, whatever its size. 0 = unbounded.
     /// Default [`APPENDING_BYTES_MAX_DEFAULT`]. Node-local: need not agree.
     pub appending_bytes_max: u64,
+    /// Partition plane: the largest segment artifact a state-transfer offer may name
+    /// (state-transfer.md §3, architecture.md `partition.transfer_artifact_bytes_max`): at
+    /// least the largest segment any peer can serve (its segment size plus one largest
+    /// frame), or every offer holding such a segment is refused. Default
+    /// [`TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT`] (1 GiB + 64 MiB). The metadata plane keeps its
+    /// own caps (1 GiB per artifact, 4 GiB in all).
+    pub transfer_artifact_bytes_max: u64,
     /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
     /// older ops are answered RangeEvicted (state transfer takes over).
     pub headers_retained: u64,
@@ -148,6 +155,7 @@ impl RawConfig {
             frame_cache_committed: FRAME_CACHE_COMMITTED_DEFAULT,
             frame_cache_committed_bytes: FRAME_CACHE_COMMITTED_BYTES_DEFAULT,
             appending_bytes_max: APPENDING_BYTES_MAX_DEFAULT,
+            transfer_artifact_bytes_max: TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT,
             headers_retained: HEADERS_RETAINED,
             checkpoint_interval_ops: match group.kind() {
                 wire::GroupKind::Metadata => METADATA_CHECKPOINT_INTERVAL_OPS_DEFAULT,

@@ -21,8 +21,9 @@ use wire::manifest::{self, ArtifactKind, ManifestEntry};
 
 use crate::client_table::ClientTable;
 use crate::constants::{
-    OFFER_EXPIRY_RETRIES, OFFER_EXPIRY_RETRIES_DONE, STATE_CHUNK_LEN_MAX,
-    STATE_TRANSFER_STALLS_MAX, TRANSFER_BYTES_HELD_MAX,
+    OFFER_EXPIRY_RETRIES, OFFER_EXPIRY_RETRIES_DONE, PARTITION_OFFSETS_ARTIFACT_LEN_MAX,
+    PARTITION_TRANSFER_LEN_MAX, STATE_CHUNK_LEN_MAX, STATE_TRANSFER_STALLS_MAX,
+    TRANSFER_BYTES_HELD_MAX,
 };
 use crate::frames;
 use crate::ignored::Ignored;
@@ -31,9 +32,12 @@ use crate::replica::Replica;
 use crate::state_machine::StateMachine;
 use crate::types::{Frame, Now, Plane, ReplicaId, Status};
 
-/// Per-artifact cap (metadata: 1 GiB) and total cap (4 GiB), §11.2 step 3.
-const ARTIFACT_LEN_MAX: u64 = 1 << 30;
-const TOTAL_LEN_MAX: u64 = 4 << 30;
+/// The metadata plane's per-artifact cap (1 GiB) and total cap (4 GiB), §11.2 step 3. The
+/// partition plane's are `transfer_artifact_bytes_max` per segment,
+/// [`PARTITION_OFFSETS_ARTIFACT_LEN_MAX`] for its offsets and [`PARTITION_TRANSFER_LEN_MAX`]
+/// in all (state-transfer.md §3, decision 507).
+const METADATA_ARTIFACT_LEN_MAX: u64 = 1 << 30;
+const METADATA_TRANSFER_LEN_MAX: u64 = 4 << 30;
 /// Install failures tolerated per offered generation before giving up (§11.2 step 6).
 const INSTALL_FAILURES_MAX: u32 = 5;
 
@@ -273,13 +277,22 @@ impl<S: StateMachine> Replica<S> {
         }
         let decoded = manifest::decode(body).map_err(|_| Ignored::Malformed)?;
         let entries = decoded.to_vec();
-        let allowed = |kind: ArtifactKind| match self.plane() {
-            Plane::Metadata => {
-                kind == ArtifactKind::METADATA_SNAPSHOT || kind == ArtifactKind::CLIENT_TABLE
+        // The largest artifact of each kind this plane accepts (`None`: not of this plane).
+        let len_max = |kind: ArtifactKind| match self.plane() {
+            Plane::Metadata => (kind == ArtifactKind::METADATA_SNAPSHOT
+                || kind == ArtifactKind::CLIENT_TABLE)
+                .then_some(METADATA_ARTIFACT_LEN_MAX),
+            Plane::Partition if kind == ArtifactKind::SEGMENT_LOG => {
+                Some(self.config.transfer_artifact_bytes_max)
             }
-            Plane::Partition => {
-                kind == ArtifactKind::SEGMENT_LOG || kind == ArtifactKind::CONSUMER_OFFSETS
+            Plane::Partition if kind == ArtifactKind::CONSUMER_OFFSETS => {
+                Some(PARTITION_OFFSETS_ARTIFACT_LEN_MAX)
             }
+            Plane::Partition => None,
+        };
+        let total_max = match self.plane() {
+            Plane::Metadata => METADATA_TRANSFER_LEN_MAX,
+            Plane::Partition => PARTITION_TRANSFER_LEN_MAX,
         };
         let total: u64 = entries.iter().map(|e| e.len).fold(0, u64::saturating_add);
         let client_tables = entries
@@ -288,8 +301,8 @@ impl<S: StateMachine> Replica<S> {
             .count();
         if entries
             .iter()
-            .any(|e| !allowed(e.kind) || e.len > ARTIFACT_LEN_MAX)
-            || total > TOTAL_LEN_MAX
+            .any(|e| len_max(e.kind).is_none_or(|max| e.len > max))
+            || total > total_max
             || client_tables > 1
         {
             return Err(Ignored::Malformed);

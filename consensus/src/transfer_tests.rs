@@ -477,3 +477,108 @@ fn take_over_backs_off_after_a_takeover_that_did_not_hold() {
     assert_eq!(b.take_over(at(20 + 2 * timeout), &mut out), Ok(4));
     assert_eq!(b.takeovers(), 2);
 }
+
+/// A partition backup of 3 (replica 1) that asked primary 0 for a state transfer after
+/// repair met RangeEvicted; returns it and the transfer's nonce.
+fn partition_receiver() -> (crate::test_support::R, GroupId, u128) {
+    use wire::header::RepairRangeReplyHeader;
+    let group = GroupId::partition(wire::PartitionKey {
+        stream: 1,
+        topic: 1,
+        partition: 0,
+    })
+    .unwrap();
+    let mut b = boot(crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group));
+    let (_, effects) = feed(
+        &mut b,
+        0,
+        &crate::frames::commit(sender(0, 0), group.0, 50, 1),
+    );
+    let repair = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Send { frame, .. } if frame.command() == Some(Command::RequestPrepares) => {
+                Some(
+                    wire::header::RequestPreparesHeader::view(frame.bytes())
+                        .unwrap()
+                        .nonce
+                        .get(),
+                )
+            }
+            _ => None,
+        })
+        .expect("a repair request");
+    let mut h = RepairRangeReplyHeader::zeroed();
+    h.frame = FrameHeader::new(Command::RangeEvicted, sender(0, 0));
+    h.nonce.set(repair);
+    h.op.set(40);
+    h.group.set(group.0);
+    let (_, effects) = feed(&mut b, 0, &crate::frames::finish(h, &[]));
+    let nonce = effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Send { frame, .. }
+                if frame.command() == Some(Command::RequestStateTransfer) =>
+            {
+                Some(
+                    RequestStateTransferHeader::view(frame.bytes())
+                        .unwrap()
+                        .nonce
+                        .get(),
+                )
+            }
+            _ => None,
+        })
+        .expect("a transfer request");
+    (b, group, nonce)
+}
+
+/// An offer of `entries` for `group` at op 30.
+fn partition_offer(
+    group: GroupId,
+    nonce: u128,
+    entries: &[manifest::ManifestEntry],
+) -> crate::Frame {
+    let mut body = Vec::new();
+    manifest::encode(entries, &mut body).unwrap();
+    let mut h = StateTransferTargetHeader::zeroed();
+    h.frame = FrameHeader::new(Command::StateTransferTarget, sender(0, 0));
+    h.nonce.set(nonce);
+    h.commit_op.set(30);
+    h.commit_max.set(50);
+    h.group.set(group.0);
+    h.available = 1;
+    crate::frames::finish(h, &body)
+}
+
+fn segment(len: u64) -> manifest::ManifestEntry {
+    manifest::ManifestEntry {
+        kind: manifest::ArtifactKind::SEGMENT_LOG,
+        frontier: 0,
+        len,
+        checksum: 0,
+    }
+}
+
+/// Decision 507: a partition offer is held to the partition arm's caps (state-transfer.md
+/// §3): a full segment (1 GiB plus the batch that crossed it) and more than 4 GiB in all
+/// are accepted; a segment over `transfer_artifact_bytes_max` is refused.
+#[test]
+fn a_partition_offer_is_held_to_the_partition_caps() {
+    let full = (1 << 30) + (1 << 20);
+    let (mut b, group, nonce) = partition_receiver();
+    let offer = partition_offer(group, nonce, &[segment(full); 5]);
+    let (result, effects) = feed(&mut b, 0, &offer);
+    assert_eq!(result, Ok(()), "{effects:?}");
+    assert!(
+        effects.iter().any(|e| matches!(
+            e,
+            Effect::Send { frame, .. } if frame.command() == Some(Command::RequestStateChunk)
+        )),
+        "the first chunk is asked for: {effects:?}"
+    );
+    let (mut b, group, nonce) = partition_receiver();
+    let over = crate::constants::TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT + 1;
+    let offer = partition_offer(group, nonce, &[segment(over)]);
+    assert_eq!(feed(&mut b, 0, &offer).0, Err(Ignored::Malformed));
+}

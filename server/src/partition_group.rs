@@ -2842,6 +2842,7 @@ fn handle(
         }
         Event::Frame { from, group, bytes } => {
             if let Some(h) = groups.get_mut(&group) {
+                let command = bytes.get(60).copied().unwrap_or(0);
                 // Shared, not borrowed: a prepare is journaled, queued to the next hop and
                 // applied from these bytes without a copy (decision 264).
                 let input = Input::SharedFrame {
@@ -2852,7 +2853,7 @@ fn handle(
                 match h.replica.step(at, input, out) {
                     // Another incarnation of this key (decision 375).
                     Err(consensus::Ignored::Group) => add(&host.gauges.fenced, 1),
-                    Err(reason) => debug!(group, from, ?reason, "replica frame ignored"),
+                    Err(reason) => debug!(group, from, command, ?reason, "replica frame ignored"),
                     Ok(()) => {}
                 }
                 // Counted by the core: a step that skips a prepare may also commit, and

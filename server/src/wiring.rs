@@ -137,6 +137,7 @@ pub fn partition_config(config: &Config) -> anyhow::Result<RawConfig> {
         .context("message_bus.max_message_size")?;
     raw.checkpoint_interval_ops = p.checkpoint_interval_ops;
     raw.memory_ack = p.ack == crate::config::Ack::Memory && raw.replica_count >= 3;
+    raw.transfer_artifact_bytes_max = p.transfer_artifact_bytes_max;
     raw.clone()
         .validate()
         .map_err(|e| anyhow::anyhow!("the partition groups' consensus config: {e}"))?;

@@ -840,3 +840,15 @@ fn the_remaining_rules_name_their_keys() {
         "config key `system.path`: must not be empty"
     );
 }
+
+/// Decision 507: the key reaches the partition groups' core, whose state-transfer receiver
+/// holds a segment artifact to it (it was validated and then never used).
+#[test]
+fn the_transfer_artifact_cap_reaches_the_partition_core() {
+    let default = load_ok(NODES);
+    let raw = crate::wiring::partition_config(&default).unwrap();
+    assert_eq!(raw.transfer_artifact_bytes_max, 1088 << 20);
+    let text = format!("{NODES}\n[partition]\ntransfer_artifact_bytes_max = \"2 GiB\"");
+    let raw = crate::wiring::partition_config(&load_ok(&text)).unwrap();
+    assert_eq!(raw.transfer_artifact_bytes_max, 2 << 30);
+}
