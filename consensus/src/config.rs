@@ -62,12 +62,12 @@ pub struct RawConfig {
     /// it. An empty backlog always takes one prepare, whatever its size. 0 = unbounded.
     /// Default [`APPENDING_BYTES_MAX_DEFAULT`]. Node-local: need not agree.
     pub appending_bytes_max: u64,
-    /// Partition plane: the largest segment artifact a state-transfer offer may name
-    /// (state-transfer.md §3, architecture.md `partition.transfer_artifact_bytes_max`): at
-    /// least the largest segment any peer can serve (its segment size plus one largest
-    /// frame), or every offer holding such a segment is refused. Default
-    /// [`TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT`] (1 GiB + 64 MiB). The metadata plane keeps its
-    /// own caps (1 GiB per artifact, 4 GiB in all).
+    /// Partition plane: the largest SEGMENT_LOG artifact a state-transfer offer may name
+    /// (state-transfer.md §3, architecture.md `partition.transfer_artifact_bytes_max`). A
+    /// Strand offer carries a partition's whole retained log as one SEGMENT_LOG (decision
+    /// 163), so this bounds the partition a replica can take by transfer (decision 507).
+    /// Default [`TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT`] (1 TiB, the partition's total cap).
+    /// The metadata plane keeps its own caps (1 GiB per artifact, 4 GiB in all).
     pub transfer_artifact_bytes_max: u64,
     /// Committed headers kept in the in-memory index below `commit_min`; repair requests for
     /// older ops are answered RangeEvicted (state transfer takes over).

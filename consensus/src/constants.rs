@@ -87,18 +87,17 @@ pub const FRAME_CACHE_COMMITTED_DEFAULT: u64 = 256;
 /// default `max_message_size`).
 pub const FRAME_CACHE_COMMITTED_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 
-/// Default `transfer_artifact_bytes_max`: the largest segment a peer can serve, the 1 GiB
-/// segment-size ceiling plus one largest frame of overshoot (architecture.md §10,
-/// state-transfer.md §3: "segment size ceiling + overshoot").
-pub const TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT: u64 =
-    (1 << 30) + wire::MAX_MESSAGE_SIZE_DEFAULT as u64;
-
-/// A partition transfer's consumer-offsets artifact at most (state-transfer.md §3).
-pub const PARTITION_OFFSETS_ARTIFACT_LEN_MAX: u64 = 32 << 20;
-
 /// A partition transfer's artifacts together at most (state-transfer.md §3): staged on disk,
 /// never held whole in memory.
 pub const PARTITION_TRANSFER_LEN_MAX: u64 = 1 << 40;
+
+/// Default `transfer_artifact_bytes_max` (decision 507): Strand offers a partition's whole
+/// retained log as one SEGMENT_LOG (decision 163), not one per segment as the reference, so
+/// the partition's total cap.
+pub const TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT: u64 = PARTITION_TRANSFER_LEN_MAX;
+
+/// A partition transfer's consumer-offsets artifact at most (state-transfer.md §3).
+pub const PARTITION_OFFSETS_ARTIFACT_LEN_MAX: u64 = 32 << 20;
 
 /// Bytes of prepares a replica may have asked its journal to append and not yet seen durable
 /// before a backup stops journaling new ones (decision 504): one largest frame at the default

@@ -560,14 +560,23 @@ fn segment(len: u64) -> manifest::ManifestEntry {
     }
 }
 
+fn offsets(len: u64) -> manifest::ManifestEntry {
+    manifest::ManifestEntry {
+        kind: manifest::ArtifactKind::CONSUMER_OFFSETS,
+        frontier: 30,
+        len,
+        checksum: 0,
+    }
+}
+
 /// Decision 507: a partition offer is held to the partition arm's caps (state-transfer.md
-/// §3): a full segment (1 GiB plus the batch that crossed it) and more than 4 GiB in all
-/// are accepted; a segment over `transfer_artifact_bytes_max` is refused.
+/// §3), not the metadata arm's 1 GiB per artifact and 4 GiB in all: Strand offers a
+/// partition's whole log as one SEGMENT_LOG (decision 163), so one of 5 GiB is accepted; one
+/// over `transfer_artifact_bytes_max` and offsets over 32 MiB are refused.
 #[test]
 fn a_partition_offer_is_held_to_the_partition_caps() {
-    let full = (1 << 30) + (1 << 20);
     let (mut b, group, nonce) = partition_receiver();
-    let offer = partition_offer(group, nonce, &[segment(full); 5]);
+    let offer = partition_offer(group, nonce, &[segment(5 << 30), offsets(37)]);
     let (result, effects) = feed(&mut b, 0, &offer);
     assert_eq!(result, Ok(()), "{effects:?}");
     assert!(
@@ -579,6 +588,9 @@ fn a_partition_offer_is_held_to_the_partition_caps() {
     );
     let (mut b, group, nonce) = partition_receiver();
     let over = crate::constants::TRANSFER_ARTIFACT_BYTES_MAX_DEFAULT + 1;
-    let offer = partition_offer(group, nonce, &[segment(over)]);
+    let offer = partition_offer(group, nonce, &[segment(over), offsets(37)]);
+    assert_eq!(feed(&mut b, 0, &offer).0, Err(Ignored::Malformed));
+    let (mut b, group, nonce) = partition_receiver();
+    let offer = partition_offer(group, nonce, &[segment(1 << 20), offsets((32 << 20) + 1)]);
     assert_eq!(feed(&mut b, 0, &offer).0, Err(Ignored::Malformed));
 }

@@ -304,7 +304,7 @@ defaults!(RawPartition {
     evicted_ring_capacity: 4096,
     evicted_ring_bytes_max: s("16 MiB"),
     transfer_served_cache_bytes_max: s("2176 MiB"),
-    transfer_artifact_bytes_max: s("1088 MiB"),
+    transfer_artifact_bytes_max: s("1 TiB"),
     checkpoint_interval_ops: 1024,
     read_cache_bytes: s("256 MiB"),
     read_cache_shard_bytes: s("1 GiB"),

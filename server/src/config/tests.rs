@@ -93,7 +93,7 @@ fn every_default() {
     );
     assert_eq!(p.evicted_ring_bytes_max, 16 << 20);
     assert_eq!(p.transfer_served_cache_bytes_max, 2176 << 20);
-    assert_eq!(p.transfer_artifact_bytes_max, 1088 << 20);
+    assert_eq!(p.transfer_artifact_bytes_max, 1 << 40);
     assert_eq!(p.checkpoint_interval_ops, 1024);
     assert_eq!(p.read_cache_bytes, 256 << 20);
     assert_eq!(p.read_cache_shard_bytes, 1 << 30);
@@ -842,12 +842,12 @@ fn the_remaining_rules_name_their_keys() {
 }
 
 /// Decision 507: the key reaches the partition groups' core, whose state-transfer receiver
-/// holds a segment artifact to it (it was validated and then never used).
+/// holds a SEGMENT_LOG (a partition's whole log) to it; it was validated and never used.
 #[test]
 fn the_transfer_artifact_cap_reaches_the_partition_core() {
     let default = load_ok(NODES);
     let raw = crate::wiring::partition_config(&default).unwrap();
-    assert_eq!(raw.transfer_artifact_bytes_max, 1088 << 20);
+    assert_eq!(raw.transfer_artifact_bytes_max, 1 << 40);
     let text = format!("{NODES}\n[partition]\ntransfer_artifact_bytes_max = \"2 GiB\"");
     let raw = crate::wiring::partition_config(&load_ok(&text)).unwrap();
     assert_eq!(raw.transfer_artifact_bytes_max, 2 << 30);
