@@ -194,3 +194,52 @@ fn repair_windows_shrink_to_the_largest_prepare_seen() {
     assert_eq!(ops, 7);
     assert_eq!(requested_window(&effects), Some((2, 1 + ops)));
 }
+
+/// The failure of a truncated append is stale and uses up its record, whether it arrives
+/// before the same prepare is journaled again or after: the re-append's completion then makes
+/// the entry durable. Before, a failure arriving first left the record behind, the re-append's
+/// completion was taken for the stale one, and the entry stayed appending for good (under
+/// decision 504's bound, simulator seed 5441238230993581732 never repaired again); a failure
+/// arriving after found the re-journaled entry and stopped the node.
+#[test]
+fn a_truncated_append_that_fails_leaves_its_re_append_to_complete() {
+    use crate::io::{Completion, Outbox};
+    for failure_first in [true, false] {
+        let c = chain(0, 0, 2);
+        let mut b = boot(raw(3, 1));
+        journal(&mut b, &c[..1]);
+        feed(&mut b, 0, &c[1]);
+        // Op 2's append is in flight when a cut removes it; it stays described (decision 51).
+        let mut out = Outbox::new();
+        b.truncate_journal(2, true, &mut out);
+        persisted(&mut b);
+        assert_eq!(b.appending_bytes(), 0);
+        let failed = || {
+            Input::Done(Completion::AppendFailed {
+                op: 2,
+                checksum: checksum(&c[1]),
+            })
+        };
+        if failure_first {
+            assert_eq!(
+                input(&mut b, failed()),
+                (Err(Ignored::StaleCompletion), vec![])
+            );
+        }
+        // The primary's retransmission journals the same prepare again.
+        let (result, effects) = feed(&mut b, 0, &c[1]);
+        assert_eq!(result, Ok(()));
+        assert_eq!(appends(&effects), vec![2]);
+        if !failure_first {
+            assert_eq!(
+                input(&mut b, failed()),
+                (Err(Ignored::StaleCompletion), vec![])
+            );
+        }
+        let (result, effects) = input(&mut b, appended(&c[1]));
+        assert_eq!(result, Ok(()), "failure first: {failure_first}");
+        assert_eq!(effects, vec![send(0, prepare_ok(0, 1, &c[1], 0))]);
+        assert!(b.is_durable(2));
+        assert_eq!(b.appending_bytes(), 0);
+    }
+}

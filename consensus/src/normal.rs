@@ -843,6 +843,14 @@ impl<S: StateMachine> Replica<S> {
         checksum: u128,
         out: &mut Outbox,
     ) -> Result<(), Ignored> {
+        // A truncated append's failure is as stale as its success would be: it must use up
+        // its record, or the completion of a re-append of the same prepare is taken for it
+        // and the entry never turns durable (its bytes then count as appending for good,
+        // decision 504; seed 5441238230993581732 stalled so).
+        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
+            self.stale_appends.swap_remove(i);
+            return Err(Ignored::StaleCompletion);
+        }
         if !self.journal.has(op, checksum) {
             return Err(Ignored::StaleCompletion);
         }

@@ -1819,7 +1819,7 @@ impl Sim {
                     Some(l) => {
                         let r = &l.replica;
                         s.push_str(&format!(
-                            " r{} {:?} v{} lv{} op{} cmin{} cmax{} pipe{}",
+                            " r{} {:?} v{} lv{} op{} cmin{} cmax{} pipe{} appending{}",
                             host.id,
                             r.status(),
                             r.view(),
@@ -1827,7 +1827,8 @@ impl Sim {
                             r.op(),
                             r.commit_min(),
                             r.commit_max(),
-                            r.pipeline_len()
+                            r.pipeline_len(),
+                            r.appending_bytes()
                         ));
                     }
                     None => s.push_str(&format!(" r{} down", host.id)),
