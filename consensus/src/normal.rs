@@ -453,7 +453,7 @@ impl<S: StateMachine> Replica<S> {
             {
                 // A transfer installs only below the stream: the replicas after this one
                 // still need its prepares (decision 504).
-                self.forward_down_chain(header, body, out);
+                self.forward_down_chain(header, |r| r.incoming_or_whole(header, body), out);
             }
             return Err(reason);
         }
@@ -530,7 +530,7 @@ impl<S: StateMachine> Replica<S> {
             // or lost): the replicas after this one may hold them, so the chain goes on
             // through this hop (decision 504); repair fills the gap here.
             if op > self.op + 1 {
-                self.forward_down_chain(header, body, out);
+                self.forward_down_chain(header, |r| r.incoming_or_whole(header, body), out);
             }
             return Err(Ignored::Gap);
         }
@@ -541,11 +541,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.check_stamp(header, body, true)?;
         let frame = self.incoming_or_whole(header, body);
-        if op > self.commit_min
-            && let Some(next) = self.next_hop(header.frame.view.get())
-        {
-            self.send(out, next, frame.clone());
-        }
+        self.forward_down_chain(header, |_| frame.clone(), out);
         // Primary timestamp window (decision 72): a prepare stamped further ahead of our own
         // clock than the window is forwarded (the next hop judges by its own clock) but neither
         // journaled nor acked, so a primary whose clock runs ahead cannot commit its future
@@ -574,15 +570,22 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
-    /// Sends a prepare of the current view that this backup does not journal now to the next
-    /// hop of the chain, so that replicas after this one are not cut off from the stream
-    /// (decision 504): they judge it against their own logs.
-    fn forward_down_chain(&mut self, header: &PrepareHeader, body: &[u8], out: &mut Outbox) {
+    /// Sends a prepare this backup took in to the next hop of the chain (§5.4), whether or not
+    /// it journals it: a prepare above a gap, during a transfer or while the appends are
+    /// behind goes on too, so the replicas after this one are not cut off from the stream
+    /// (decision 504); they judge it against their own logs. The frame is made only when
+    /// there is a next hop (a copy unless the step's input is shared).
+    fn forward_down_chain(
+        &mut self,
+        header: &PrepareHeader,
+        frame: impl FnOnce(&Self) -> Frame,
+        out: &mut Outbox,
+    ) {
         if header.op.get() <= self.commit_min {
             return;
         }
         if let Some(next) = self.next_hop(header.frame.view.get()) {
-            let frame = self.incoming_or_whole(header, body);
+            let frame = frame(self);
             self.send(out, next, frame);
         }
     }
@@ -801,8 +804,7 @@ impl<S: StateMachine> Replica<S> {
     ) -> Result<(), Ignored> {
         // The completion of an append whose entry a truncation removed: storage executes in
         // order, so it precedes the completion of any re-append of the same prepare.
-        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
-            self.stale_appends.swap_remove(i);
+        if self.take_stale_append(op, checksum) {
             return Err(Ignored::StaleCompletion);
         }
         let entry = self.journal.get(op).ok_or(Ignored::StaleCompletion)?;
@@ -837,6 +839,16 @@ impl<S: StateMachine> Replica<S> {
         Ok(())
     }
 
+    /// Uses up the record of a truncated entry's append in flight (`stale_appends`) that
+    /// this completion, success or failure, belongs to: whether there was one.
+    fn take_stale_append(&mut self, op: u64, checksum: u128) -> bool {
+        let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) else {
+            return false;
+        };
+        self.stale_appends.swap_remove(i);
+        true
+    }
+
     pub(crate) fn on_append_failed(
         &mut self,
         op: u64,
@@ -847,8 +859,7 @@ impl<S: StateMachine> Replica<S> {
         // its record, or the completion of a re-append of the same prepare is taken for it
         // and the entry never turns durable (its bytes then count as appending for good,
         // decision 504; seed 5441238230993581732 stalled so).
-        if let Some(i) = self.stale_appends.iter().position(|s| *s == (op, checksum)) {
-            self.stale_appends.swap_remove(i);
+        if self.take_stale_append(op, checksum) {
             return Err(Ignored::StaleCompletion);
         }
         if !self.journal.has(op, checksum) {
