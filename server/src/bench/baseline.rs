@@ -50,6 +50,11 @@ pub struct Baseline {
     /// kept the kernel's default, and in reports older than decision 501.
     #[serde(default)]
     pub socket_congestion_control: Option<String>,
+    /// How fast a quorum's copies of one batch reach the one disk every spawned node writes
+    /// to ([`chain_writes`]); measured for a fixed load (`--rate`) with `--spawn`, else `null`
+    /// (and in reports older than decision 509).
+    #[serde(default)]
+    pub chain_writes: Option<ChainWrites>,
 }
 
 /// Where the probes listen: loopback, a port of the kernel's choosing.
@@ -115,6 +120,7 @@ pub fn measure(
         write_size,
         tcp_congestion_control: congestion_control(Path::new(CONGESTION_CONTROL_PATH)),
         socket_congestion_control: congestion.map(|c| c.name().to_string()),
+        chain_writes: None,
     })
 }
 
@@ -269,6 +275,202 @@ pub fn disk(dir: &Path, write_size: usize, budget: Budget) -> std::io::Result<Di
         direct_io,
         writes,
     })
+}
+
+/// What [`chain_writes`] measured: one batch's copies written by as many writers as the
+/// cluster has replicas, each starting when the chain would hand it the batch (decision 509).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChainWrites {
+    /// Writers, one per replica, each with a file of its own in the data directory.
+    pub writers: u32,
+    /// Copies that make a batch durable on a quorum of the replicas.
+    pub quorum: u32,
+    /// Writer `i` starts `i` times this after the first (µs): the batch's loopback transfer
+    /// time, the store-and-forward hop of the chain.
+    pub stagger_us: f64,
+    /// Rounds measured per kind.
+    pub rounds: u32,
+    /// p50 over rounds of the time from the first writer's start until `quorum` writers had
+    /// their write + `fdatasync` return, each appending to its file as segments are written
+    /// (µs).
+    pub append_quorum_us_p50: f64,
+    /// The same, each writing over blocks its file already had written and synced: no block
+    /// allocation and no file size to commit (µs).
+    pub overwrite_quorum_us_p50: f64,
+}
+
+/// The most rounds [`chain_writes`] runs of each kind.
+const CHAIN_ROUNDS_MAX: u64 = 100;
+
+/// The disk idles this long between two rounds, so that each round finds it as a batch of a
+/// moderate load does: with nothing of the last round still going.
+const CHAIN_ROUND_GAP: Duration = Duration::from_millis(3);
+
+/// Rounds in which `writers` threads each write one `write_size` buffer (rounded up to 4096)
+/// and `fdatasync` it, to files of their own in `dir` (`O_DIRECT` where the file system takes
+/// it), writer `i` starting `i x stagger` after the first, as a chain of replicas passes a
+/// batch on; first appending (the files grow, as segments do), then over blocks written and
+/// synced before the rounds. At most [`CHAIN_ROUNDS_MAX`] rounds of each kind, fewer when
+/// they would write more than `budget.disk_bytes_max` or outlast `budget.time`; at least 5.
+/// The files are removed after.
+///
+/// A batch of a fixed moderate load is acknowledged once a quorum of replicas has it
+/// durable, and every replica of a local cluster writes to this one disk; so the quorum's
+/// time here, plus the batch's first loopback transfer, is the least p50 such a run can show
+/// (the fixed-load p50 check's limit).
+pub fn chain_writes(
+    dir: &Path,
+    write_size: usize,
+    writers: u32,
+    stagger: Duration,
+    budget: Budget,
+) -> std::io::Result<ChainWrites> {
+    let writers = writers.max(1);
+    let quorum = writers / 2 + 1;
+    let size = write_size.max(1).div_ceil(ALIGN) * ALIGN;
+    let per_round = size as u64 * u64::from(writers);
+    let rounds = (budget.disk_bytes_max / 2 / per_round).clamp(5, CHAIN_ROUNDS_MAX) as usize;
+    let append = chain_rounds(dir, size, writers, stagger, rounds, budget.time, false)?;
+    let overwrite = chain_rounds(dir, size, writers, stagger, rounds, budget.time, true)?;
+    let quorum_p50 = |times: Vec<Vec<Duration>>| {
+        let mut per_round: Vec<Duration> = times
+            .into_iter()
+            .map(|mut round| {
+                round.sort();
+                round[quorum as usize - 1]
+            })
+            .collect();
+        per_round.sort();
+        per_round[per_round.len() / 2].as_secs_f64() * 1e6
+    };
+    Ok(ChainWrites {
+        writers,
+        quorum,
+        stagger_us: stagger.as_secs_f64() * 1e6,
+        rounds: rounds as u32,
+        append_quorum_us_p50: quorum_p50(append),
+        overwrite_quorum_us_p50: quorum_p50(overwrite),
+    })
+}
+
+/// One kind of [`chain_writes`]' rounds: per round, every writer's time from the round's
+/// start to its `fdatasync` returning. Rounds stop early (at least 5 run) past `time`.
+fn chain_rounds(
+    dir: &Path,
+    size: usize,
+    writers: u32,
+    stagger: Duration,
+    rounds: usize,
+    time: Duration,
+    overwrite: bool,
+) -> std::io::Result<Vec<Vec<Duration>>> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::sync::{Barrier, Mutex};
+    std::fs::create_dir_all(dir)?;
+    let n = writers as usize;
+    let barrier = Barrier::new(n);
+    // Round `r`'s start, or `None` once the rounds are over; set by writer 0 between barriers.
+    let start: Mutex<Option<Instant>> = Mutex::new(None);
+    let times: Mutex<Vec<Vec<Duration>>> = Mutex::new(Vec::new());
+    let begun = Instant::now();
+    let results: Vec<std::io::Result<()>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (barrier, start, times) = (&barrier, &start, &times);
+                scope.spawn(move || -> std::io::Result<()> {
+                    let path = dir.join(format!(".strand-bench-chain-{i}"));
+                    let open = |flags| {
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .create(true)
+                            .truncate(true)
+                            .custom_flags(flags)
+                            .open(&path)
+                    };
+                    // A writer that fails goes on meeting the barriers (without writing), so
+                    // the others are never left waiting; its error is returned at the end.
+                    let mut failed = None;
+                    let file = open(libc::O_DIRECT).or_else(|_| open(0));
+                    let mut backing = vec![0x5au8; size + ALIGN];
+                    let skip = backing.as_ptr().align_offset(ALIGN);
+                    let buf = &mut backing[skip..skip + size];
+                    buf.iter_mut()
+                        .enumerate()
+                        .for_each(|(k, b)| *b = (k % 251) as u8);
+                    let file = match file {
+                        Ok(file) => Some(file),
+                        Err(e) => {
+                            failed = Some(e);
+                            None
+                        }
+                    };
+                    if overwrite && let Some(file) = &file {
+                        let written = (0..rounds)
+                            .try_for_each(|r| file.write_all_at(buf, (r * size) as u64))
+                            .and_then(|()| file.sync_data());
+                        if let Err(e) = written {
+                            failed = Some(e);
+                        }
+                    }
+                    for round in 0..rounds {
+                        barrier.wait();
+                        if i == 0 {
+                            let over = round >= 5 && begun.elapsed() > time;
+                            *start.lock().expect("not poisoned") = (!over).then(Instant::now);
+                        }
+                        barrier.wait();
+                        let Some(at) = *start.lock().expect("not poisoned") else {
+                            break;
+                        };
+                        let due = at + stagger * i as u32;
+                        while Instant::now() < due {
+                            std::hint::spin_loop();
+                        }
+                        let took = match (&file, failed.is_none()) {
+                            (Some(file), true) => {
+                                match file
+                                    .write_all_at(buf, (round * size) as u64)
+                                    .and_then(|()| file.sync_data())
+                                {
+                                    Ok(()) => at.elapsed(),
+                                    Err(e) => {
+                                        failed = Some(e);
+                                        Duration::ZERO
+                                    }
+                                }
+                            }
+                            _ => Duration::ZERO,
+                        };
+                        {
+                            let mut times = times.lock().expect("not poisoned");
+                            if times.len() <= round {
+                                times.resize(round + 1, Vec::new());
+                            }
+                            times[round].push(took);
+                        }
+                        barrier.wait();
+                        if i == 0 {
+                            std::thread::sleep(CHAIN_ROUND_GAP);
+                        }
+                    }
+                    drop(file);
+                    let _ = std::fs::remove_file(&path);
+                    failed.map_or(Ok(()), Err)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a chain writer panicked"))
+            .collect()
+    });
+    results.into_iter().collect::<std::io::Result<()>>()?;
+    Ok(times
+        .into_inner()
+        .expect("not poisoned")
+        .into_iter()
+        .filter(|round| round.len() == n)
+        .collect())
 }
 
 /// Reads the first `written` bytes of `path` in order, `buf.len()` at a time (with `O_DIRECT`

@@ -379,6 +379,24 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             note("measuring baselines (loopback, round trip, disk)");
             let baseline = baseline::measure(write_size, Some(&dir), budget, congestion);
+            // Under a fixed load, also how fast a quorum's copies of one batch reach this
+            // disk when every replica writes its own (the fixed-load p50 check's limit).
+            let baseline = baseline.and_then(|mut b| {
+                if args.rate.is_some() {
+                    note("measuring how a chain's copies of one batch reach the disk");
+                    let stagger = Duration::from_secs_f64(
+                        write_size as f64 / (b.loopback_mb_s * 1e6).max(1.0),
+                    );
+                    b.chain_writes = Some(baseline::chain_writes(
+                        &dir,
+                        write_size,
+                        u32::from(n),
+                        stagger,
+                        budget,
+                    )?);
+                }
+                Ok(b)
+            });
             let baseline = match baseline {
                 Ok(b) => b,
                 Err(e) => {
@@ -762,7 +780,18 @@ fn baseline_line(b: &baseline::Baseline) -> String {
         b.socket_congestion_control
             .as_deref()
             .unwrap_or("the kernel's default")
-    )
+    ) + &b.chain_writes.as_ref().map_or_else(String::new, |c| {
+        format!(
+            "; a quorum ({} of {}) of one batch's copies durable, writers {:.0} us apart: p50 \
+             {:.0} us appending, {:.0} us over written blocks ({} rounds)",
+            c.quorum,
+            c.writers,
+            c.stagger_us,
+            c.append_quorum_us_p50,
+            c.overwrite_quorum_us_p50,
+            c.rounds
+        )
+    })
 }
 
 /// The nodes' CPU seconds per GB of payload acknowledged over the span the CPU was measured

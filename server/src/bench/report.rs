@@ -268,14 +268,30 @@ pub fn checks(r: &Report) -> Vec<Check> {
                 2.0 * (3.0 * transfer + fsync),
             );
             // No replica can write a batch before it arrived whole: a node verifies the
-            // batch before it journals it (decision 494).
-            check.limit = quorum_write_floor_us(r).map(|(floor, why)| Limit {
-                value: transfer + floor + fsync,
-                why: format!(
-                    "the batch's first {transfer:.0} us loopback transfer + {why} + one \
-                     {fsync:.0} us fdatasync"
-                ),
-            });
+            // batch before it journals it (decision 494). Measured where the run measured
+            // it (decision 509), else from the disk probe's bandwidth (decision 410).
+            check.limit = match &r.baseline.chain_writes {
+                Some(c) => Some(Limit {
+                    value: transfer + c.append_quorum_us_p50,
+                    why: format!(
+                        "the batch's first {transfer:.0} us loopback transfer + {:.0} us p50 \
+                         for {} of {} writers {:.0} us apart to append it to this disk and \
+                         fdatasync, as segments are written; over written blocks {:.0} us",
+                        c.append_quorum_us_p50,
+                        c.quorum,
+                        c.writers,
+                        c.stagger_us,
+                        c.overwrite_quorum_us_p50
+                    ),
+                }),
+                None => quorum_write_floor_us(r).map(|(floor, why)| Limit {
+                    value: transfer + floor + fsync,
+                    why: format!(
+                        "the batch's first {transfer:.0} us loopback transfer + {why} + one \
+                         {fsync:.0} us fdatasync"
+                    ),
+                }),
+            };
             out.push(check);
         }
     }

@@ -146,6 +146,7 @@ fn baseline(loopback: f64, disk: Option<f64>) -> baseline::Baseline {
         write_size: 4096,
         tcp_congestion_control: Some("cubic".into()),
         socket_congestion_control: None,
+        chain_writes: None,
     }
 }
 
@@ -834,6 +835,62 @@ fn the_disk_cap_and_the_quorum_floor_come_from_the_same_run() {
         "{limit:?}"
     );
     assert!(limit.why.starts_with("the batch's first"), "{limit:?}");
+    // Where the run measured its chain's copies reaching the disk, the limit is that
+    // measurement (decision 509), not the bandwidth arithmetic.
+    r.baseline.chain_writes = Some(baseline::ChainWrites {
+        writers: 3,
+        quorum: 2,
+        stagger_us: transfer,
+        rounds: 100,
+        append_quorum_us_p50: 2500.0,
+        overwrite_quorum_us_p50: 1400.0,
+    });
+    let p50 = report::checks(&r)
+        .into_iter()
+        .find(|c| c.name == "fixed_load_p50")
+        .expect("the fixed-load p50 check");
+    let limit = p50.limit.expect("a measured floor");
+    assert!(
+        (limit.value - (transfer + 2500.0)).abs() < 1e-6,
+        "{limit:?}"
+    );
+    assert!(
+        limit.why.contains("2 of 3 writers") && limit.why.contains("1400 us"),
+        "{limit:?}"
+    );
+}
+
+/// The chain probe (decision 509) runs every writer in every round, reports the quorum's
+/// time, and leaves no file behind; a writer whose file cannot be written fails the probe
+/// instead of leaving the others waiting at a barrier.
+#[test]
+fn the_chain_probe_times_a_quorum_of_staggered_writers_and_cleans_up() {
+    use std::time::Duration;
+    let dir = crate::scratch_dir("chain-probe");
+    let budget = baseline::Budget {
+        time: Duration::from_millis(50),
+        round_trips: 1,
+        disk_bytes_max: 1 << 30,
+    };
+    // Longer than any 64 KiB write here takes, so only the stagger can explain a quorum this
+    // late.
+    let stagger = Duration::from_millis(5);
+    let c = baseline::chain_writes(&dir, 64 * 1024, 3, stagger, budget).expect("probe");
+    assert_eq!((c.writers, c.quorum), (3, 2));
+    assert!(c.rounds >= 5, "{c:?}");
+    // The second writer starts a stagger after the first, so a quorum is never sooner.
+    assert!(c.append_quorum_us_p50 >= 5000.0, "{c:?}");
+    assert!(c.overwrite_quorum_us_p50 >= 5000.0, "{c:?}");
+    assert!((c.stagger_us - 5000.0).abs() < 1e-6);
+    let left: Vec<_> = std::fs::read_dir(&dir).expect("listed").collect();
+    assert!(left.is_empty(), "{left:?}");
+    let one = baseline::chain_writes(&dir, 4096, 1, stagger, budget).expect("probe");
+    assert_eq!((one.writers, one.quorum), (1, 1));
+    // A directory that is a file: every writer fails to open, none hangs.
+    let file = dir.join("not-a-dir");
+    std::fs::write(&file, b"x").expect("written");
+    assert!(baseline::chain_writes(&file, 4096, 3, stagger, budget).is_err());
+    std::fs::remove_dir_all(&dir).expect("removed");
 }
 
 /// Under a rate, two producers' batches fall half an interval apart, evenly spaced over time
