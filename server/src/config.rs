@@ -295,6 +295,8 @@ pub struct RawPartition {
     pub read_cache_bytes: String,
     pub read_cache_shard_bytes: String,
     pub wal_size: String,
+    pub appending_bytes_max: String,
+    pub appending_shard_bytes_max: String,
 }
 
 defaults!(RawPartition {
@@ -309,6 +311,8 @@ defaults!(RawPartition {
     read_cache_bytes: s("256 MiB"),
     read_cache_shard_bytes: s("1 GiB"),
     wal_size: s("64 MiB"),
+    appending_bytes_max: s("64 MiB"),
+    appending_shard_bytes_max: s("256 MiB"),
 });
 
 /// `[[partition.topic]]`: a per-topic ack override.
@@ -556,6 +560,13 @@ pub struct Partition {
     /// Bytes of each file of a shard's partition WAL (decision 382): fixed for a data
     /// directory's life (`crate::wal_size`).
     pub wal_size: u64,
+    /// Bytes of prepares one partition group may have asked to append and not seen complete;
+    /// past it a backup forwards new prepares without journaling them and a primary holds
+    /// new requests (decisions 504, 510). 0: no bound.
+    pub appending_bytes_max: u64,
+    /// The same for every partition group of one shard together: past it each group takes a
+    /// new append only into an empty backlog (decisions 505, 510). 0: no bound.
+    pub appending_shard_bytes_max: u64,
 }
 
 /// `[system]` with the command line applied.
@@ -1345,6 +1356,27 @@ impl RawConfig {
                 ),
             ));
         }
+        let appending = bound_or_off(
+            "partition.appending_bytes_max",
+            size("partition.appending_bytes_max", &raw.appending_bytes_max)?,
+        )?;
+        let appending_shard = bound_or_off(
+            "partition.appending_shard_bytes_max",
+            size(
+                "partition.appending_shard_bytes_max",
+                &raw.appending_shard_bytes_max,
+            )?,
+        )?;
+        if appending_shard != 0 && (appending == 0 || appending_shard < appending) {
+            return Err(ConfigError::new(
+                "partition.appending_shard_bytes_max",
+                format!(
+                    "{appending_shard} must be 0 (no bound) or at least \
+                     partition.appending_bytes_max ({appending}, where 0 is no bound): one \
+                     group alone may hold that much"
+                ),
+            ));
+        }
         Ok(Partition {
             ack: ack("partition.ack", &raw.ack)?,
             topic_ack,
@@ -1383,8 +1415,19 @@ impl RawConfig {
                 256 << 30,
             )?,
             wal_size,
+            appending_bytes_max: appending,
+            appending_shard_bytes_max: appending_shard,
         })
     }
+}
+
+/// A byte bound where 0 turns it off: 0, or 1 MiB..=64 GiB (below a MiB a backlog would hold
+/// less than one ordinary batch).
+fn bound_or_off(key: &str, bytes: u64) -> Result<u64, ConfigError> {
+    if bytes == 0 {
+        return Ok(0);
+    }
+    in_range(key, bytes, 1 << 20, 64 << 30)
 }
 
 // ---------------------------------------------------------------------------------------------

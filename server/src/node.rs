@@ -436,6 +436,9 @@ impl Shard {
         host.set_read_cache_bytes(usize::try_from(cache).unwrap_or(usize::MAX));
         let shard_cache = self.node_info.config.partition.read_cache_shard_bytes;
         host.set_read_cache_shard_bytes(usize::try_from(shard_cache).unwrap_or(usize::MAX));
+        host.set_appending_shard_bytes_max(
+            self.node_info.config.partition.appending_shard_bytes_max,
+        );
         let mesh = Rc::new(ctx.mesh);
         // Frames route by group: metadata, this shard's partition groups, another shard's
         // (forwarded over the mesh), or unknown (decision 166).

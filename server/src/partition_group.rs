@@ -84,7 +84,8 @@ pub const INBOX_FRAMES_MAX: usize = 8192;
 /// Bytes of prepares the shard's partition groups may together have asked to append and not
 /// seen complete before each of them takes a new append only into an empty backlog (decision
 /// 505): the per-group bound (`appending_bytes_max`, 64 MiB) alone lets a shard of many
-/// lagging groups hold that much per group.
+/// lagging groups hold that much per group. The default of
+/// `partition.appending_shard_bytes_max` (decision 510); 0 there is no bound.
 pub const SHARD_APPENDING_BYTES_MAX: u64 = 256 * 1024 * 1024;
 
 /// WAL lsns a group may hold below the WAL's durable end before the reclaim it blocks is
@@ -460,6 +461,9 @@ pub struct Host {
     /// Every group's tails on this shard together (`partition.read_cache_shard_bytes`,
     /// decision 424).
     read_cache_shard_bytes: Cell<usize>,
+    /// The shard's bound on its groups' incomplete appends together
+    /// (`partition.appending_shard_bytes_max`, decision 510); 0 is none.
+    appending_shard_bytes_max: Cell<u64>,
     /// What each group's tail may hold now: the per-group budget, or the shard's split over
     /// the hosted groups when that is less (decision 424). Every machine of the shard reads
     /// it when it evicts; the pump sets it at every tick.
@@ -529,15 +533,21 @@ impl Host {
         *self.metadata_lead.borrow_mut() = Some(lead);
     }
 
-    /// Sets each group's in-memory tail budget (decision 280); takes effect for groups booted
-    /// after the call (the node sets it before the pump runs).
     /// The shard-wide tail budget (decision 424).
     pub fn set_read_cache_shard_bytes(&self, bytes: usize) {
         self.read_cache_shard_bytes.set(bytes);
     }
 
+    /// Sets each group's in-memory tail budget (decision 280); takes effect for groups booted
+    /// after the call (the node sets it before the pump runs).
     pub fn set_read_cache_bytes(&self, bytes: usize) {
         self.read_cache_bytes.set(bytes);
+    }
+
+    /// Sets the shard's bound on its groups' incomplete appends together (decision 510; 0 is
+    /// none); the pump reads it at every tick.
+    pub fn set_appending_shard_bytes_max(&self, bytes: u64) {
+        self.appending_shard_bytes_max.set(bytes);
     }
 
     /// Bytes of committed batches the shard's groups hold in memory.
@@ -561,6 +571,7 @@ impl Host {
             queues: RefCell::default(),
             read_cache_bytes: Cell::new(crate::partition::machine::READ_CACHE_BYTES),
             read_cache_shard_bytes: Cell::new(crate::partition::machine::READ_CACHE_SHARD_BYTES),
+            appending_shard_bytes_max: Cell::new(SHARD_APPENDING_BYTES_MAX),
             tail_share: Rc::new(Cell::new(crate::partition::machine::READ_CACHE_BYTES)),
             gauges,
             metadata_lead: RefCell::default(),
@@ -944,7 +955,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
                 let mut groups = host.groups.borrow_mut();
                 let (appending, pressed) = apply_storage_pressure(
                     groups.values_mut().map(|h| &mut h.replica),
-                    SHARD_APPENDING_BYTES_MAX,
+                    host.appending_shard_bytes_max.get(),
                 );
                 host.gauges
                     .appending_bytes
@@ -1309,7 +1320,7 @@ fn apply_storage_pressure<'a, S: consensus::StateMachine + 'a>(
 ) -> (u64, bool) {
     let mut replicas: Vec<_> = replicas.collect();
     let total: u64 = replicas.iter().map(|r| r.appending_bytes()).sum();
-    let pressed = total >= bound;
+    let pressed = bound != 0 && total >= bound;
     for r in &mut replicas {
         r.set_storage_pressure(pressed);
     }

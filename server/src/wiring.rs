@@ -138,6 +138,7 @@ pub fn partition_config(config: &Config) -> anyhow::Result<RawConfig> {
     raw.checkpoint_interval_ops = p.checkpoint_interval_ops;
     raw.memory_ack = p.ack == crate::config::Ack::Memory && raw.replica_count >= 3;
     raw.transfer_artifact_bytes_max = p.transfer_artifact_bytes_max;
+    raw.appending_bytes_max = p.appending_bytes_max;
     raw.clone()
         .validate()
         .map_err(|e| anyhow::anyhow!("the partition groups' consensus config: {e}"))?;

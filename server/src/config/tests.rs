@@ -98,6 +98,8 @@ fn every_default() {
     assert_eq!(p.read_cache_bytes, 256 << 20);
     assert_eq!(p.read_cache_shard_bytes, 1 << 30);
     assert_eq!(p.wal_size, 64 << 20);
+    assert_eq!(p.appending_bytes_max, 64 << 20);
+    assert_eq!(p.appending_shard_bytes_max, 256 << 20);
     assert!(p.topic_ack.is_empty());
     let s = &config.system;
     assert_eq!(s.path, PathBuf::from("local_data"));
@@ -839,6 +841,52 @@ fn the_remaining_rules_name_their_keys() {
         refuse("[system]\npath = \"\""),
         "config key `system.path`: must not be empty"
     );
+}
+
+/// Decision 510: the bounds on incomplete appends are keys; 0 turns one off, the shard's may
+/// not be below one group's, and the group's reaches the partition groups' core.
+#[test]
+fn the_appending_bounds_are_validated_and_reach_the_core() {
+    let raw = crate::wiring::partition_config(&load_ok(NODES)).unwrap();
+    assert_eq!(raw.appending_bytes_max, 64 << 20);
+    let text = format!(
+        "{NODES}\n[partition]\nappending_bytes_max = \"16 MiB\"\nappending_shard_bytes_max = \"32 MiB\""
+    );
+    let config = load_ok(&text);
+    assert_eq!(
+        (
+            config.partition.appending_bytes_max,
+            config.partition.appending_shard_bytes_max
+        ),
+        (16 << 20, 32 << 20)
+    );
+    let raw = crate::wiring::partition_config(&config).unwrap();
+    assert_eq!(raw.appending_bytes_max, 16 << 20);
+    let off = format!(
+        "{NODES}\n[partition]\nappending_bytes_max = \"0\"\nappending_shard_bytes_max = \"0\""
+    );
+    let config = load_ok(&off);
+    assert_eq!(config.partition.appending_bytes_max, 0);
+    assert_eq!(
+        crate::wiring::partition_config(&config)
+            .unwrap()
+            .appending_bytes_max,
+        0
+    );
+    assert_eq!(
+        refuse("[partition]\nappending_bytes_max = \"512 KiB\""),
+        "config key `partition.appending_bytes_max`: 524288 is outside 1048576..=68719476736"
+    );
+    for shard in ["\"32 MiB\"", "\"1 GiB\""] {
+        let error = refuse(&format!(
+            "[partition]\nappending_bytes_max = \"{}\"\nappending_shard_bytes_max = {shard}",
+            if shard.contains("MiB") { "64 MiB" } else { "0" }
+        ));
+        assert!(
+            error.starts_with("config key `partition.appending_shard_bytes_max`:"),
+            "{error}"
+        );
+    }
 }
 
 /// Decision 507: the key reaches the partition groups' core, whose state-transfer receiver

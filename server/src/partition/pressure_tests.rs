@@ -64,4 +64,8 @@ fn a_shard_over_its_bound_holds_every_group_with_a_backlog() {
     let (_, pressed) = apply_storage_pressure(groups.iter_mut(), 4 * one);
     assert!(!pressed);
     assert!(prepares(&mut groups[0], 4));
+    // A bound of 0 (`partition.appending_shard_bytes_max = 0`, decision 510) is none.
+    let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 0);
+    assert!(total > 0);
+    assert!(!pressed);
 }
