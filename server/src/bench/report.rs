@@ -832,6 +832,19 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         opt(a.baseline.fdatasync_us_p50),
         opt(b.baseline.fdatasync_us_p50),
     );
+    let chain = |r: &Report, f: fn(&super::baseline::ChainWrites) -> f64| {
+        opt(r.baseline.chain_writes.as_ref().map(f))
+    };
+    row(
+        "baseline.chain_writes.append_quorum_us_p50",
+        chain(a, |c| c.append_quorum_us_p50),
+        chain(b, |c| c.append_quorum_us_p50),
+    );
+    row(
+        "baseline.chain_writes.overwrite_quorum_us_p50",
+        chain(a, |c| c.overwrite_quorum_us_p50),
+        chain(b, |c| c.overwrite_quorum_us_p50),
+    );
     let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "null".into());
     row(
         "baseline.tcp_congestion_control",

@@ -346,6 +346,29 @@ fn compare_prints_both_reports_and_their_ratio() {
         "{line}"
     );
     assert!(text.contains("aaa") && text.contains("bbb"));
+    // The chain probe (decision 509) is compared where a report has it; an older report,
+    // without the key, reads as null.
+    let mut probed = report(100.0, "ccc");
+    probed.baseline.chain_writes = Some(baseline::ChainWrites {
+        writers: 3,
+        quorum: 2,
+        stagger_us: 230.0,
+        rounds: 100,
+        append_quorum_us_p50: 2500.0,
+        overwrite_quorum_us_p50: 1400.0,
+    });
+    let mut older = serde_json::to_value(report(100.0, "ddd")).unwrap();
+    older["baseline"]
+        .as_object_mut()
+        .unwrap()
+        .remove("chain_writes");
+    let older: report::Report = serde_json::from_value(older).unwrap();
+    let text = report::compare(&older, &probed, "A", "B");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("baseline.chain_writes.append_quorum_us_p50"))
+        .unwrap();
+    assert!(line.contains("null") && line.contains("2500"), "{line}");
 }
 
 /// The report names the kernel's default congestion control (decision 500): read from the
