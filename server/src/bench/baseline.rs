@@ -222,30 +222,13 @@ const ALIGN: usize = 4096;
 /// writes); then the same bytes read back in order at the same size, for at most
 /// `budget.time`; the file is removed after.
 pub fn disk(dir: &Path, write_size: usize, budget: Budget) -> std::io::Result<DiskProbe> {
-    use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir)?;
     let path = dir.join(".strand-bench-disk-probe");
-    let open = |flags| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(flags)
-            .open(&path)
-    };
-    let (mut file, direct_io) = match open(libc::O_DIRECT) {
-        Ok(file) => (file, true),
-        Err(_) => (open(0)?, false),
-    };
+    let (mut file, direct_io) = create_probe_file(&path)?;
     let size = write_size.max(1).div_ceil(ALIGN) * ALIGN;
-    // An aligned window into an over-allocated buffer: O_DIRECT needs the address aligned,
-    // and this gets it without unsafe.
-    let mut backing = vec![0xa5u8; size + ALIGN];
+    let mut backing = aligned_pattern(size, 253);
     let skip = backing.as_ptr().align_offset(ALIGN);
     let buf = &mut backing[skip..skip + size];
-    buf.iter_mut()
-        .enumerate()
-        .for_each(|(i, b)| *b = (i % 253) as u8);
     let mut syncs = nanos_histogram();
     let mut written = 0u64;
     let mut writes = 0u64;
@@ -364,7 +347,7 @@ fn chain_rounds(
     time: Duration,
     overwrite: bool,
 ) -> std::io::Result<Vec<Vec<Duration>>> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::FileExt;
     use std::sync::{Barrier, Mutex};
     std::fs::create_dir_all(dir)?;
     let n = writers as usize;
@@ -379,26 +362,14 @@ fn chain_rounds(
                 let (barrier, start, times) = (&barrier, &start, &times);
                 scope.spawn(move || -> std::io::Result<()> {
                     let path = dir.join(format!(".strand-bench-chain-{i}"));
-                    let open = |flags| {
-                        std::fs::OpenOptions::new()
-                            .write(true)
-                            .create(true)
-                            .truncate(true)
-                            .custom_flags(flags)
-                            .open(&path)
-                    };
                     // A writer that fails goes on meeting the barriers (without writing), so
                     // the others are never left waiting; its error is returned at the end.
                     let mut failed = None;
-                    let file = open(libc::O_DIRECT).or_else(|_| open(0));
-                    let mut backing = vec![0x5au8; size + ALIGN];
+                    let mut backing = aligned_pattern(size, 251);
                     let skip = backing.as_ptr().align_offset(ALIGN);
                     let buf = &mut backing[skip..skip + size];
-                    buf.iter_mut()
-                        .enumerate()
-                        .for_each(|(k, b)| *b = (k % 251) as u8);
-                    let file = match file {
-                        Ok(file) => Some(file),
+                    let file = match create_probe_file(&path) {
+                        Ok((file, _)) => Some(file),
                         Err(e) => {
                             failed = Some(e);
                             None
@@ -471,6 +442,37 @@ fn chain_rounds(
         .into_iter()
         .filter(|round| round.len() == n)
         .collect())
+}
+
+/// Creates (or truncates) a probe's file at `path` for writing, with `O_DIRECT` where the file
+/// system takes it (tmpfs refuses it): the file and whether it is direct.
+fn create_probe_file(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |flags| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(flags)
+            .open(path)
+    };
+    match open(libc::O_DIRECT) {
+        Ok(file) => Ok((file, true)),
+        Err(_) => Ok((open(0)?, false)),
+    }
+}
+
+/// A buffer of `size + ALIGN` bytes whose aligned window of `size` bytes (from
+/// `as_ptr().align_offset(ALIGN)`) holds the byte pattern `i % modulus`: `O_DIRECT` needs the
+/// address aligned, and this gets it without unsafe.
+fn aligned_pattern(size: usize, modulus: usize) -> Vec<u8> {
+    let mut backing = vec![0u8; size + ALIGN];
+    let skip = backing.as_ptr().align_offset(ALIGN);
+    backing[skip..skip + size]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i % modulus) as u8);
+    backing
 }
 
 /// Reads the first `written` bytes of `path` in order, `buf.len()` at a time (with `O_DIRECT`
