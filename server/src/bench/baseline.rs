@@ -271,7 +271,7 @@ pub struct ChainWrites {
     /// Writer `i` starts `i` times this after the first (µs): the batch's loopback transfer
     /// time, the store-and-forward hop of the chain.
     pub stagger_us: f64,
-    /// Rounds measured per kind.
+    /// Rounds measured of each kind (the fewer of the two).
     pub rounds: u32,
     /// p50 over rounds of the time from the first writer's start until `quorum` writers had
     /// their write + `fdatasync` return, each appending to its file as segments are written
@@ -315,7 +315,8 @@ pub fn chain_writes(
     let rounds = (budget.disk_bytes_max / 2 / per_round).clamp(5, CHAIN_ROUNDS_MAX) as usize;
     let append = chain_rounds(dir, size, writers, stagger, rounds, budget.time, false)?;
     let overwrite = chain_rounds(dir, size, writers, stagger, rounds, budget.time, true)?;
-    let quorum_p50 = |times: Vec<Vec<Duration>>| {
+    let measured = append.len().min(overwrite.len());
+    let quorum_p50 = |times: Vec<Vec<Duration>>| -> std::io::Result<f64> {
         let mut per_round: Vec<Duration> = times
             .into_iter()
             .map(|mut round| {
@@ -324,15 +325,18 @@ pub fn chain_writes(
             })
             .collect();
         per_round.sort();
-        per_round[per_round.len() / 2].as_secs_f64() * 1e6
+        per_round
+            .get(per_round.len() / 2)
+            .map(|p50| p50.as_secs_f64() * 1e6)
+            .ok_or_else(|| std::io::Error::other("the chain probe completed no round"))
     };
     Ok(ChainWrites {
         writers,
         quorum,
         stagger_us: stagger.as_secs_f64() * 1e6,
-        rounds: rounds as u32,
-        append_quorum_us_p50: quorum_p50(append),
-        overwrite_quorum_us_p50: quorum_p50(overwrite),
+        rounds: measured as u32,
+        append_quorum_us_p50: quorum_p50(append)?,
+        overwrite_quorum_us_p50: quorum_p50(overwrite)?,
     })
 }
 
