@@ -896,18 +896,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             install_partition(storage, &disk.prefix, disk.policy, &manifest, &artifacts)
                 .await
                 .map_err(|e| e.to_string())?;
-        disk.log = log;
-        // What a transfer installs is committed. The segments it replaced held the bodies
-        // references named: later copies forward copy the prepares whole.
-        disk.committed_end = disk.committed_end.max(disk.log.next_offset());
-        disk.bodies.clear();
-        seals::apart(&mut disk.log);
-        disk.map.borrow_mut().refresh(&disk.log);
-        disk.offset_store
-            .write(&table, true)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(())
+        adopt_installed(disk, log, &table).await
     }
 
     /// Writes a transfer's staged SEGMENT_LOG into the group's segments by chunk (decision 284)
@@ -931,17 +920,7 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
         )
         .await
         .map_err(|e| e.to_string())?;
-        disk.log = log;
-        // What a transfer installs is committed. The segments it replaced held the bodies
-        // references named: later copies forward copy the prepares whole.
-        disk.committed_end = disk.committed_end.max(disk.log.next_offset());
-        disk.bodies.clear();
-        seals::apart(&mut disk.log);
-        disk.map.borrow_mut().refresh(&disk.log);
-        disk.offset_store
-            .write(offsets, true)
-            .await
-            .map_err(|e| e.to_string())
+        adopt_installed(disk, log, offsets).await
     }
 
     /// Reclaims the WAL up to what every group no longer needs: below the first record whose
@@ -1367,4 +1346,24 @@ impl<S: Storage + Clone + 'static> StorageTask<S> {
             warn!(error = %e, "recording the WAL's durable end at shutdown failed");
         }
     }
+}
+
+/// Makes `log`, just installed by a state transfer, the group's segments, and writes the
+/// transfer's offsets table (synced).
+async fn adopt_installed<S: Storage + Clone + 'static>(
+    disk: &mut GroupDisk<S>,
+    log: PartitionLog<S>,
+    table: &OffsetTable,
+) -> Result<(), String> {
+    disk.log = log;
+    // What a transfer installs is committed. The segments it replaced held the bodies
+    // references named: later copies forward copy the prepares whole.
+    disk.committed_end = disk.committed_end.max(disk.log.next_offset());
+    disk.bodies.clear();
+    seals::apart(&mut disk.log);
+    disk.map.borrow_mut().refresh(&disk.log);
+    disk.offset_store
+        .write(table, true)
+        .await
+        .map_err(|e| e.to_string())
 }
