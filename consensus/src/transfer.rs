@@ -33,7 +33,8 @@ use crate::state_machine::StateMachine;
 use crate::types::{Frame, Now, Plane, ReplicaId, Status};
 
 /// The metadata plane's per-artifact cap (1 GiB) and total cap (4 GiB), §11.2 step 3. The
-/// partition plane's are `transfer_artifact_bytes_max` per segment,
+/// partition plane's are `transfer_artifact_bytes_max` for its SEGMENT_LOG (a partition's
+/// whole log),
 /// [`PARTITION_OFFSETS_ARTIFACT_LEN_MAX`] for its offsets and [`PARTITION_TRANSFER_LEN_MAX`]
 /// in all (state-transfer.md §3, decision 507).
 const METADATA_ARTIFACT_LEN_MAX: u64 = 1 << 30;

@@ -1334,6 +1334,18 @@ impl RawConfig {
                 ),
             ));
         }
+        // A partition transfer's artifacts together are held to 1 TiB (state-transfer.md §3):
+        // a larger per-artifact cap would be accepted and never reached.
+        let artifact_ceiling = consensus::constants::PARTITION_TRANSFER_LEN_MAX;
+        if artifact > artifact_ceiling {
+            return Err(ConfigError::new(
+                "partition.transfer_artifact_bytes_max",
+                format!(
+                    "{artifact} must not exceed a partition transfer's total cap, \
+                     {artifact_ceiling} (1 TiB)"
+                ),
+            ));
+        }
         let interval = raw.checkpoint_interval_ops;
         if interval != 0 && interval < 8 {
             return Err(ConfigError::new(

@@ -542,6 +542,13 @@ fn timer_and_size_rules() {
         refuse(&format!("{topics}\n{topics}")),
         "config key `partition.topic[1]`: stream `s` topic `t` is listed twice"
     );
+    let error = refuse("[partition]\ntransfer_artifact_bytes_max = \"2 TiB\"");
+    assert!(
+        error.starts_with(
+            "config key `partition.transfer_artifact_bytes_max`: 2199023255552 must not exceed"
+        ),
+        "{error}"
+    );
     let error = refuse("[partition]\ntransfer_artifact_bytes_max = \"1 GiB\"");
     assert!(
         error.starts_with(
