@@ -76,7 +76,7 @@ pub use frames::codes;
 pub use ignored::Ignored;
 pub use io::{ClientRequest, Completion, Effect, FatalReason, Input, Outbox, Recovered};
 pub use partition::{build_batch, build_send_messages_request};
-pub use replica::Replica;
+pub use replica::{Replica, apply_storage_pressure};
 pub use state_machine::{
     Artifact, Buffered, DigestMachine, DigestStateMachine, InstallError, Projection, StateMachine,
     TransferError, WholeArtifacts,

@@ -1324,3 +1324,20 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 }
+
+/// Sets the storage pressure of every replica a driver hosts (decision 505) from the total of
+/// their incomplete appends against `bound` (0: no bound), as the driver does once per tick:
+/// between ticks the total may pass the bound by what one tick brings in. Returns the total
+/// and whether it reached the bound. The shard's pump and the simulator's nodes share it.
+pub fn apply_storage_pressure<'a, S: StateMachine + 'a>(
+    replicas: impl Iterator<Item = &'a mut Replica<S>>,
+    bound: u64,
+) -> (u64, bool) {
+    let mut replicas: Vec<_> = replicas.collect();
+    let total: u64 = replicas.iter().map(|r| r.appending_bytes()).sum();
+    let pressed = bound != 0 && total >= bound;
+    for r in &mut replicas {
+        r.set_storage_pressure(pressed);
+    }
+    (total, pressed)
+}

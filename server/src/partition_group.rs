@@ -953,7 +953,7 @@ pub async fn run<S: Storage + Clone + 'static>(pump: Pump<S>) -> Outcome {
             let at = now(ticks);
             {
                 let mut groups = host.groups.borrow_mut();
-                let (appending, pressed) = apply_storage_pressure(
+                let (appending, pressed) = consensus::apply_storage_pressure(
                     groups.values_mut().map(|h| &mut h.replica),
                     host.appending_shard_bytes_max.get(),
                 );
@@ -1309,22 +1309,6 @@ fn dead_groups(host: &Host, metadata: &MetadataReader) -> Vec<u64> {
         })
         .map(|(group, _)| *group)
         .collect()
-}
-
-/// Sets every replica's storage pressure from the total of their incomplete appends against
-/// `bound` (decision 505), once per tick: between ticks the total may pass the bound by what
-/// one tick brings in. Returns the total and whether it reached the bound.
-fn apply_storage_pressure<'a, S: consensus::StateMachine + 'a>(
-    replicas: impl Iterator<Item = &'a mut consensus::Replica<S>>,
-    bound: u64,
-) -> (u64, bool) {
-    let mut replicas: Vec<_> = replicas.collect();
-    let total: u64 = replicas.iter().map(|r| r.appending_bytes()).sum();
-    let pressed = bound != 0 && total >= bound;
-    for r in &mut replicas {
-        r.set_storage_pressure(pressed);
-    }
-    (total, pressed)
 }
 
 fn observe(host: &Host) {

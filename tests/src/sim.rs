@@ -897,13 +897,10 @@ impl Sim {
             return;
         };
         let live = &mut self.hosts[usize::from(r)].live;
-        let total: u64 = live.values().map(|l| l.replica.appending_bytes()).sum();
-        let pressed = total >= bound;
+        let (_, pressed) =
+            consensus::apply_storage_pressure(live.values_mut().map(|l| &mut l.replica), bound);
         if pressed {
             self.report.pressure_ticks += 1;
-        }
-        for l in live.values_mut() {
-            l.replica.set_storage_pressure(pressed);
         }
     }
 

@@ -6,7 +6,7 @@ use consensus::{
 };
 use wire::Operation;
 
-use super::apply_storage_pressure;
+use consensus::apply_storage_pressure;
 
 const NOW: consensus::Now = consensus::Now {
     tick: 1,
