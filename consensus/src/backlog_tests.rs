@@ -243,3 +243,45 @@ fn a_truncated_append_that_fails_leaves_its_re_append_to_complete() {
         assert_eq!(b.appending_bytes(), 0);
     }
 }
+
+/// Submits a Register for `client` to a solo primary: whether it prepared it at once.
+fn prepares(r: &mut R, client: u128) -> bool {
+    let mut out = crate::io::Outbox::new();
+    let request = crate::ClientRequest::new(client, Operation::Register, 0, 0, vec![]);
+    r.step(NOW, Input::Request(request), &mut out).unwrap();
+    out.drain().any(|e| matches!(e, Effect::Append { .. }))
+}
+
+/// Decision 505 (and 510's 0): a driver's bound on every group's incomplete appends together,
+/// applied per tick by `apply_storage_pressure`; at it, a group with a backlog prepares no
+/// more until its own appends complete.
+#[test]
+fn a_driver_over_its_bound_holds_every_group_with_a_backlog() {
+    use crate::replica::apply_storage_pressure;
+    let solo = || {
+        let mut r = fresh(1, 0);
+        assert!(prepares(&mut r, 1), "an empty backlog prepares");
+        r
+    };
+    let mut groups = [solo(), solo()];
+    let one = groups[0].appending_bytes();
+    assert!(one > 0);
+    // Under the bound: each group keeps preparing beside its backlog.
+    let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one + 1);
+    assert_eq!((total, pressed), (2 * one, false));
+    assert!(prepares(&mut groups[0], 2));
+    // The total reaches the bound: a group with an incomplete append prepares no more.
+    let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one + 1);
+    assert_eq!((total, pressed), (3 * one, false));
+    let (_, pressed) = apply_storage_pressure(groups.iter_mut(), 3 * one);
+    assert!(pressed);
+    assert!(!prepares(&mut groups[1], 3), "parked under pressure");
+    // Below it again, a new request is prepared at once.
+    let (_, pressed) = apply_storage_pressure(groups.iter_mut(), 4 * one);
+    assert!(!pressed);
+    assert!(prepares(&mut groups[0], 4));
+    // A bound of 0 (`partition.appending_shard_bytes_max = 0`, decision 510) is none.
+    let (total, pressed) = apply_storage_pressure(groups.iter_mut(), 0);
+    assert!(total > 0);
+    assert!(!pressed);
+}

@@ -1498,9 +1498,5 @@ mod retire;
 mod seals;
 
 #[cfg(test)]
-#[path = "partition/pressure_tests.rs"]
-mod pressure_tests;
-
-#[cfg(test)]
 #[path = "partition/group_tests.rs"]
 mod tests;
