@@ -257,6 +257,26 @@ impl Cluster {
             .sum()
     }
 
+    /// Minor page faults the running nodes have taken so far, summed over all of them
+    /// (`/proc/PID/stat` field 10): each one a page the node touched for the first time, or
+    /// again after its allocator gave it back (decision 511). `None` where `/proc` cannot be
+    /// read.
+    pub fn minor_faults(&self) -> Option<u64> {
+        self.children
+            .iter()
+            .map(|child| process_minor_faults(child.id()))
+            .sum()
+    }
+
+    /// The largest peak resident set (`VmHWM` of `/proc/PID/status`) among the running
+    /// nodes, in bytes; `None` where `/proc` cannot be read.
+    pub fn resident_peak_bytes_max(&self) -> Option<u64> {
+        self.children
+            .iter()
+            .map(|child| process_resident_peak_bytes(child.id()))
+            .try_fold(0, |max, peak| Some(max.max(peak?)))
+    }
+
     /// SIGTERM to every node, then waits (SIGKILL after 10 s); true if all exited 0.
     pub fn stop(&mut self) -> bool {
         for child in &mut self.children {
@@ -303,6 +323,37 @@ impl Drop for Cluster {
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     cpu_seconds_of_stat(&stat, clock_ticks_per_second()?)
+}
+
+/// Minor page faults of process `pid` so far (`/proc/PID/stat` field 10).
+pub fn process_minor_faults(pid: u32) -> Option<u64> {
+    minor_faults_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses minflt (field 10) out of a `/proc/PID/stat` line, split after the command name as
+/// [`cpu_seconds_of_stat`] does.
+pub fn minor_faults_of_stat(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so minflt (10) is the 8th.
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
+/// The peak resident set of process `pid` in bytes (`VmHWM` of `/proc/PID/status`).
+pub fn process_resident_peak_bytes(pid: u32) -> Option<u64> {
+    resident_peak_of_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// The `VmHWM:` line of a `/proc/PID/status` text (kB), in bytes.
+pub fn resident_peak_of_status(status: &str) -> Option<u64> {
+    let kb: u64 = status.lines().find_map(|line| {
+        line.strip_prefix("VmHWM:")?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()
+    })?;
+    Some(kb * 1024)
 }
 
 /// Bytes process `pid` has caused to be written to storage (`/proc/PID/io`).

@@ -499,11 +499,14 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
     let dropped_before = cluster.as_ref().and_then(not_connected);
     let cpu_before = cluster.as_ref().and_then(|c| c.cpu_seconds());
     let written_before = cluster.as_ref().and_then(|c| c.write_bytes());
+    let faults_before = cluster.as_ref().and_then(|c| c.minor_faults());
     let outcome = with_progress(terminal, &workload, |progress| {
         load::run(&target, &workload, &layout, progress)
     })?;
     let cpu_after = cluster.as_ref().and_then(|c| c.cpu_seconds());
     let written_after = cluster.as_ref().and_then(|c| c.write_bytes());
+    let faults_after = cluster.as_ref().and_then(|c| c.minor_faults());
+    let resident_peak = cluster.as_ref().and_then(|c| c.resident_peak_bytes_max());
     let dropped_after = cluster.as_ref().and_then(not_connected);
     if let Some(cluster) = cluster.as_mut()
         && !cluster.stop()
@@ -574,6 +577,15 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                     .then(|| after.saturating_sub(before) as f64 / f64::from(replicas) / payload)
             },
         ),
+        // The faults span the probe and warm-up too, as the CPU does.
+        minor_faults_per_mb: faults_before.zip(faults_after).and_then(|(before, after)| {
+            per_payload_mb(
+                after.saturating_sub(before) as f64,
+                outcome.producer.messages + outcome.before.messages,
+                workload.message_size,
+            )
+        }),
+        node_resident_peak_mb: resident_peak.map(|bytes| bytes as f64 / 1e6),
         baseline,
         consumer,
         timeline: report::timeline(&outcome.timeline, workload.message_size),
@@ -806,6 +818,12 @@ fn cpu_per_gb(
     (gb > 0.0).then(|| cpu_s / gb)
 }
 
+/// `count` per MB (10^6 B) of the payload of `messages` messages; `None` without payload.
+fn per_payload_mb(count: f64, messages: u64, message_size: usize) -> Option<f64> {
+    let mb = messages as f64 * message_size as f64 / 1e6;
+    (mb > 0.0).then(|| count / mb)
+}
+
 /// The end-of-run summary.
 pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let opt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1}"));
@@ -856,6 +874,16 @@ pub fn summary(r: &Report, out: &mut dyn std::io::Write) -> std::io::Result<()> 
     )?;
     if let Some(cpu) = r.cpu_s_per_gb {
         writeln!(out, "nodes' CPU: {cpu:.2} s per GB acknowledged")?;
+    }
+    if let Some(faults) = r.minor_faults_per_mb {
+        let peak = r.node_resident_peak_mb.map_or_else(String::new, |mb| {
+            format!("; largest node peak {mb:.0} MB resident")
+        });
+        writeln!(
+            out,
+            "nodes' memory: {faults:.1} minor page faults per MB acknowledged (pages touched \
+             fresh){peak}"
+        )?;
     }
     if let Some(b) = r.disk_bytes_per_payload_byte {
         let cap = report::disk_cap_ratio(r).map_or_else(String::new, |cap| {

@@ -196,6 +196,17 @@ pub struct Report {
     /// of payload acknowledged; `null` against `--address` (decision 410).
     #[serde(default)]
     pub disk_bytes_per_payload_byte: Option<f64>,
+    /// With `--spawn`: minor page faults all the nodes took while the load ran, per MB
+    /// (10^6 B) of payload acknowledged; `null` against `--address`. Each is a page touched
+    /// fresh, which a node's steady state should not need: a high figure means the nodes were
+    /// still growing (or giving back and retaking) memory, which on this VM slows every
+    /// stage (decision 511).
+    #[serde(default)]
+    pub minor_faults_per_mb: Option<f64>,
+    /// With `--spawn`: the largest peak resident set of any node (`VmHWM`), in MB (10^6 B);
+    /// `null` against `--address` (decision 511).
+    #[serde(default)]
+    pub node_resident_peak_mb: Option<f64>,
     /// The consumers (`null` with none).
     pub consumer: Option<ConsumerReport>,
     /// Every 250 ms.
@@ -872,6 +883,16 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         "disk_bytes_per_payload_byte",
         opt(a.disk_bytes_per_payload_byte),
         opt(b.disk_bytes_per_payload_byte),
+    );
+    row(
+        "minor_faults_per_mb",
+        opt(a.minor_faults_per_mb),
+        opt(b.minor_faults_per_mb),
+    );
+    row(
+        "node_resident_peak_mb",
+        opt(a.node_resident_peak_mb),
+        opt(b.node_resident_peak_mb),
     );
     let c = |r: &Report, f: &dyn Fn(&ConsumerReport) -> String| {
         r.consumer.as_ref().map_or_else(|| "null".to_string(), f)

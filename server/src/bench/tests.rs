@@ -285,6 +285,8 @@ fn sample_report(mb: f64, commit: &str) -> report::Report {
         ratio_to_loopback: mb / 1000.0,
         cpu_s_per_gb: None,
         disk_bytes_per_payload_byte: None,
+        minor_faults_per_mb: None,
+        node_resident_peak_mb: None,
         consumer: None,
         timeline: Vec::new(),
         read_back: false,
@@ -811,6 +813,43 @@ fn write_bytes_come_from_the_io_file_and_grow_with_a_synced_write() {
     let after = cluster::process_write_bytes(pid).expect("/proc/self/io readable");
     let _ = std::fs::remove_file(&path);
     assert!(after >= before + (1 << 20), "{before} -> {after}");
+}
+
+/// Decision 511: the nodes' fresh-page faults and peak resident set come from `/proc`, and
+/// touching memory the process never had shows in its own figure.
+#[test]
+fn minor_faults_and_the_resident_peak_come_from_proc_and_grow_with_fresh_pages() {
+    // Fields: pid (comm) state ppid pgrp session tty tpgid flags minflt ...
+    let stat = "4242 (str and) (x) S 1 2 3 4 5 6 77 8 9 10 250 130 11 12 20 0 1 0";
+    assert_eq!(cluster::minor_faults_of_stat(stat), Some(77));
+    assert_eq!(cluster::minor_faults_of_stat("4242 (cut) S 1 2"), None);
+    assert_eq!(cluster::minor_faults_of_stat("no name here"), None);
+    let status = "Name:\tstrand\nVmPeak:\t  9000 kB\nVmHWM:\t  5120 kB\nVmRSS:\t  4096 kB\n";
+    assert_eq!(cluster::resident_peak_of_status(status), Some(5120 * 1024));
+    assert_eq!(cluster::resident_peak_of_status("VmRSS:\t1 kB\n"), None);
+    assert_eq!(cluster::resident_peak_of_status("VmHWM:\tlots kB\n"), None);
+    // This process: 64 MiB is above glibc's largest mmap threshold (32 MiB), so the block is
+    // mapped fresh, and writing one byte per page faults every page in.
+    let pid = std::process::id();
+    let before = cluster::process_minor_faults(pid).expect("/proc/self/stat readable");
+    let mut block: Vec<u8> = Vec::with_capacity(64 << 20);
+    let pages = block.capacity() / 4096;
+    block.resize(block.capacity(), 0);
+    for page in block.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(&block);
+    let after = cluster::process_minor_faults(pid).expect("/proc/self/stat readable");
+    assert!(
+        after >= before + pages as u64 / 2,
+        "{before} -> {after} for {pages} fresh pages"
+    );
+    let peak = cluster::process_resident_peak_bytes(pid).expect("/proc/self/status readable");
+    assert!(peak >= 64 << 20, "peak {peak} with 64 MiB resident");
+    drop(block);
+    // The per-MB figure: 3000 faults over 2000 messages of 1000 B (2 MB) is 1500 per MB.
+    assert_eq!(per_payload_mb(3000.0, 2000, 1000), Some(1500.0));
+    assert_eq!(per_payload_mb(3000.0, 0, 1000), None);
 }
 
 #[test]
