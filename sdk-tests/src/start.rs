@@ -26,6 +26,9 @@ repair_retry_interval = "200ms"
 [message_bus]
 reconnect_period = "200ms"
 
+[system]
+memory_prefault_bytes = "0"
+
 [system.sharding]
 io_memory = "1 MiB"
 "#;

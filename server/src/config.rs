@@ -330,11 +330,13 @@ pub struct RawTopicAck {
 #[allow(missing_docs)]
 pub struct RawSystem {
     pub path: String,
+    pub memory_prefault_bytes: String,
     pub sharding: RawSharding,
 }
 
 defaults!(RawSystem {
     path: s("local_data"),
+    memory_prefault_bytes: s("1 GiB"),
     sharding: RawSharding::default()
 });
 
@@ -575,6 +577,9 @@ pub struct Partition {
 pub struct System {
     /// `system.path`, or `--data-dir`.
     pub path: PathBuf,
+    /// `system.memory_prefault_bytes`: memory the node faults in at boot and keeps for its
+    /// caches (decision 512); 0 for none.
+    pub memory_prefault_bytes: u64,
     /// Shards and placement: `--cores`, `--shards`, else `system.sharding`.
     pub sharding: Sharding,
     pub inbox_capacity: usize,
@@ -908,8 +913,14 @@ impl RawConfig {
         }
         let io_memory = size(&format!("{k}io_memory"), &raw.io_memory)?;
         let io_memory = in_range(&format!("{k}io_memory"), io_memory, 64 << 10, 1 << 30)?;
+        let prefault_key = "system.memory_prefault_bytes";
+        let memory_prefault_bytes = match size(prefault_key, &self.system.memory_prefault_bytes)? {
+            0 => 0,
+            bytes => in_range(prefault_key, bytes, 1 << 20, 1 << 40)?,
+        };
         Ok(System {
             path,
+            memory_prefault_bytes,
             sharding,
             inbox_capacity: in_range(
                 &format!("{k}inbox_capacity"),

@@ -13,6 +13,7 @@ pub mod config;
 pub mod forward_metrics;
 pub mod groups;
 pub mod inbox_bound;
+pub mod memory;
 pub mod metadata;
 pub mod metadata_group;
 pub mod metrics;

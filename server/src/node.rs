@@ -53,13 +53,42 @@ fn load(args: &StartArgs) -> anyhow::Result<Config> {
     config::load(&text, &overrides).with_context(|| format!("in {}", args.config.display()))
 }
 
+/// Faults in `system.memory_prefault_bytes` (at most half the memory available) before the
+/// shards start, so the caches grow into pages the node has (decision 512).
+fn prefault(wanted: u64) {
+    if wanted == 0 {
+        return;
+    }
+    let budget = server::memory::prefault_budget(wanted, server::memory::available_bytes());
+    let done = server::memory::prefault(budget);
+    if budget < wanted {
+        warn!(
+            wanted,
+            bytes = done.bytes,
+            "system.memory_prefault_bytes is above half the memory available: prefaulted less"
+        );
+    }
+    info!(
+        bytes = done.bytes,
+        took_ms = done.took.as_millis() as u64,
+        "memory prefaulted for the caches"
+    );
+}
+
 /// `strand start`: validate, check or format the data directory, boot the shards with the
 /// replica plane on `tcp_replica` and the metadata replica on shard 0, serve `/metrics` on the
 /// `http` port, then run until SIGTERM/SIGINT (drain, exit 0) or a fatal failure (exit
 /// [`server::EXIT_FATAL`]).
 pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
+    // Before any thread exists: a thread that allocated already has its arena.
+    let allocator = server::memory::keep_freed_memory();
     init_logging();
+    match allocator {
+        Ok(()) => info!("allocator: one arena, freed memory kept for reuse (decision 512)"),
+        Err(e) => warn!(error = %e, "allocator: freed memory may go back to the kernel"),
+    }
     let config = load(&args)?;
+    prefault(config.system.memory_prefault_bytes);
     // Registered before any shard exists, so an early signal stops the node cleanly instead of
     // killing it.
     let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;

@@ -490,6 +490,8 @@ fn spawn_three_waits_for_its_peers_probes_and_reads_back() {
             "bench",
             "--spawn",
             "3",
+            "--memory-prefault",
+            "0",
             "--producers",
             "2",
             "--consumers",

@@ -28,6 +28,9 @@ ip = "127.0.0.1"
 replica_id = 0
 ports = { tcp = 18090, http = 13000, tcp_replica = 19090 }
 
+[system]
+memory_prefault_bytes = "4 MiB"
+
 [system.sharding]
 io_memory = "256 KiB"
 "#;
@@ -104,6 +107,20 @@ fn start_pins_its_shards_and_stops_on_sigterm() {
         .unwrap();
     let mut log = Log::of(&mut child);
     let lines = log.wait_for("strand node ready").to_vec();
+    // Decision 512: the allocator keeps freed memory and the configured 4 MiB is faulted in
+    // before the shards start.
+    assert!(
+        lines.iter().any(|l| l.contains("allocator: one arena")),
+        "no allocator line:\n{}",
+        lines.join("\n")
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("memory prefaulted for the caches") && l.contains("bytes=4194304")),
+        "no prefault line:\n{}",
+        lines.join("\n")
+    );
     for (shard, core) in cores.iter().enumerate() {
         assert!(
             lines.iter().any(|l| l.contains("shard executor up")

@@ -58,6 +58,8 @@ pub struct Spawned<'a> {
     pub wal_size: Option<u64>,
     /// `partition.read_cache_bytes` (`None`: the node's default).
     pub read_cache: Option<u64>,
+    /// `system.memory_prefault_bytes` (`None`: the node's default).
+    pub memory_prefault: Option<u64>,
     /// `network.tcp_congestion_control` (`None`: the kernel's default).
     pub congestion: Option<&'a shard::net::CongestionControl>,
 }
@@ -71,6 +73,11 @@ pub fn config_text(nodes: &[NodePorts], spawned: &Spawned<'_>) -> String {
     }
     if let Some(bytes) = spawned.read_cache {
         text.push_str(&format!("read_cache_bytes = \"{bytes}\"\n"));
+    }
+    if let Some(bytes) = spawned.memory_prefault {
+        text.push_str(&format!(
+            "\n[system]\nmemory_prefault_bytes = \"{bytes}\"\n"
+        ));
     }
     text.push_str(&config::network_section(spawned.congestion));
     for (i, p) in nodes.iter().enumerate() {

@@ -150,6 +150,11 @@ pub struct RunArgs {
     /// `64 MiB` (64 KiB..=4 GiB; default the node's, 256 MiB within the shard's 1 GiB).
     #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_read_cache)]
     pub read_cache: Option<u64>,
+    /// The spawned nodes' `system.memory_prefault_bytes`: memory each faults in at boot for
+    /// its caches, e.g. `512 MiB`, or `0` for none (1 MiB..=1 TiB; default the node's, 1 GiB;
+    /// decision 512).
+    #[arg(long, value_name = "SIZE", requires = "spawn", value_parser = parse_memory_prefault)]
+    pub memory_prefault: Option<u64>,
     /// The spawned cluster's directory (kept); default a temporary one, removed after.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -206,6 +211,19 @@ pub fn parse_read_cache(text: &str) -> Result<u64, String> {
     if !(64 << 10..=4 << 30).contains(&bytes) {
         return Err(format!(
             "--read-cache {text}: {bytes} bytes must be in 64 KiB..=4 GiB"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Parses `--memory-prefault`: `0`, or a size in the range the config accepts for
+/// `system.memory_prefault_bytes`.
+pub fn parse_memory_prefault(text: &str) -> Result<u64, String> {
+    let bytes = crate::config::parse_size(text)
+        .ok_or_else(|| format!("--memory-prefault {text}: not a size like \"512 MiB\" or \"0\""))?;
+    if bytes != 0 && !(1 << 20..=1 << 40).contains(&bytes) {
+        return Err(format!(
+            "--memory-prefault {text}: {bytes} bytes must be 0 or in 1 MiB..=1 TiB"
         ));
     }
     Ok(bytes)
@@ -414,6 +432,7 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                     ack: args.ack.unwrap_or(AckArg::Disk).as_str(),
                     wal_size: args.wal_size,
                     read_cache: args.read_cache,
+                    memory_prefault: args.memory_prefault,
                     congestion,
                 },
                 dir.clone(),

@@ -476,6 +476,7 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                     ack: ack.as_str(),
                     wal_size,
                     read_cache: wal_size.map(|_| 64 << 20),
+                    memory_prefault: wal_size.map(|_| 0),
                     congestion: congestion.as_ref(),
                 };
                 let text = cluster::config_text(&nodes, &spawned);
@@ -500,6 +501,11 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                     256 << 20
                 };
                 assert_eq!(config.partition.read_cache_bytes, cache);
+                // `--memory-prefault` too (0 with each explicit WAL size, else the default).
+                assert_eq!(
+                    config.system.memory_prefault_bytes,
+                    if wal_size.is_some() { 0 } else { 1 << 30 }
+                );
                 // `--tcp-congestion` reaches it too (here with each explicit WAL size).
                 assert_eq!(
                     config
@@ -547,6 +553,20 @@ fn cpu_seconds_come_from_utime_and_stime_past_a_name_with_spaces_and_parens() {
     }
     let after = cluster::process_cpu_seconds(std::process::id()).expect("/proc readable");
     assert!(after >= before, "{before} -> {after}");
+}
+
+#[test]
+fn memory_prefault_takes_zero_or_the_configs_range() {
+    assert_eq!(parse_memory_prefault("0"), Ok(0));
+    assert_eq!(parse_memory_prefault("512 MiB"), Ok(512 << 20));
+    assert_eq!(parse_memory_prefault("1 TiB"), Ok(1 << 40));
+    for bad in ["4 KiB", "2 TiB", "lots"] {
+        let error = parse_memory_prefault(bad).expect_err(bad);
+        assert!(
+            error.starts_with(&format!("--memory-prefault {bad}:")),
+            "{error}"
+        );
+    }
 }
 
 #[test]
@@ -732,6 +752,7 @@ fn the_readiness_wait_expects_the_generated_configs_lanes() {
                 ack: "disk",
                 wal_size: None,
                 read_cache: None,
+                memory_prefault: None,
                 congestion: None,
             },
         ),

@@ -907,3 +907,30 @@ fn the_transfer_artifact_cap_reaches_the_partition_core() {
     let raw = crate::wiring::partition_config(&load_ok(&text)).unwrap();
     assert_eq!(raw.transfer_artifact_bytes_max, 2 << 30);
 }
+
+/// Decision 512: `system.memory_prefault_bytes` defaults to 1 GiB, takes 0 for none, and
+/// refuses what would not hold one batch or what no machine has.
+#[test]
+fn the_memory_prefault_is_a_size_with_an_off_switch() {
+    assert_eq!(load_ok(NODES).system.memory_prefault_bytes, 1 << 30);
+    for (value, bytes) in [
+        ("\"0\"", 0),
+        ("\"256 MiB\"", 256 << 20),
+        ("\"1 MiB\"", 1 << 20),
+    ] {
+        let text = format!("{NODES}\n[system]\nmemory_prefault_bytes = {value}");
+        assert_eq!(
+            load_ok(&text).system.memory_prefault_bytes,
+            bytes,
+            "{value}"
+        );
+    }
+    assert_eq!(
+        refuse("[system]\nmemory_prefault_bytes = \"512 KiB\""),
+        "config key `system.memory_prefault_bytes`: 524288 is outside 1048576..=1099511627776"
+    );
+    assert_eq!(
+        refuse("[system]\nmemory_prefault_bytes = \"2 TiB\""),
+        "config key `system.memory_prefault_bytes`: 2199023255552 is outside 1048576..=1099511627776"
+    );
+}

@@ -87,6 +87,9 @@ reconnect_period = "200ms"
 [metadata]
 {metadata}
 
+[system]
+memory_prefault_bytes = "0"
+
 [system.sharding]
 io_memory = "256 KiB"
 {extra}

@@ -1,0 +1,176 @@
+//! How a node gets its memory (decision 512): its allocator keeps what the node frees, and the
+//! node faults in, once at boot, the memory its caches will hold.
+//!
+//! A node under load allocates and frees batch-sized blocks all the time: received frames, the
+//! prepares built from requests, segment write buffers, the read cache's tails (up to
+//! `partition.read_cache_bytes` each). With glibc's defaults such blocks are mapped and
+//! unmapped one by one, a thread's arena unmaps a heap that empties, and a free top is trimmed,
+//! so the node keeps taking fresh pages from the kernel, a fault per 4 KiB, while its caches
+//! grow and after. On the development machine (a VM) the nodes spent the first 5-25 s of a run
+//! growing and moved a third of their later rate meanwhile (decision 511's figures).
+//!
+//! [`keep_freed_memory`] runs first in `strand start`, before any thread exists: one arena for
+//! the process (the main heap, which glibc never unmaps), blocks up to 32 MiB from it, and no
+//! trimming below 2 GiB of free top. [`prefault`] then touches `system.memory_prefault_bytes`
+//! and frees it, so the caches later grow into pages the process already has.
+
+use std::time::{Duration, Instant};
+
+/// The largest block glibc serves from an arena when told to (its mmap threshold's maximum on
+/// 64-bit targets): every batch-sized block is far below it.
+pub const ARENA_BLOCK_BYTES_MAX: i32 = 32 << 20;
+
+/// The free top of the heap that glibc gives back to the kernel above this (the largest value
+/// `mallopt` takes): never while a node's caches are within their default budgets.
+pub const TRIM_BYTES_MIN: i32 = i32::MAX;
+
+/// The block [`prefault`] allocates and touches at a time.
+pub const PREFAULT_BLOCK_BYTES: usize = 1 << 20;
+
+const PAGE: usize = 4096;
+
+/// What [`keep_freed_memory`] could not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AllocatorError {
+    /// This build's C library has no `mallopt` (not glibc).
+    #[error("the C library is not glibc: the allocator keeps its own defaults")]
+    Unsupported,
+    /// glibc refused one setting.
+    #[error("glibc refused mallopt({param}, {value})")]
+    Refused {
+        /// The `M_*` parameter.
+        param: i32,
+        /// The value refused.
+        value: i32,
+    },
+}
+
+/// Tells glibc's allocator to keep the memory the process frees for its next blocks (one
+/// arena, blocks up to [`ARENA_BLOCK_BYTES_MAX`] from it, no trim below [`TRIM_BYTES_MIN`]).
+/// Call it before any thread starts: a thread that allocated already has its arena.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn keep_freed_memory() -> Result<(), AllocatorError> {
+    for (param, value) in [
+        (libc::M_ARENA_MAX, 1),
+        (libc::M_MMAP_THRESHOLD, ARENA_BLOCK_BYTES_MAX),
+        (libc::M_TRIM_THRESHOLD, TRIM_BYTES_MIN),
+    ] {
+        // SAFETY: mallopt(3) takes two integers and changes only the allocator's tunables;
+        // no memory is passed, and the values are within the ranges glibc documents.
+        if unsafe { libc::mallopt(param, value) } != 1 {
+            return Err(AllocatorError::Refused { param, value });
+        }
+    }
+    Ok(())
+}
+
+/// Not glibc: nothing to set.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn keep_freed_memory() -> Result<(), AllocatorError> {
+    Err(AllocatorError::Unsupported)
+}
+
+/// What [`prefault`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefaulted {
+    /// Bytes allocated, touched and freed.
+    pub bytes: u64,
+    /// How long it took.
+    pub took: Duration,
+}
+
+/// Allocates `bytes` (rounded up to [`PREFAULT_BLOCK_BYTES`]) in blocks, writes one byte per
+/// page so the kernel backs every page, and frees them all: after [`keep_freed_memory`] the
+/// process keeps those pages, and the blocks it allocates next take them without a fault.
+pub fn prefault(bytes: u64) -> Prefaulted {
+    let started = Instant::now();
+    let count = bytes.div_ceil(PREFAULT_BLOCK_BYTES as u64) as usize;
+    let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(count);
+    for _ in 0..count {
+        // Zeroed by the allocator (fast in a debug build too); the writes below make sure
+        // every page is backed even where the zeroing was skipped for fresh memory.
+        let mut block = vec![0u8; PREFAULT_BLOCK_BYTES];
+        for page in block.chunks_mut(PAGE) {
+            page[0] = 1;
+        }
+        blocks.push(std::hint::black_box(block));
+    }
+    drop(blocks);
+    Prefaulted {
+        bytes: (count * PREFAULT_BLOCK_BYTES) as u64,
+        took: started.elapsed(),
+    }
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes: what the kernel could give without swapping.
+pub fn available_bytes() -> Option<u64> {
+    available_of_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+/// The `MemAvailable:` line of a `/proc/meminfo` text (kB), in bytes.
+pub fn available_of_meminfo(meminfo: &str) -> Option<u64> {
+    let kb: u64 = meminfo.lines().find_map(|line| {
+        line.strip_prefix("MemAvailable:")?
+            .trim()
+            .strip_suffix("kB")?
+            .trim()
+            .parse()
+            .ok()
+    })?;
+    Some(kb * 1024)
+}
+
+/// How much of `wanted` a node prefaults when the machine has `available` bytes free: at most
+/// half of it, so a small machine is never pushed to swap or to the OOM killer by a default.
+pub fn prefault_budget(wanted: u64, available: Option<u64>) -> u64 {
+    available.map_or(wanted, |free| wanted.min(free / 2))
+}
+
+/// This process's minor page faults so far (`/proc/self/stat` field 10).
+pub fn minor_faults_of_self() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(7)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policy and the prefault together: after 48 MiB prefaulted, 32 MiB of 1 MiB blocks
+    /// come from pages the process already has. With glibc's defaults the prefault's blocks
+    /// are given back as they are freed (the trim, or a map per block), and every page of the
+    /// next blocks faults again.
+    #[test]
+    fn blocks_after_a_prefault_take_pages_the_process_has() {
+        keep_freed_memory().expect("glibc on the development machine");
+        let done = prefault(48 << 20);
+        assert_eq!(done.bytes, 48 << 20);
+        let before = minor_faults_of_self().expect("/proc/self/stat");
+        let mut blocks = Vec::new();
+        for _ in 0..32 {
+            let mut block: Vec<u8> = Vec::with_capacity(PREFAULT_BLOCK_BYTES);
+            block.resize(PREFAULT_BLOCK_BYTES, 7);
+            blocks.push(std::hint::black_box(block));
+        }
+        let faults = minor_faults_of_self().expect("/proc/self/stat") - before;
+        let pages = 32 * PREFAULT_BLOCK_BYTES / PAGE;
+        drop(blocks);
+        assert!(
+            faults < (pages / 10) as u64,
+            "{faults} faults for {pages} pages that the prefault had backed"
+        );
+    }
+
+    #[test]
+    fn the_budget_is_at_most_half_the_available_memory() {
+        let meminfo = "MemTotal:  24000000 kB\nMemFree:  1000 kB\nMemAvailable:  2048 kB\n";
+        assert_eq!(available_of_meminfo(meminfo), Some(2048 * 1024));
+        assert_eq!(available_of_meminfo("MemFree: 1 kB\n"), None);
+        assert_eq!(prefault_budget(1 << 30, Some(4 << 30)), 1 << 30);
+        assert_eq!(prefault_budget(1 << 30, Some(1 << 30)), 512 << 20);
+        assert_eq!(prefault_budget(1 << 30, None), 1 << 30);
+        assert_eq!(prefault_budget(0, Some(4 << 30)), 0);
+        assert_eq!(prefault(0).bytes, 0);
+    }
+}
