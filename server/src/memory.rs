@@ -109,8 +109,13 @@ pub fn available_bytes() -> Option<u64> {
 
 /// The `MemAvailable:` line of a `/proc/meminfo` text (kB), in bytes.
 pub fn available_of_meminfo(meminfo: &str) -> Option<u64> {
-    let kb: u64 = meminfo.lines().find_map(|line| {
-        line.strip_prefix("MemAvailable:")?
+    kb_field(meminfo, "MemAvailable:")
+}
+
+/// The `KEY  N kB` line of a `/proc` text (`/proc/meminfo`, `/proc/PID/status`), in bytes.
+pub fn kb_field(text: &str, key: &str) -> Option<u64> {
+    let kb: u64 = text.lines().find_map(|line| {
+        line.strip_prefix(key)?
             .trim()
             .strip_suffix("kB")?
             .trim()
@@ -126,10 +131,17 @@ pub fn prefault_budget(wanted: u64, available: Option<u64>) -> u64 {
     available.map_or(wanted, |free| wanted.min(free / 2))
 }
 
-/// This process's minor page faults so far (`/proc/self/stat` field 10).
-pub fn minor_faults_of_self() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+/// The calling thread's minor page faults so far (`/proc/thread-self/stat` field 10): other
+/// threads' faults (a test run's other tests) do not count.
+pub fn minor_faults_of_this_thread() -> Option<u64> {
+    minor_faults_of_stat(&std::fs::read_to_string("/proc/thread-self/stat").ok()?)
+}
+
+/// Parses minflt (field 10) out of a `/proc/PID/stat` line: the fields after the command name
+/// (which may hold spaces and parentheses, so the split is at the last `)`).
+pub fn minor_faults_of_stat(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so minflt (10) is the 8th.
     rest.split_whitespace().nth(7)?.parse().ok()
 }
 
@@ -146,14 +158,14 @@ mod tests {
         keep_freed_memory().expect("glibc on the development machine");
         let done = prefault(48 << 20);
         assert_eq!(done.bytes, 48 << 20);
-        let before = minor_faults_of_self().expect("/proc/self/stat");
+        let before = minor_faults_of_this_thread().expect("/proc/thread-self/stat");
         let mut blocks = Vec::new();
         for _ in 0..32 {
             let mut block: Vec<u8> = Vec::with_capacity(PREFAULT_BLOCK_BYTES);
             block.resize(PREFAULT_BLOCK_BYTES, 7);
             blocks.push(std::hint::black_box(block));
         }
-        let faults = minor_faults_of_self().expect("/proc/self/stat") - before;
+        let faults = minor_faults_of_this_thread().expect("/proc/thread-self/stat") - before;
         let pages = 32 * PREFAULT_BLOCK_BYTES / PAGE;
         drop(blocks);
         assert!(

@@ -334,15 +334,7 @@ pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
 
 /// Minor page faults of process `pid` so far (`/proc/PID/stat` field 10).
 pub fn process_minor_faults(pid: u32) -> Option<u64> {
-    minor_faults_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// Parses minflt (field 10) out of a `/proc/PID/stat` line, split after the command name as
-/// [`cpu_seconds_of_stat`] does.
-pub fn minor_faults_of_stat(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3, so minflt (10) is the 8th.
-    rest.split_whitespace().nth(7)?.parse().ok()
+    crate::memory::minor_faults_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// The peak resident set of process `pid` in bytes (`VmHWM` of `/proc/PID/status`).
@@ -352,15 +344,7 @@ pub fn process_resident_peak_bytes(pid: u32) -> Option<u64> {
 
 /// The `VmHWM:` line of a `/proc/PID/status` text (kB), in bytes.
 pub fn resident_peak_of_status(status: &str) -> Option<u64> {
-    let kb: u64 = status.lines().find_map(|line| {
-        line.strip_prefix("VmHWM:")?
-            .trim()
-            .strip_suffix("kB")?
-            .trim()
-            .parse()
-            .ok()
-    })?;
-    Some(kb * 1024)
+    crate::memory::kb_field(status, "VmHWM:")
 }
 
 /// Bytes process `pid` has caused to be written to storage (`/proc/PID/io`).

@@ -842,9 +842,12 @@ fn write_bytes_come_from_the_io_file_and_grow_with_a_synced_write() {
 fn minor_faults_and_the_resident_peak_come_from_proc_and_grow_with_fresh_pages() {
     // Fields: pid (comm) state ppid pgrp session tty tpgid flags minflt ...
     let stat = "4242 (str and) (x) S 1 2 3 4 5 6 77 8 9 10 250 130 11 12 20 0 1 0";
-    assert_eq!(cluster::minor_faults_of_stat(stat), Some(77));
-    assert_eq!(cluster::minor_faults_of_stat("4242 (cut) S 1 2"), None);
-    assert_eq!(cluster::minor_faults_of_stat("no name here"), None);
+    assert_eq!(crate::memory::minor_faults_of_stat(stat), Some(77));
+    assert_eq!(
+        crate::memory::minor_faults_of_stat("4242 (cut) S 1 2"),
+        None
+    );
+    assert_eq!(crate::memory::minor_faults_of_stat("no name here"), None);
     let status = "Name:\tstrand\nVmPeak:\t  9000 kB\nVmHWM:\t  5120 kB\nVmRSS:\t  4096 kB\n";
     assert_eq!(cluster::resident_peak_of_status(status), Some(5120 * 1024));
     assert_eq!(cluster::resident_peak_of_status("VmRSS:\t1 kB\n"), None);
