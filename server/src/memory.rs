@@ -131,6 +131,21 @@ pub fn prefault_budget(wanted: u64, available: Option<u64>) -> u64 {
     available.map_or(wanted, |free| wanted.min(free / 2))
 }
 
+/// `system.memory_prefault_bytes`'s default.
+pub const PREFAULT_BYTES_DEFAULT: u64 = 1 << 30;
+
+/// The prefault each of `nodes` local nodes gets when one command starts them all (`strand
+/// dev`, `strand bench --spawn`): the default, within half the available memory shared among
+/// them (each node caps itself at half of what it sees, which does not know of its siblings),
+/// in whole MiB; 0 below one MiB.
+pub fn local_prefault_bytes(nodes: u8, available: Option<u64>) -> u64 {
+    let share = available.map_or(PREFAULT_BYTES_DEFAULT, |free| {
+        free / 2 / u64::from(nodes.max(1))
+    });
+    let mib = PREFAULT_BYTES_DEFAULT.min(share) >> 20;
+    if mib == 0 { 0 } else { mib << 20 }
+}
+
 /// The calling thread's minor page faults so far (`/proc/thread-self/stat` field 10): other
 /// threads' faults (a test run's other tests) do not count.
 pub fn minor_faults_of_this_thread() -> Option<u64> {
@@ -171,6 +186,22 @@ mod tests {
         assert!(
             faults < (pages / 10) as u64,
             "{faults} faults for {pages} pages that the prefault had backed"
+        );
+    }
+
+    #[test]
+    fn local_nodes_share_half_the_available_memory() {
+        assert_eq!(
+            local_prefault_bytes(3, Some(24 << 30)),
+            PREFAULT_BYTES_DEFAULT
+        );
+        assert_eq!(local_prefault_bytes(3, None), PREFAULT_BYTES_DEFAULT);
+        // 3 GiB free, 5 nodes: 3 GiB / 2 / 5 = 307.2 MiB, in whole MiB.
+        assert_eq!(local_prefault_bytes(5, Some(3 << 30)), 307 << 20);
+        assert_eq!(local_prefault_bytes(9, Some(8 << 20)), 0);
+        assert_eq!(
+            local_prefault_bytes(0, Some(4 << 30)),
+            PREFAULT_BYTES_DEFAULT
         );
     }
 

@@ -841,7 +841,13 @@ pub fn dev(args: DevArgs) -> anyhow::Result<ExitCode> {
     if let Some(congestion) = &args.tcp_congestion {
         congestion.check().context("--tcp-congestion")?;
     }
-    let text = config::dev_config(args.replicas, args.tcp_congestion.as_ref());
+    let mut text = config::dev_config(args.replicas, args.tcp_congestion.as_ref());
+    // Every node sees the same free memory at start; they share it (decision 512).
+    let prefault =
+        server::memory::local_prefault_bytes(args.replicas, server::memory::available_bytes());
+    text.push_str(&format!(
+        "\n[system]\nmemory_prefault_bytes = \"{prefault}\"\n"
+    ));
     // Validate every node's view before starting any.
     for i in 0..args.replicas {
         let overrides = Overrides {

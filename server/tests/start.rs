@@ -223,6 +223,27 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
             .iter()
             .any(|l| l.contains("replica=1") && l.contains("config valid"))
     );
+    // Decision 512: the nodes share the machine's free memory, so each prefaults what `strand
+    // dev` gave it (both before their shards start, so before "ready").
+    let prefaulted = lines
+        .iter()
+        .filter(|l| l.contains("memory prefaulted for the caches"))
+        .count();
+    assert_eq!(prefaulted, 2, "{}", lines.join("\n"));
+    let config = std::fs::read_to_string(dir.join("strand-dev.toml")).unwrap();
+    let given = config
+        .lines()
+        .find_map(|l| l.strip_prefix("memory_prefault_bytes = "))
+        .expect("strand dev sets each node's prefault")
+        .trim_matches('"')
+        .to_string();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("memory prefaulted") && l.contains(&format!("bytes={given}"))),
+        "no node prefaulted the {given} bytes strand dev gave it:\n{}",
+        lines.join("\n")
+    );
     // The two nodes form a cluster: both normal in one view, node 0 its primary.
     let start = std::time::Instant::now();
     loop {

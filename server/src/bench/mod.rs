@@ -432,7 +432,10 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                     ack: args.ack.unwrap_or(AckArg::Disk).as_str(),
                     wal_size: args.wal_size,
                     read_cache: args.read_cache,
-                    memory_prefault: args.memory_prefault,
+                    // The nodes share the machine's free memory (decision 512).
+                    memory_prefault: Some(args.memory_prefault.unwrap_or_else(|| {
+                        crate::memory::local_prefault_bytes(n, crate::memory::available_bytes())
+                    })),
                     congestion,
                 },
                 dir.clone(),

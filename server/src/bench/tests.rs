@@ -504,7 +504,11 @@ fn the_spawn_config_loads_for_each_ack_and_size() {
                 // `--memory-prefault` too (0 with each explicit WAL size, else the default).
                 assert_eq!(
                     config.system.memory_prefault_bytes,
-                    if wal_size.is_some() { 0 } else { 1 << 30 }
+                    if wal_size.is_some() {
+                        0
+                    } else {
+                        crate::memory::PREFAULT_BYTES_DEFAULT
+                    }
                 );
                 // `--tcp-congestion` reaches it too (here with each explicit WAL size).
                 assert_eq!(

@@ -912,7 +912,10 @@ fn the_transfer_artifact_cap_reaches_the_partition_core() {
 /// refuses what would not hold one batch or what no machine has.
 #[test]
 fn the_memory_prefault_is_a_size_with_an_off_switch() {
-    assert_eq!(load_ok(NODES).system.memory_prefault_bytes, 1 << 30);
+    assert_eq!(
+        load_ok(NODES).system.memory_prefault_bytes,
+        crate::memory::PREFAULT_BYTES_DEFAULT
+    );
     for (value, bytes) in [
         ("\"0\"", 0),
         ("\"256 MiB\"", 256 << 20),
