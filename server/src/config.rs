@@ -916,7 +916,12 @@ impl RawConfig {
         let prefault_key = "system.memory_prefault_bytes";
         let memory_prefault_bytes = match size(prefault_key, &self.system.memory_prefault_bytes)? {
             0 => 0,
-            bytes => in_range(prefault_key, bytes, 1 << 20, 1 << 40)?,
+            bytes => in_range(
+                prefault_key,
+                bytes,
+                crate::memory::PREFAULT_BYTES_MIN,
+                crate::memory::PREFAULT_BYTES_MAX,
+            )?,
         };
         Ok(System {
             path,

@@ -133,6 +133,16 @@ pub fn prefault_budget(wanted: u64, available: Option<u64>) -> u64 {
 
 /// `system.memory_prefault_bytes`'s default.
 pub const PREFAULT_BYTES_DEFAULT: u64 = 1 << 30;
+/// The least non-zero `system.memory_prefault_bytes`: one prefault block.
+pub const PREFAULT_BYTES_MIN: u64 = PREFAULT_BLOCK_BYTES as u64;
+/// The most `system.memory_prefault_bytes` takes.
+pub const PREFAULT_BYTES_MAX: u64 = 1 << 40;
+
+/// Whether `bytes` is a `system.memory_prefault_bytes` the node takes: 0 (none) or
+/// [`PREFAULT_BYTES_MIN`]..=[`PREFAULT_BYTES_MAX`].
+pub fn is_prefault_bytes(bytes: u64) -> bool {
+    bytes == 0 || (PREFAULT_BYTES_MIN..=PREFAULT_BYTES_MAX).contains(&bytes)
+}
 
 /// The prefault each of `nodes` local nodes gets when one command starts them all (`strand
 /// dev`, `strand bench --spawn`): the default, within half the available memory shared among
@@ -152,12 +162,17 @@ pub fn minor_faults_of_this_thread() -> Option<u64> {
     minor_faults_of_stat(&std::fs::read_to_string("/proc/thread-self/stat").ok()?)
 }
 
-/// Parses minflt (field 10) out of a `/proc/PID/stat` line: the fields after the command name
-/// (which may hold spaces and parentheses, so the split is at the last `)`).
+/// Parses minflt (field 10) out of a `/proc/PID/stat` line.
 pub fn minor_faults_of_stat(stat: &str) -> Option<u64> {
+    stat_field(stat, 10)?.parse().ok()
+}
+
+/// Field `number` (as proc(5) counts them, from 1; 3 or more) of a `/proc/PID/stat` line. The
+/// command name (field 2) may hold spaces and parentheses, so the fields are counted after its
+/// last `)`.
+pub fn stat_field(stat: &str, number: usize) -> Option<&str> {
     let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3, so minflt (10) is the 8th.
-    rest.split_whitespace().nth(7)?.parse().ok()
+    rest.split_whitespace().nth(number.checked_sub(3)?)
 }
 
 #[cfg(test)]

@@ -248,20 +248,14 @@ impl Cluster {
     /// CPU seconds (user + system) the running nodes have used so far, summed over all of them
     /// (from `/proc/PID/stat`); `None` where `/proc` cannot be read.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        self.children
-            .iter()
-            .map(|child| process_cpu_seconds(child.id()))
-            .sum()
+        self.sum_over_processes(process_cpu_seconds)
     }
 
     /// Bytes the running nodes have caused to be written to storage so far, summed over all of
     /// them (`write_bytes` of `/proc/PID/io`: `O_DIRECT` writes through io_uring count there);
     /// `None` where `/proc` cannot be read.
     pub fn write_bytes(&self) -> Option<u64> {
-        self.children
-            .iter()
-            .map(|child| process_write_bytes(child.id()))
-            .sum()
+        self.sum_over_processes(process_write_bytes)
     }
 
     /// Minor page faults the running nodes have taken so far, summed over all of them
@@ -269,10 +263,12 @@ impl Cluster {
     /// again after its allocator gave it back (decision 511). `None` where `/proc` cannot be
     /// read.
     pub fn minor_faults(&self) -> Option<u64> {
-        self.children
-            .iter()
-            .map(|child| process_minor_faults(child.id()))
-            .sum()
+        self.sum_over_processes(process_minor_faults)
+    }
+
+    /// `figure` of every running node's process, summed; `None` if any is `None`.
+    fn sum_over_processes<T: std::iter::Sum<T>>(&self, figure: fn(u32) -> Option<T>) -> Option<T> {
+        self.children.iter().map(|child| figure(child.id())).sum()
     }
 
     /// The largest peak resident set (`VmHWM` of `/proc/PID/status`) among the running
@@ -339,12 +335,8 @@ pub fn process_minor_faults(pid: u32) -> Option<u64> {
 
 /// The peak resident set of process `pid` in bytes (`VmHWM` of `/proc/PID/status`).
 pub fn process_resident_peak_bytes(pid: u32) -> Option<u64> {
-    resident_peak_of_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
-}
-
-/// The `VmHWM:` line of a `/proc/PID/status` text (kB), in bytes.
-pub fn resident_peak_of_status(status: &str) -> Option<u64> {
-    crate::memory::kb_field(status, "VmHWM:")
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    crate::memory::kb_field(&status, "VmHWM:")
 }
 
 /// Bytes process `pid` has caused to be written to storage (`/proc/PID/io`).
@@ -358,14 +350,10 @@ pub fn write_bytes_of_io(io: &str) -> Option<u64> {
         .find_map(|line| line.strip_prefix("write_bytes:")?.trim().parse().ok())
 }
 
-/// Parses utime + stime out of a `/proc/PID/stat` line: the fields after the command name
-/// (which may hold spaces and parentheses, so the split is at the last `)`), in clock ticks.
+/// Parses utime + stime (fields 14 and 15, in clock ticks) out of a `/proc/PID/stat` line.
 pub fn cpu_seconds_of_stat(stat: &str, ticks_per_second: f64) -> Option<f64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After the name: state is field 3, so utime (14) and stime (15) are the 12th and 13th.
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
+    let utime: u64 = crate::memory::stat_field(stat, 14)?.parse().ok()?;
+    let stime: u64 = crate::memory::stat_field(stat, 15)?.parse().ok()?;
     Some((utime + stime) as f64 / ticks_per_second)
 }
 

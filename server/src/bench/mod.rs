@@ -221,7 +221,7 @@ pub fn parse_read_cache(text: &str) -> Result<u64, String> {
 pub fn parse_memory_prefault(text: &str) -> Result<u64, String> {
     let bytes = crate::config::parse_size(text)
         .ok_or_else(|| format!("--memory-prefault {text}: not a size like \"512 MiB\" or \"0\""))?;
-    if bytes != 0 && !(1 << 20..=1 << 40).contains(&bytes) {
+    if !crate::memory::is_prefault_bytes(bytes) {
         return Err(format!(
             "--memory-prefault {text}: {bytes} bytes must be 0 or in 1 MiB..=1 TiB"
         ));
@@ -836,8 +836,7 @@ fn cpu_per_gb(
     before: &load::Before,
     message_size: usize,
 ) -> Option<f64> {
-    let gb = (recorded + before.messages) as f64 * message_size as f64 / 1e9;
-    (gb > 0.0).then(|| cpu_s / gb)
+    per_payload_mb(cpu_s, recorded + before.messages, message_size).map(|per_mb| per_mb * 1e3)
 }
 
 /// `count` per MB (10^6 B) of the payload of `messages` messages; `None` without payload.

@@ -852,10 +852,17 @@ fn minor_faults_and_the_resident_peak_come_from_proc_and_grow_with_fresh_pages()
         None
     );
     assert_eq!(crate::memory::minor_faults_of_stat("no name here"), None);
+    assert_eq!(crate::memory::stat_field(stat, 3), Some("S"));
+    assert_eq!(
+        crate::memory::stat_field(stat, 2),
+        None,
+        "the name is not a field here"
+    );
     let status = "Name:\tstrand\nVmPeak:\t  9000 kB\nVmHWM:\t  5120 kB\nVmRSS:\t  4096 kB\n";
-    assert_eq!(cluster::resident_peak_of_status(status), Some(5120 * 1024));
-    assert_eq!(cluster::resident_peak_of_status("VmRSS:\t1 kB\n"), None);
-    assert_eq!(cluster::resident_peak_of_status("VmHWM:\tlots kB\n"), None);
+    let peak_of = |text| crate::memory::kb_field(text, "VmHWM:");
+    assert_eq!(peak_of(status), Some(5120 * 1024));
+    assert_eq!(peak_of("VmRSS:\t1 kB\n"), None);
+    assert_eq!(peak_of("VmHWM:\tlots kB\n"), None);
     // This process: 64 MiB is above glibc's largest mmap threshold (32 MiB), so the block is
     // mapped fresh, and writing one byte per page faults every page in.
     let pid = std::process::id();
