@@ -179,12 +179,36 @@ pub fn stat_field(stat: &str, number: usize) -> Option<&str> {
 mod tests {
     use super::*;
 
+    /// Set in the child process [`blocks_after_a_prefault_take_pages_the_process_has`] runs in.
+    const ALONE: &str = "STRAND_TEST_PREFAULT_ALONE";
+
     /// The policy and the prefault together: after 48 MiB prefaulted, 32 MiB of 1 MiB blocks
     /// come from pages the process already has. With glibc's defaults the prefault's blocks
     /// are given back as they are freed (the trim, or a map per block), and every page of the
     /// next blocks faults again.
+    ///
+    /// It runs again in a process of its own, alone and on the main thread, as `strand start`
+    /// would: the policy is the whole process's, and another test's blocks in the same arena
+    /// could take the prefaulted pages first.
     #[test]
     fn blocks_after_a_prefault_take_pages_the_process_has() {
+        let name = "memory::tests::blocks_after_a_prefault_take_pages_the_process_has";
+        if std::env::var_os(ALONE).is_none() {
+            let exe = std::env::current_exe().expect("the test binary");
+            let output = std::process::Command::new(exe)
+                .args(["--exact", name, "--test-threads=1"])
+                .env(ALONE, "1")
+                .output()
+                .expect("the test binary runs");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("1 passed"),
+                "the test alone: {}\n{stdout}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return;
+        }
         keep_freed_memory().expect("glibc on the development machine");
         let done = prefault(48 << 20);
         assert_eq!(done.bytes, 48 << 20);
