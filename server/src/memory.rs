@@ -12,8 +12,13 @@
 //! [`keep_freed_memory`] runs first in `strand start`, before any thread exists: one arena for
 //! the process (the main heap, which glibc never unmaps), blocks up to 32 MiB from it, and no
 //! trimming below 2 GiB of free top. [`prefault`] then touches `system.memory_prefault_bytes`
-//! and frees it, so the caches later grow into pages the process already has.
+//! and frees it, so the caches later grow into pages the process already has. A node runs it
+//! on a thread of its own ([`prefault_in_background`], decision 513): the node serves while it
+//! runs, and [`Prefault::pending_bytes`] (`strand_memory_prefault_pending_bytes`) says when it
+//! is done.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The largest block glibc serves from an arena when told to (its mmap threshold's maximum on
@@ -79,12 +84,37 @@ pub struct Prefaulted {
     pub took: Duration,
 }
 
+/// A prefault's progress, shared with `/metrics`: the bytes it has still to touch.
+#[derive(Debug, Default)]
+pub struct Prefault {
+    pending: AtomicU64,
+}
+
+impl Prefault {
+    /// Bytes not yet touched: 0 once the prefault is done (or when there is none).
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Counts a prefault of `bytes`, rounded up to whole blocks, as pending.
+    fn begin(&self, bytes: u64) {
+        let rounded = bytes.div_ceil(PREFAULT_BLOCK_BYTES as u64) * PREFAULT_BLOCK_BYTES as u64;
+        self.pending.store(rounded, Ordering::Relaxed);
+    }
+}
+
 /// Allocates `bytes` (rounded up to [`PREFAULT_BLOCK_BYTES`]) in blocks, writes one byte per
 /// page so the kernel backs every page, and frees them all: after [`keep_freed_memory`] the
 /// process keeps those pages, and the blocks it allocates next take them without a fault.
 pub fn prefault(bytes: u64) -> Prefaulted {
+    prefault_counting(bytes, &Prefault::default())
+}
+
+/// [`prefault`], counting down `progress` block by block.
+fn prefault_counting(bytes: u64, progress: &Prefault) -> Prefaulted {
     let started = Instant::now();
     let count = bytes.div_ceil(PREFAULT_BLOCK_BYTES as u64) as usize;
+    progress.begin(bytes);
     let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(count);
     for _ in 0..count {
         // Zeroed by the allocator (fast in a debug build too); the writes below make sure
@@ -94,12 +124,43 @@ pub fn prefault(bytes: u64) -> Prefaulted {
             page[0] = 1;
         }
         blocks.push(std::hint::black_box(block));
+        // The last block's bytes stay pending until the blocks are freed: only then do they
+        // serve the node's own allocations.
+        if blocks.len() < count {
+            progress
+                .pending
+                .fetch_sub(PREFAULT_BLOCK_BYTES as u64, Ordering::Relaxed);
+        }
     }
     drop(blocks);
+    progress.pending.store(0, Ordering::Relaxed);
     Prefaulted {
         bytes: (count * PREFAULT_BLOCK_BYTES) as u64,
         took: started.elapsed(),
     }
+}
+
+/// Starts [`prefault`] of `bytes` on a thread of its own (`strand-prefault`), which calls
+/// `done` with what it did. `progress` counts `bytes` (rounded up to whole blocks) pending from
+/// the moment this returns, so a reader never sees 0 before the thread ran. A node boots and
+/// serves meanwhile: three nodes faulting 1 GiB at once took 9-11 s each on the development
+/// machine, which the boot used to wait for (decision 513).
+pub fn prefault_in_background(
+    bytes: u64,
+    progress: Arc<Prefault>,
+    done: impl FnOnce(Prefaulted) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    progress.begin(bytes);
+    let spawned = std::thread::Builder::new()
+        .name("strand-prefault".into())
+        .spawn({
+            let progress = progress.clone();
+            move || done(prefault_counting(bytes, &progress))
+        });
+    if spawned.is_err() {
+        progress.pending.store(0, Ordering::Relaxed);
+    }
+    spawned
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes: what the kernel could give without swapping.
@@ -179,53 +240,24 @@ pub fn stat_field(stat: &str, number: usize) -> Option<&str> {
 mod tests {
     use super::*;
 
-    /// Set in the child process [`blocks_after_a_prefault_take_pages_the_process_has`] runs in.
-    const ALONE: &str = "STRAND_TEST_PREFAULT_ALONE";
-
-    /// The policy and the prefault together: after 48 MiB prefaulted, 32 MiB of 1 MiB blocks
-    /// come from pages the process already has. With glibc's defaults the prefault's blocks
-    /// are given back as they are freed (the trim, or a map per block), and every page of the
-    /// next blocks faults again.
-    ///
-    /// It runs again in a process of its own, alone and on the main thread, as `strand start`
-    /// would: the policy is the whole process's, and another test's blocks in the same arena
-    /// could take the prefaulted pages first.
+    /// The prefault's progress reads its whole size (in blocks) from the moment it is started
+    /// and 0 once it is done. Whether the pages it touched serve the node's other threads is
+    /// `server/tests/prefault.rs`, in a process of its own.
     #[test]
-    fn blocks_after_a_prefault_take_pages_the_process_has() {
-        let name = "memory::tests::blocks_after_a_prefault_take_pages_the_process_has";
-        if std::env::var_os(ALONE).is_none() {
-            let exe = std::env::current_exe().expect("the test binary");
-            let output = std::process::Command::new(exe)
-                .args(["--exact", name, "--test-threads=1"])
-                .env(ALONE, "1")
-                .output()
-                .expect("the test binary runs");
-            let stdout = String::from_utf8_lossy(&output.stdout);
-            assert!(
-                output.status.success() && stdout.contains("1 passed"),
-                "the test alone: {}\n{stdout}{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            );
-            return;
-        }
-        keep_freed_memory().expect("glibc on the development machine");
-        let done = prefault(48 << 20);
-        assert_eq!(done.bytes, 48 << 20);
-        let before = minor_faults_of_this_thread().expect("/proc/thread-self/stat");
-        let mut blocks = Vec::new();
-        for _ in 0..32 {
-            let mut block: Vec<u8> = Vec::with_capacity(PREFAULT_BLOCK_BYTES);
-            block.resize(PREFAULT_BLOCK_BYTES, 7);
-            blocks.push(std::hint::black_box(block));
-        }
-        let faults = minor_faults_of_this_thread().expect("/proc/thread-self/stat") - before;
-        let pages = 32 * PREFAULT_BLOCK_BYTES / PAGE;
-        drop(blocks);
-        assert!(
-            faults < (pages / 10) as u64,
-            "{faults} faults for {pages} pages that the prefault had backed"
-        );
+    fn a_background_prefault_counts_down_to_zero() {
+        let progress = Arc::new(Prefault::default());
+        assert_eq!(progress.pending_bytes(), 0);
+        // What the start counts, before the thread exists: whole blocks.
+        progress.begin((3 << 20) - 5);
+        assert_eq!(progress.pending_bytes(), 3 << 20);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = prefault_in_background((3 << 20) - 5, progress.clone(), move |done| {
+            tx.send(done).expect("the test waits")
+        })
+        .expect("a thread");
+        thread.join().expect("the prefault's thread");
+        assert_eq!(rx.recv().expect("reported").bytes, 3 << 20);
+        assert_eq!(progress.pending_bytes(), 0);
     }
 
     #[test]

@@ -142,6 +142,8 @@ pub struct Sources {
     pub clients: Option<Arc<crate::client_core::Counters>>,
     /// The partition groups' gauges of every shard, by shard id.
     pub partitions: Vec<Arc<crate::partition_group::PartitionGauges>>,
+    /// The boot's memory prefault, running on a thread of its own (decision 513).
+    pub prefault: Arc<crate::memory::Prefault>,
 }
 
 /// The Prometheus text of every metric.
@@ -306,6 +308,16 @@ pub fn render(sources: &Sources) -> String {
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP strand_memory_prefault_pending_bytes bytes the boot's memory prefault has still to touch (0 once done)."
+    );
+    let _ = writeln!(out, "# TYPE strand_memory_prefault_pending_bytes gauge");
+    let _ = writeln!(
+        out,
+        "strand_memory_prefault_pending_bytes {}",
+        sources.prefault.pending_bytes()
+    );
     out
 }
 
@@ -367,6 +379,7 @@ mod readme_tests {
             planes: vec![Arc::new(Counters::default())],
             clients: Some(Arc::new(crate::client_core::Counters::default())),
             partitions: vec![Arc::new(crate::partition_group::PartitionGauges::default())],
+            prefault: Arc::new(crate::memory::Prefault::default()),
         });
         let names: std::collections::BTreeSet<&str> = text
             .lines()
@@ -411,6 +424,7 @@ mod tests {
             planes: vec![Arc::new(Counters::default())],
             clients: Some(clients),
             partitions: shards,
+            prefault: Arc::new(crate::memory::Prefault::default()),
         });
         assert!(text.contains("strand_client_group_sessions_ended_total 2"));
         assert!(text.contains("strand_wal_commits_total{plane=\"partition\",shard=\"1\"} 7"));

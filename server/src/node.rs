@@ -53,26 +53,34 @@ fn load(args: &StartArgs) -> anyhow::Result<Config> {
     config::load(&text, &overrides).with_context(|| format!("in {}", args.config.display()))
 }
 
-/// Faults in `system.memory_prefault_bytes` (at most half the memory available) before the
-/// shards start, so the caches grow into pages the node has (decision 512).
-fn prefault(wanted: u64) {
+/// Starts faulting in `system.memory_prefault_bytes` (at most half the memory available) on a
+/// thread of its own, so the caches grow into pages the node has (decision 512) while the node
+/// boots and serves (decision 513). The progress is `strand_memory_prefault_pending_bytes`.
+fn prefault(wanted: u64) -> Arc<server::memory::Prefault> {
+    let progress = Arc::new(server::memory::Prefault::default());
     if wanted == 0 {
-        return;
+        return progress;
     }
     let budget = server::memory::prefault_budget(wanted, server::memory::available_bytes());
-    let done = server::memory::prefault(budget);
     if budget < wanted {
         warn!(
             wanted,
-            bytes = done.bytes,
-            "system.memory_prefault_bytes is above half the memory available: prefaulted less"
+            bytes = budget,
+            "system.memory_prefault_bytes is above half the memory available: prefaulting less"
         );
     }
-    info!(
-        bytes = done.bytes,
-        took_ms = done.took.as_millis() as u64,
-        "memory prefaulted for the caches"
-    );
+    let started = server::memory::prefault_in_background(budget, progress.clone(), |done| {
+        info!(
+            bytes = done.bytes,
+            took_ms = done.took.as_millis() as u64,
+            "memory prefaulted for the caches"
+        );
+    });
+    match started {
+        Ok(_) => info!(bytes = budget, "memory prefault started in the background"),
+        Err(e) => warn!(error = %e, "memory prefault not started: no thread for it"),
+    }
+    progress
 }
 
 /// `strand start`: validate, check or format the data directory, boot the shards with the
@@ -88,7 +96,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         Err(e) => warn!(error = %e, "allocator: freed memory may go back to the kernel"),
     }
     let config = load(&args)?;
-    prefault(config.system.memory_prefault_bytes);
+    let prefaulting = prefault(config.system.memory_prefault_bytes);
     // Registered before any shard exists, so an early signal stops the node cleanly instead of
     // killing it.
     let signals = Signals::new([SIGTERM, SIGINT]).context("installing signal handlers")?;
@@ -297,6 +305,7 @@ pub fn start(args: StartArgs) -> anyhow::Result<ExitCode> {
         planes: planes.into_iter().map(|(_, counters)| counters).collect(),
         clients: Some(client_counters),
         partitions: partition_gauges.to_vec(),
+        prefault: prefaulting,
     };
     if let Err(e) = metrics::serve(metrics_addr, sources) {
         let _ = runtime.stop_and_join(config.system.shutdown_join_timeout);

@@ -77,6 +77,20 @@ impl Log {
         }
     }
 
+    /// Waits until `count` lines, seen already or to come, contain `needle`.
+    fn wait_for_lines(&mut self, needle: &str, count: usize) -> &[String] {
+        while self.1.iter().filter(|l| l.contains(needle)).count() < count {
+            match self.0.recv_timeout(PATIENCE) {
+                Ok(line) => self.1.push(line),
+                Err(e) => panic!(
+                    "not {count} lines with `{needle}` ({e}); log so far:\n{}",
+                    self.1.join("\n")
+                ),
+            }
+        }
+        &self.1
+    }
+
     fn rest(mut self) -> Vec<String> {
         self.1.extend(self.0.iter());
         self.1
@@ -106,9 +120,12 @@ fn start_pins_its_shards_and_stops_on_sigterm() {
         .spawn()
         .unwrap();
     let mut log = Log::of(&mut child);
-    let lines = log.wait_for("strand node ready").to_vec();
-    // Decision 512: the allocator keeps freed memory and the configured 4 MiB is faulted in
-    // before the shards start.
+    log.wait_for("strand node ready");
+    // Decision 512: the allocator keeps freed memory and the configured 4 MiB is faulted in,
+    // on a thread of its own while the node boots (decision 513).
+    let lines = log
+        .wait_for_lines("memory prefaulted for the caches", 1)
+        .to_vec();
     assert!(
         lines.iter().any(|l| l.contains("allocator: one arena")),
         "no allocator line:\n{}",
@@ -224,12 +241,16 @@ fn dev_runs_nodes_and_stops_them_on_ctrl_c() {
             .any(|l| l.contains("replica=1") && l.contains("config valid"))
     );
     // Decision 512: the nodes share the machine's free memory, so each prefaults what `strand
-    // dev` gave it (both before their shards start, so before "ready").
-    let prefaulted = lines
+    // dev` gave it, on a thread of its own: started before "ready", done whenever it is done
+    // (decision 513).
+    let started = lines
         .iter()
-        .filter(|l| l.contains("memory prefaulted for the caches"))
+        .filter(|l| l.contains("memory prefault started in the background"))
         .count();
-    assert_eq!(prefaulted, 2, "{}", lines.join("\n"));
+    assert_eq!(started, 2, "{}", lines.join("\n"));
+    let lines = log
+        .wait_for_lines("memory prefaulted for the caches", 2)
+        .to_vec();
     let config = std::fs::read_to_string(dir.join("strand-dev.toml")).unwrap();
     let given = config
         .lines()

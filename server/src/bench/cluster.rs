@@ -193,7 +193,8 @@ impl Cluster {
     /// `/metrics` (decision 360): every node's metadata group normal (`strand_status` 0), every
     /// node holding all its replica connections (`strand_replica_connections_open` summed over
     /// shards at least `(nodes - 1) x lanes`), hosting at least `partitions` partition groups
-    /// with none lost, and the partition groups' normal primaries over all nodes at least
+    /// with none lost, its memory prefault done (`strand_memory_prefault_pending_bytes` 0,
+    /// decision 513), and the partition groups' normal primaries over all nodes at least
     /// `partitions`. Returns what it waited for, for the report.
     pub fn wait_ready(&mut self, partitions: u32, bound: Duration) -> anyhow::Result<String> {
         let started = Instant::now();
@@ -202,7 +203,8 @@ impl Cluster {
         let partitions = u64::from(partitions);
         let what = format!(
             "every node: metadata normal, {links} replica connection(s) open, {partitions} \
-             partition group(s) hosted and none lost; {partitions} partition primaries in all"
+             partition group(s) hosted and none lost, memory prefaulted; {partitions} \
+             partition primaries in all"
         );
         loop {
             for (i, child) in self.children.iter_mut().enumerate() {
@@ -427,6 +429,7 @@ pub fn not_ready(texts: &[Option<String>], links: u64, partitions: u64) -> Vec<S
         let open = family_sum(text, "strand_replica_connections_open");
         let groups = family_sum(text, "strand_partition_groups");
         let lost = family_sum(text, "strand_partition_lost_groups");
+        let prefault = family_sum(text, "strand_memory_prefault_pending_bytes");
         primaries += family_sum(text, "strand_partition_primaries").unwrap_or(0);
         if status != Some(0) {
             missing.push(format!("node {i}: metadata status {status:?}"));
@@ -436,6 +439,11 @@ pub fn not_ready(texts: &[Option<String>], links: u64, partitions: u64) -> Vec<S
         }
         if groups.unwrap_or(0) < partitions || lost != Some(0) {
             missing.push(format!("node {i}: groups {groups:?}, lost {lost:?}"));
+        }
+        if prefault != Some(0) {
+            missing.push(format!(
+                "node {i}: memory prefault pending {prefault:?} bytes"
+            ));
         }
     }
     if primaries < partitions {

@@ -775,14 +775,19 @@ fn the_readiness_wait_expects_the_generated_configs_lanes() {
 
 #[test]
 fn the_cluster_is_ready_only_when_every_node_says_so() {
+    let with_prefault =
+        |status: u64, open: u64, groups: u64, lost: u64, primaries: u64, pending: u64| {
+            Some(format!(
+                "strand_status{{plane=\"metadata\"}} {status}\n\
+                 strand_replica_connections_open{{shard=\"0\"}} {open}\n\
+                 strand_partition_groups{{plane=\"partition\",shard=\"0\"}} {groups}\n\
+                 strand_partition_lost_groups{{plane=\"partition\",shard=\"0\"}} {lost}\n\
+                 strand_partition_primaries{{plane=\"partition\",shard=\"0\"}} {primaries}\n\
+                 strand_memory_prefault_pending_bytes {pending}\n"
+            ))
+        };
     let node = |status: u64, open: u64, groups: u64, lost: u64, primaries: u64| {
-        Some(format!(
-            "strand_status{{plane=\"metadata\"}} {status}\n\
-             strand_replica_connections_open{{shard=\"0\"}} {open}\n\
-             strand_partition_groups{{plane=\"partition\",shard=\"0\"}} {groups}\n\
-             strand_partition_lost_groups{{plane=\"partition\",shard=\"0\"}} {lost}\n\
-             strand_partition_primaries{{plane=\"partition\",shard=\"0\"}} {primaries}\n"
-        ))
+        with_prefault(status, open, groups, lost, primaries, 0)
     };
     // Three nodes, two partitions: node 0 leads both.
     let ready = vec![
@@ -810,6 +815,12 @@ fn the_cluster_is_ready_only_when_every_node_says_so() {
         "node 2: groups Some(2), lost Some(1)",
     );
     one(0, node(0, 2, 2, 0, 1), "1 of 2 partition primaries");
+    // Decision 513: a node still faulting in its memory is not ready for a measured load.
+    one(
+        1,
+        with_prefault(0, 2, 2, 0, 0, 1 << 20),
+        "node 1: memory prefault pending Some(1048576) bytes",
+    );
     one(1, None, "node 1: /metrics unanswered");
     one(2, Some(String::new()), "node 2: None of 2 connections");
     for (texts, why) in cases {
