@@ -11,7 +11,7 @@
 //! - [`storage`]: the `Storage` trait (sector-aligned positional IO, `async fn`) and helpers.
 //! - [`mem`]: the in-memory backend with deterministic fault injection (the simulator's disks:
 //!   `tests/src/storage.rs` runs these layouts on it).
-//! - [`file`]: the std-file backend (`O_DIRECT` + `fdatasync`, aligned buffers, no `unsafe`).
+//! - [`mod@file`]: the std-file backend (`O_DIRECT` + `fdatasync`, aligned buffers, no `unsafe`).
 //! - `dma` (feature `glommio`): the glommio DMA backend (io_uring, `O_DIRECT`, `DmaBuffer`).
 //! - [`prepare`]: verification of stored prepare frames (identity and body digest via `wire`).
 //! - [`superblock`]: four redundant copies of the durable VSR state, pure choice at open.

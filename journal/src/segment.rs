@@ -13,8 +13,8 @@
 //! - `{prefix}{base:020}.index`: one 24-byte entry per flush: `offset u64, timestamp u64,
 //!   position u64` (LE) of the flush's first batch; zero-padded to a sector. Without
 //!   `enforce_fsync` the file is written when its entries fill a sector, the segment fills, the
-//!   log runs [`INDEX_LAG_BYTES_MAX`] past it, or at [`PartitionLog::sync`] (decision 491); a
-//!   boot indexes the batches past its last entry (one entry per batch).
+//!   log runs `INDEX_LAG_BYTES_MAX` (16 MiB) past it, or at [`PartitionLog::sync`] (decision
+//!   491); a boot indexes the batches past its last entry (one entry per batch).
 //!
 //! Durability: a flush writes the committed prefix; with `enforce_fsync` it also
 //! `fdatasync`s both files before returning. Without it the segment may lose recent flushes at

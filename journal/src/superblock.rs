@@ -315,7 +315,7 @@ pub fn decode_copy(bytes: &[u8], copy: usize) -> DecodedCopy {
 /// The newest state chosen by [`choose`]: sequence, state and view headers.
 pub type Chosen = (u64, VsrState, Vec<ViewHeader>);
 
-/// The decision of [`open`] as a pure function of the four copies: the newest state (`None`
+/// The decision of [`Superblock::open`] as a pure function of the four copies: the newest state (`None`
 /// when every copy is empty), or why boot must stop.
 pub fn choose(copies: &[DecodedCopy; COPIES]) -> Result<Option<Chosen>, SuperblockError> {
     let states: [CopyState; COPIES] = std::array::from_fn(|i| match &copies[i] {

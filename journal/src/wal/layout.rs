@@ -210,10 +210,10 @@ fn parse_record(bytes: &[u8]) -> Option<(u64, u64, &[u8], u8, usize)> {
     ))
 }
 
-/// Verifies a whole window at the start of `bytes` and returns its records, or `None`.
 /// `(lsn, group, payload, kind)` of each record of a window.
 type WindowRecords<'a> = Vec<(u64, u64, &'a [u8], u8)>;
 
+/// Verifies a whole window at the start of `bytes` and returns its records, or `None`.
 pub(super) fn parse_window_records(bytes: &[u8]) -> Option<(WindowHead, WindowRecords<'_>)> {
     let w = parse_window(bytes)?;
     let body = bytes.get(HEAD..usize::try_from(w.bytes).ok()?)?;

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::boot::{MetadataBoot, recover};
 use crate::test_frames::prepare;
