@@ -846,7 +846,7 @@ pub fn decode_eviction(
     Ok(h)
 }
 
-/// Roster-aware drops that need replica state (wire.md §4 and §7.2 **[ref-gap]**/**[design]**).
+/// Roster-aware drops that need replica state (wire.md §4 and §7.2 **\[ref-gap\]**/**\[design\]**).
 /// They come after the stateless verdict and never change it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum SenderError {

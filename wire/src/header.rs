@@ -565,7 +565,7 @@ layout! {
         watermark: U64 = 168,
         /// Zero (checked).
         reserved: [u8; 79] = 176,
-        /// [`crate::RegisterOutcome`] byte.
+        /// The register outcome byte (client-plane.md, ForwardRegister).
         outcome: u8 = 255,
     }
 }
@@ -597,7 +597,7 @@ layout! {
         commit: U64 = 160,
         /// Zero (checked).
         reserved: [u8; 87] = 168,
-        /// [`crate::LogoutOutcome`] byte.
+        /// The logout outcome byte (client-plane.md, ForwardLogout).
         outcome: u8 = 255,
     }
 }

@@ -293,7 +293,7 @@ const CHAIN_ROUND_GAP: Duration = Duration::from_millis(3);
 /// and `fdatasync` it, to files of their own in `dir` (`O_DIRECT` where the file system takes
 /// it), writer `i` starting `i x stagger` after the first, as a chain of replicas passes a
 /// batch on; first appending (the files grow, as segments do), then over blocks written and
-/// synced before the rounds. At most [`CHAIN_ROUNDS_MAX`] rounds of each kind, fewer when
+/// synced before the rounds. At most `CHAIN_ROUNDS_MAX` rounds of each kind, fewer when
 /// they would write more than `budget.disk_bytes_max` or outlast `budget.time`; at least 5.
 /// The files are removed after.
 ///

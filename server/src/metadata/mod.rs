@@ -133,7 +133,7 @@ impl RootCredentials {
     }
 }
 
-/// What every replica's initial state is made of. **[cluster]**: identical on every node
+/// What every replica's initial state is made of. **\[cluster\]**: identical on every node
 /// (same cluster, same root credentials), or the replicas start from different states.
 #[derive(Debug, Clone)]
 pub struct Genesis {
@@ -749,7 +749,7 @@ impl crate::metadata_group::Checkpointable for consensus::Buffered<MetadataState
         }]
     }
 
-    /// The snapshot [`Self::checkpoint_artifacts`] wrote, installed as a transfer would.
+    /// The snapshot `checkpoint_artifacts` wrote, installed as a transfer would.
     fn restore(&mut self, commit_op: u64, artifacts: &[Artifact]) -> Result<(), InstallError> {
         self.machine.install(commit_op, artifacts)
     }

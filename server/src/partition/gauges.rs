@@ -90,11 +90,11 @@ pub struct PartitionGauges {
     /// while the pump is idle, so 0 on a quiet node (decision 493).
     pub hash_owed_bytes: AtomicU64,
     /// Segment syncs (a seal, a forced sync, an `enforce_fsync` flush), their total time and
-    /// their count per bucket of [`seals::SYNC_BUCKETS`] (decision 355).
+    /// their count per bucket of `SYNC_BUCKETS` (decision 355).
     pub segment_syncs: AtomicU64,
     /// Nanoseconds in segment syncs.
     pub segment_sync_ns: AtomicU64,
-    /// Segment syncs per upper bound of [`seals::SYNC_BUCKETS`] (not cumulative).
+    /// Segment syncs per upper bound of `SYNC_BUCKETS` (not cumulative).
     pub segment_sync_buckets: [AtomicU64; seals::SYNC_BUCKETS.len()],
 }
 

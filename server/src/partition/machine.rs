@@ -11,7 +11,7 @@
 //!
 //! Reads (polls, consumer offsets) are answered from a bounded in-memory tail of committed
 //! batches (decision 280): a batch leaves it once the storage task has written it to the
-//! segments (the shared [`SegmentMap`]) and the tail holds more than its budget. A poll below
+//! segments (the shared [`SegmentMap`](crate::partition::reader::SegmentMap)) and the tail holds more than its budget. A poll below
 //! the tail is a [`DiskPoll`] the caller awaits; a state-transfer offer reads the evicted part
 //! from the segment files by chunk (decision 282).
 
