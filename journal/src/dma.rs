@@ -400,6 +400,13 @@ impl Storage for DmaStorage {
         self.write_through(true, file, offset, len, fill).await
     }
 
+    async fn reserve_blocks(&self, file: &DmaHandle, len: u64) -> Result<(), StorageError> {
+        file.file
+            .pre_allocate(len, true)
+            .await
+            .map_err(|e| io_error("fallocate", &file.name, e))
+    }
+
     async fn sync(&self, file: &DmaHandle) -> Result<(), StorageError> {
         file.file
             .fdatasync()
@@ -657,6 +664,47 @@ mod tests {
     /// Decision 496: a durable write goes out through a descriptor of its own opened
     /// `O_DSYNC | O_DIRECT` (the kernel syncs before it completes), reads back what it wrote,
     /// and `retire` closes that descriptor too.
+    /// Decision 514: a segment's flush reserves the `.log`'s blocks past its end, so durable
+    /// appends find them allocated, and the file's length stays the bytes it holds (what a
+    /// boot reads as the log's end). Without the reservation the file has no block past its
+    /// length.
+    #[test]
+    fn a_segment_reserves_its_blocks_ahead_and_keeps_its_length() {
+        use crate::segment::{FlushPolicy, PartitionLog};
+        use std::os::unix::fs::MetadataExt;
+        let (len, allocated, reopened) =
+            on_glommio("dma-reserve", 1024 * 1024, |root| async move {
+                let storage = DmaStorage::new(&root).unwrap();
+                let policy = FlushPolicy {
+                    segment_size: 64 << 20,
+                    ..FlushPolicy::default()
+                };
+                let (mut log, _) = PartitionLog::open(storage.clone(), "p7-", policy, 0)
+                    .await
+                    .unwrap();
+                for i in 0..4u64 {
+                    log.commit_batch(crate::batch::build(7, i, 100 + i, &[&[i as u8; 3000]]))
+                        .unwrap();
+                    log.flush().await.unwrap();
+                }
+                log.sync().await.unwrap();
+                drop(log);
+                let meta = std::fs::metadata(root.join(format!("p7-{:020}.log", 0))).unwrap();
+                let (_, recovery) = PartitionLog::open(storage, "p7-", policy, 0).await.unwrap();
+                (meta.len(), meta.blocks() * 512, recovery)
+            });
+        assert!(
+            len > 0 && len <= 16 * 1024,
+            "the log holds its 4 batches: {len} bytes"
+        );
+        assert!(
+            allocated >= 16 << 20,
+            "{allocated} bytes allocated for a {len}-byte log: nothing reserved ahead"
+        );
+        assert_eq!(reopened.next_offset, 4);
+        assert_eq!(reopened.tail_cut, 0);
+    }
+
     #[test]
     fn a_durable_write_goes_through_an_o_dsync_descriptor() {
         let (before, after, retired) = on_glommio("dma-dsync", 1024 * 1024, |root| async move {

@@ -38,6 +38,11 @@ const INDEX_ENTRY: usize = 24;
 /// segment fills, or the log holds this many bytes past the first entry not yet written
 /// (decision 491): a boot rescans at most this much to rebuild the entries a crash took.
 const INDEX_LAG_BYTES_MAX: u64 = 16 << 20;
+/// How far past a segment's end its blocks are kept reserved (decision 514): a durable append
+/// into reserved blocks writes no allocation bitmap, one device round trip fewer on the path of
+/// the acknowledgement. Topped up when less than half of it is left, so one `fallocate` per
+/// 8 MiB appended; a sealed segment keeps at most this much reserved past its end.
+const RESERVE_AHEAD_BYTES: u64 = 16 << 20;
 
 /// The topic's message durability policy (journal.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +119,8 @@ struct Segment<F> {
     /// Shared with a [`SealJob`] syncing the segment apart from the flushes.
     log: Rc<F>,
     idx: Rc<F>,
+    /// The `.log`'s blocks reserved so far by this process ([`Storage::reserve_blocks`]).
+    reserved: u64,
 }
 
 /// What opening a partition's segments found.
@@ -326,6 +333,7 @@ impl<S: Storage> PartitionLog<S> {
                 idx_written: valid,
                 log: Rc::new(log),
                 idx: Rc::new(idx),
+                reserved: 0,
             });
         }
         // A segment starts where the previous one ends. An empty later segment after a lost
@@ -426,6 +434,7 @@ impl<S: Storage> PartitionLog<S> {
             idx_written: 0,
             log: Rc::new(log),
             idx: Rc::new(idx),
+            reserved: 0,
         });
         Ok(())
     }
@@ -598,6 +607,20 @@ impl<S: Storage> PartitionLog<S> {
         if self.segments.is_empty() {
             let base = self.pending.front().expect("non-empty").0.base_offset;
             self.start_segment(base).await?;
+        }
+        {
+            let seg = self.segments.last_mut().expect("a segment");
+            let end = seg.len + self.pending_bytes;
+            let size = self.policy.segment_size;
+            if seg.reserved < size && seg.reserved < end + RESERVE_AHEAD_BYTES / 2 {
+                let to = (end + RESERVE_AHEAD_BYTES).min(size.max(end));
+                // A hint (decision 514): where it fails (a filesystem without it, no space to
+                // reserve) appends allocate as they go, and this segment does not ask again.
+                seg.reserved = match self.storage.reserve_blocks(&seg.log, to).await {
+                    Ok(()) => to,
+                    Err(_) => u64::MAX,
+                };
+            }
         }
         let seg = self.segments.last().expect("a segment");
         let first = self.pending.front().expect("non-empty").0;

@@ -223,6 +223,13 @@ pub trait Storage {
     async fn len(&self, file: &Self::File) -> Result<u64, StorageError>;
     /// Truncates or extends the file (zero-filled). Durable after [`Storage::sync`].
     async fn set_len(&self, file: &Self::File, len: u64) -> Result<(), StorageError>;
+    /// Reserves the file's blocks up to `len` without changing its length (`fallocate` with
+    /// `FALLOC_FL_KEEP_SIZE`), so that appends below `len` find their blocks allocated: a
+    /// durable append then writes no allocation bitmap (decision 514). Only a hint: the bytes
+    /// the file holds and its length do not change, and a backend without it does nothing.
+    async fn reserve_blocks(&self, _file: &Self::File, _len: u64) -> Result<(), StorageError> {
+        Ok(())
+    }
     /// Removes a file, durably.
     async fn remove(&self, name: &str) -> Result<(), StorageError>;
     /// Closes `file` and removes it by `name`, durably: a file its owner is done with (a
