@@ -413,6 +413,9 @@ impl<S: Storage> PartitionLog<S> {
         self.storage.write_at(&last.log, at, buf.as_slice()).await?;
         self.storage.set_len(&last.log, sector_ceil(len)).await?;
         self.storage.sync(&last.log).await?;
+        // The truncation freed the blocks reserved past the new end (decision 514): the next
+        // flush reserves again.
+        self.segments.last_mut().expect("a segment").reserved = 0;
         Ok(())
     }
 
