@@ -11,11 +11,11 @@
 //!
 //! [`keep_freed_memory`] runs first in `strand start`, before any thread exists: one arena for
 //! the process (the main heap, which glibc never unmaps), blocks up to 32 MiB from it, and no
-//! trimming below 2 GiB of free top. [`prefault`] then touches `system.memory_prefault_bytes`
-//! and frees it, so the caches later grow into pages the process already has. A node runs it
-//! on a thread of its own ([`prefault_in_background`], decision 513): the node serves while it
-//! runs, and [`Prefault::pending_bytes`] (`strand_memory_prefault_pending_bytes`) says when it
-//! is done.
+//! trimming below 2 GiB of free top. [`prefault_in_background`] then touches
+//! `system.memory_prefault_bytes` and frees it, so the caches later grow into pages the process
+//! already has. It runs on a thread of its own (decision 513): the node serves while it runs,
+//! and [`Prefault::pending_bytes`] (`strand_memory_prefault_pending_bytes`) says when it is
+//! done.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +29,7 @@ pub const ARENA_BLOCK_BYTES_MAX: i32 = 32 << 20;
 /// `mallopt` takes): never while a node's caches are within their default budgets.
 pub const TRIM_BYTES_MIN: i32 = i32::MAX;
 
-/// The block [`prefault`] allocates and touches at a time.
+/// The block [`prefault_in_background`] allocates and touches at a time.
 pub const PREFAULT_BLOCK_BYTES: usize = 1 << 20;
 
 const PAGE: usize = 4096;
@@ -75,7 +75,7 @@ pub fn keep_freed_memory() -> Result<(), AllocatorError> {
     Err(AllocatorError::Unsupported)
 }
 
-/// What [`prefault`] did.
+/// What [`prefault_in_background`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Prefaulted {
     /// Bytes allocated, touched and freed.
@@ -106,15 +106,10 @@ impl Prefault {
 /// Allocates `bytes` (rounded up to [`PREFAULT_BLOCK_BYTES`]) in blocks, writes one byte per
 /// page so the kernel backs every page, and frees them all: after [`keep_freed_memory`] the
 /// process keeps those pages, and the blocks it allocates next take them without a fault.
-pub fn prefault(bytes: u64) -> Prefaulted {
-    prefault_counting(bytes, &Prefault::default())
-}
-
-/// [`prefault`], counting down `progress` block by block.
-fn prefault_counting(bytes: u64, progress: &Prefault) -> Prefaulted {
+/// Counts `progress` down block by block from what [`Prefault::begin`] set.
+fn prefault(bytes: u64, progress: &Prefault) -> Prefaulted {
     let started = Instant::now();
     let count = bytes.div_ceil(PREFAULT_BLOCK_BYTES as u64) as usize;
-    progress.begin(bytes);
     let mut blocks: Vec<Vec<u8>> = Vec::with_capacity(count);
     for _ in 0..count {
         // Zeroed by the allocator (fast in a debug build too); the writes below make sure
@@ -140,7 +135,7 @@ fn prefault_counting(bytes: u64, progress: &Prefault) -> Prefaulted {
     }
 }
 
-/// Starts [`prefault`] of `bytes` on a thread of its own (`strand-prefault`), which calls
+/// Starts faulting in `bytes` on a thread of its own (`strand-prefault`), which calls
 /// `done` with what it did. `progress` counts `bytes` (rounded up to whole blocks) pending from
 /// the moment this returns, so a reader never sees 0 before the thread ran. A node boots and
 /// serves meanwhile: three nodes faulting 1 GiB at once took 9-11 s each on the development
@@ -155,7 +150,7 @@ pub fn prefault_in_background(
         .name("strand-prefault".into())
         .spawn({
             let progress = progress.clone();
-            move || done(prefault_counting(bytes, &progress))
+            move || done(prefault(bytes, &progress))
         });
     if spawned.is_err() {
         progress.pending.store(0, Ordering::Relaxed);
@@ -285,6 +280,6 @@ mod tests {
         assert_eq!(prefault_budget(1 << 30, Some(1 << 30)), 512 << 20);
         assert_eq!(prefault_budget(1 << 30, None), 1 << 30);
         assert_eq!(prefault_budget(0, Some(4 << 30)), 0);
-        assert_eq!(prefault(0).bytes, 0);
+        assert_eq!(prefault(0, &Prefault::default()).bytes, 0);
     }
 }
