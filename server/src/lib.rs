@@ -49,6 +49,16 @@ pub(crate) mod test_frames {
     use wire::header::{FrameHeader, Layout, PrepareHeader};
     use wire::{Command, Operation, Sender};
 
+    /// The partition group (stream 1, topic 2, partition 3) of the partition unit tests.
+    pub(crate) fn partition_group() -> GroupId {
+        GroupId::partition(wire::PartitionKey {
+            stream: 1,
+            topic: 2,
+            partition: 3,
+        })
+        .expect("a partition key in range")
+    }
+
     /// A sealed metadata prepare of `op` over `parent`; `salt` varies the body.
     pub(crate) fn prepare(op: u64, parent: u128, salt: u8) -> Vec<u8> {
         let mut header = PrepareHeader::zeroed();

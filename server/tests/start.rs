@@ -62,19 +62,10 @@ impl Log {
         Log(rx, Vec::new())
     }
 
+    /// Waits for the next line (not one seen already) that contains `needle`.
     fn wait_for(&mut self, needle: &str) -> &[String] {
-        loop {
-            match self.0.recv_timeout(PATIENCE) {
-                Ok(line) => {
-                    let done = line.contains(needle);
-                    self.1.push(line);
-                    if done {
-                        return &self.1;
-                    }
-                }
-                Err(e) => panic!("no `{needle}` ({e}); log so far:\n{}", self.1.join("\n")),
-            }
-        }
+        let seen = self.1.iter().filter(|l| l.contains(needle)).count();
+        self.wait_for_lines(needle, seen + 1)
     }
 
     /// Waits until `count` lines, seen already or to come, contain `needle`.

@@ -251,18 +251,7 @@ fn a_restarted_node_restores_view_headers_ceiling_and_checkpoint_identity() {
                 },
                 // A checkpoint whose prepare identity the replica did not know yet (a
                 // transferred snapshot before the op above it arrived).
-                MetadataStorageOp::Checkpoint {
-                    snapshot: Snapshot {
-                        op: 1,
-                        payload: encode_snapshot(
-                            0,
-                            0,
-                            &[],
-                            &consensus::DigestMachine::default().artifacts(1),
-                        ),
-                    },
-                    prepare: (0, 0),
-                },
+                checkpoint_1_without_identity(),
                 MetadataStorageOp::Persist(state(2, &[&p2, &p3], 5, (identity_of(&p1), 1_001))),
                 MetadataStorageOp::Persist(state(3, &[&p3], 4, (0xbad, 7))),
             ],
@@ -294,18 +283,7 @@ fn a_restarted_node_restores_view_headers_ceiling_and_checkpoint_identity() {
                     op: 1,
                     frame: Frame::new(p1.clone()),
                 },
-                MetadataStorageOp::Checkpoint {
-                    snapshot: Snapshot {
-                        op: 1,
-                        payload: encode_snapshot(
-                            0,
-                            0,
-                            &[],
-                            &consensus::DigestMachine::default().artifacts(1),
-                        ),
-                    },
-                    prepare: (0, 0),
-                },
+                checkpoint_1_without_identity(),
                 MetadataStorageOp::CheckpointIdentity {
                     op: 2,
                     prepare: (0xbad, 7),
@@ -352,4 +330,16 @@ fn a_restarted_node_restores_view_headers_ceiling_and_checkpoint_identity() {
             Some(consensus::VsrState::default())
         );
     });
+}
+
+/// A checkpoint at op 1 of an empty state, taken before the replica knew the identity of op 1's
+/// prepare (a transferred snapshot that arrived before the op above it).
+fn checkpoint_1_without_identity() -> MetadataStorageOp {
+    MetadataStorageOp::Checkpoint {
+        snapshot: Snapshot {
+            op: 1,
+            payload: encode_snapshot(0, 0, &[], &consensus::DigestMachine::default().artifacts(1)),
+        },
+        prepare: (0, 0),
+    }
 }

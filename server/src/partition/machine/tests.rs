@@ -2,15 +2,9 @@ use super::*;
 use crate::client::codec::{Identifier, PollingStrategy};
 use crate::client::reply::{PollHead, decode_send_reply};
 use crate::metadata_group::Checkpointable;
-use wire::PartitionKey;
 
 fn group() -> GroupId {
-    GroupId::partition(PartitionKey {
-        stream: 1,
-        topic: 2,
-        partition: 3,
-    })
-    .unwrap()
+    crate::test_frames::partition_group()
 }
 
 fn header(op: Operation) -> PrepareHeader {

@@ -14,7 +14,7 @@ use journal::file::FileStorage;
 use journal::segment::{FlushPolicy, PartitionLog};
 use journal::storage::block_on;
 use wire::header::{Layout, PrepareHeader};
-use wire::{GroupId, Operation, PartitionKey};
+use wire::{GroupId, Operation};
 
 use super::*;
 use crate::client::codec::{Consumer, Identifier, PollingStrategy};
@@ -33,12 +33,7 @@ const POLICY: FlushPolicy = FlushPolicy {
 const CACHE: usize = 8 * 1024;
 
 fn group() -> GroupId {
-    GroupId::partition(PartitionKey {
-        stream: 1,
-        topic: 2,
-        partition: 3,
-    })
-    .unwrap()
+    crate::test_frames::partition_group()
 }
 
 /// A partition on disk: the tested machine (bounded tail over the segments), the reference
