@@ -667,7 +667,7 @@ mod tests {
     /// Decision 514: a segment's flush reserves the `.log`'s blocks past its end, so durable
     /// appends find them allocated, and the file's length stays the bytes it holds (what a
     /// boot reads as the log's end). Without the reservation the file has no block past its
-    /// length.
+    /// length; with decision 515 a segment of a few batches reserves 256 KiB ahead.
     #[test]
     fn a_segment_reserves_its_blocks_ahead_and_keeps_its_length() {
         use crate::segment::{FlushPolicy, PartitionLog};
@@ -698,8 +698,13 @@ mod tests {
             "the log holds its 4 batches: {len} bytes"
         );
         assert!(
-            allocated >= 16 << 20,
+            allocated >= len + (128 << 10),
             "{allocated} bytes allocated for a {len}-byte log: nothing reserved ahead"
+        );
+        // Decision 515: a segment this small reserves 256 KiB past its end, no more.
+        assert!(
+            allocated <= len + (256 << 10) + 8192,
+            "{allocated} bytes allocated for a {len}-byte log"
         );
         assert_eq!(reopened.next_offset, 4);
         assert_eq!(reopened.tail_cut, 0);

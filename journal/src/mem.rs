@@ -74,6 +74,9 @@ struct MemFile {
     current: Vec<u8>,
     pending: Vec<Pending>,
     lost: BTreeSet<u64>,
+    /// The length [`Storage::reserve_blocks`] last reserved (no effect on the bytes: a file
+    /// system's blocks reserved past the length read as nothing).
+    reserved: u64,
 }
 
 /// Which call [`MemStorage::fail_next`] makes fail.
@@ -83,6 +86,8 @@ pub enum FailOp {
     Write,
     /// The next `sync`.
     Sync,
+    /// The next `reserve_blocks`.
+    Reserve,
 }
 
 #[derive(Debug, Default)]
@@ -451,6 +456,12 @@ impl MemStorage {
     pub fn bytes_read(&self) -> u64 {
         self.state.borrow().read_bytes
     }
+
+    /// How far the file `name`'s blocks are reserved ([`Storage::reserve_blocks`]; a length
+    /// change since takes back what lies past it), `None` without such a file.
+    pub fn reserved(&self, name: &str) -> Option<u64> {
+        self.state.borrow().files.get(name).map(|f| f.reserved)
+    }
 }
 
 impl Storage for MemStorage {
@@ -577,7 +588,18 @@ impl Storage for MemStorage {
         self.with_file(&file.0, |f| {
             f.current.resize(len as usize, 0);
             f.pending.push(Pending::SetLen(len));
+            f.reserved = f.reserved.min(len);
         })
+    }
+
+    async fn reserve_blocks(&self, file: &MemFileHandle, len: u64) -> Result<(), StorageError> {
+        if self.take_failure(FailOp::Reserve) {
+            return Err(StorageError::Injected {
+                op: "reserve",
+                name: file.0.clone(),
+            });
+        }
+        self.with_file(&file.0, |f| f.reserved = f.reserved.max(len))
     }
 
     async fn remove(&self, name: &str) -> Result<(), StorageError> {

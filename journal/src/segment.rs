@@ -38,11 +38,21 @@ const INDEX_ENTRY: usize = 24;
 /// segment fills, or the log holds this many bytes past the first entry not yet written
 /// (decision 491): a boot rescans at most this much to rebuild the entries a crash took.
 const INDEX_LAG_BYTES_MAX: u64 = 16 << 20;
-/// How far past a segment's end its blocks are kept reserved (decision 514): a durable append
-/// into reserved blocks writes no allocation bitmap, one device round trip fewer on the path of
-/// the acknowledgement. Topped up when less than half of it is left, so one `fallocate` per
-/// 8 MiB appended; a sealed segment keeps at most this much reserved past its end.
-const RESERVE_AHEAD_BYTES: u64 = 16 << 20;
+/// How far past a segment's end its blocks are kept reserved at most (decision 514): a
+/// durable append into reserved blocks writes no allocation bitmap, one device round trip fewer
+/// on the path of the acknowledgement. Topped up when less than half of it is left, so one
+/// `fallocate` per 8 MiB appended once a segment holds 16 MiB.
+const RESERVE_AHEAD_MAX: u64 = 16 << 20;
+/// How far ahead a segment reserves at least (decision 515). Between this and
+/// [`RESERVE_AHEAD_MAX`] a segment reserves as far ahead as it holds, so a partition that
+/// writes little holds little reserved: a node with ten thousand quiet partitions reserves
+/// 2.5 GiB, not the 160 GiB a fixed 16 MiB would.
+const RESERVE_AHEAD_MIN: u64 = 256 << 10;
+
+/// How far past `end` (the bytes a segment will hold) its blocks should be reserved.
+fn reserve_ahead(end: u64) -> u64 {
+    end.clamp(RESERVE_AHEAD_MIN, RESERVE_AHEAD_MAX)
+}
 
 /// The topic's message durability policy (journal.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +174,20 @@ pub struct PartitionLog<S: Storage> {
     ahead_count: usize,
     /// See [`PartitionLog::rewrite_mark`].
     rewrite_mark: u64,
+    /// Reservations that failed since [`PartitionLog::take_reserve_failures`] last took them.
+    reserve_failures: Vec<ReserveFailure>,
+}
+
+/// A segment whose blocks could not be reserved ahead (decision 515): its appends allocate as
+/// they go, and it does not ask again.
+#[derive(Debug)]
+pub struct ReserveFailure {
+    /// The segment's base offset.
+    pub segment: u64,
+    /// How far the reservation was to reach.
+    pub len: u64,
+    /// What the storage answered.
+    pub error: StorageError,
 }
 
 /// Name of a segment's log file.
@@ -371,6 +395,7 @@ impl<S: Storage> PartitionLog<S> {
             ahead: false,
             ahead_count: 0,
             rewrite_mark: extents::fresh_mark(),
+            reserve_failures: Vec::new(),
         };
         if let Some(last) = log.segments.last() {
             // Zero the cut tail so the next flush starts clean.
@@ -615,13 +640,21 @@ impl<S: Storage> PartitionLog<S> {
             let seg = self.segments.last_mut().expect("a segment");
             let end = seg.len + self.pending_bytes;
             let size = self.policy.segment_size;
-            if seg.reserved < size && seg.reserved < end + RESERVE_AHEAD_BYTES / 2 {
-                let to = (end + RESERVE_AHEAD_BYTES).min(size.max(end));
+            let ahead = reserve_ahead(end);
+            if seg.reserved < size && seg.reserved < end + ahead / 2 {
+                let to = (end + ahead).min(size.max(end));
                 // A hint (decision 514): where it fails (a filesystem without it, no space to
                 // reserve) appends allocate as they go, and this segment does not ask again.
                 seg.reserved = match self.storage.reserve_blocks(&seg.log, to).await {
                     Ok(()) => to,
-                    Err(_) => u64::MAX,
+                    Err(error) => {
+                        self.reserve_failures.push(ReserveFailure {
+                            segment: seg.base,
+                            len: to,
+                            error,
+                        });
+                        u64::MAX
+                    }
                 };
             }
         }

@@ -168,6 +168,12 @@ impl<S: Storage> PartitionLog<S> {
         std::mem::take(&mut self.seal.timings)
     }
 
+    /// The reservations of blocks ahead that failed since the last call, oldest first
+    /// (decision 515: the caller says so; the appends go on).
+    pub fn take_reserve_failures(&mut self) -> Vec<super::ReserveFailure> {
+        std::mem::take(&mut self.reserve_failures)
+    }
+
     /// Syncs the last segment (sealed) inline; everything written is then synced.
     pub(super) async fn sync_sealed(&mut self) -> Result<(), SegmentError> {
         let started = Instant::now();

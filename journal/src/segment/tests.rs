@@ -1,6 +1,6 @@
 use super::*;
 use crate::batch::build;
-use crate::mem::{CrashMode, MemStorage, Prng};
+use crate::mem::{CrashMode, FailOp, MemStorage, Prng};
 use crate::storage::block_on;
 use crate::storage::{OpenMode, read_exact_at};
 use std::task::{Context, Poll, Waker};
@@ -416,4 +416,93 @@ fn the_index_lags_a_bounded_span_of_log_and_a_full_segment_holds_every_entry() {
         sealed.index.len(),
         "the sealed segment holds every entry"
     );
+}
+
+/// Decision 515: a segment reserves its blocks as far ahead as it holds, at least 256 KiB and
+/// at most 16 MiB, so a quiet partition keeps little reserved and a busy one tops up once per
+/// 8 MiB; the reservation never reaches past the segment's size.
+#[test]
+fn a_segment_reserves_ahead_as_far_as_it_holds() {
+    let disk = MemStorage::new();
+    let policy = FlushPolicy {
+        enforce_fsync: false,
+        segment_size: 40 << 20,
+        ..FlushPolicy::default()
+    };
+    let (mut log, _) = open(&disk, policy);
+    let name = log_name("p1-", 0);
+    log.commit_batch(batch_at(0, 3, 500)).unwrap();
+    block_on(log.flush()).unwrap();
+    let len = log.segments[0].len;
+    assert_eq!(
+        disk.reserved(&name),
+        Some(len + (256 << 10)),
+        "a segment of {len} bytes reserves 256 KiB past its end"
+    );
+    let mut topped_up = 0;
+    let mut last = disk.reserved(&name).unwrap();
+    while log.segments.len() == 1 {
+        let next = log.next_offset();
+        log.commit_batch(batch_at(next, 1, 1 << 20)).unwrap();
+        block_on(log.flush()).unwrap();
+        let (end, reserved) = (log.segments[0].len, disk.reserved(&name).unwrap());
+        if reserved != last {
+            topped_up += 1;
+            last = reserved;
+        }
+        let ahead = reserved.saturating_sub(end);
+        assert!(
+            ahead <= end.max(256 << 10) && ahead <= 16 << 20,
+            "{ahead} bytes reserved past a segment of {end}"
+        );
+        assert!(
+            reserved >= (40 << 20) || ahead >= end.min(16 << 20) / 2,
+            "{ahead} bytes reserved past a segment of {end}: less than half its ahead"
+        );
+        assert!(reserved <= 40 << 20, "{reserved}: past the segment's size");
+    }
+    assert!(
+        (8..=16).contains(&topped_up),
+        "{topped_up} reservations for a 40 MiB segment"
+    );
+}
+
+/// A failed reservation (decision 515) is handed to the caller once; the segment stops
+/// asking, and its flushes and a reopen go on as without it.
+#[test]
+fn a_failed_reservation_is_reported_once_and_the_log_goes_on() {
+    let disk = MemStorage::new();
+    let policy = FlushPolicy {
+        enforce_fsync: false,
+        segment_size: 1 << 20,
+        ..FlushPolicy::default()
+    };
+    let (mut log, _) = open(&disk, policy);
+    disk.fail_next(FailOp::Reserve);
+    for i in 0..20 {
+        log.commit_batch(batch_at(i * 3, 3, 500)).unwrap();
+        block_on(log.flush()).unwrap();
+        let failures = log.take_reserve_failures();
+        if i == 0 {
+            assert_eq!(failures.len(), 1);
+            assert_eq!(failures[0].segment, 0);
+            assert_eq!(failures[0].len, log.segments[0].len + (256 << 10));
+            assert!(
+                matches!(
+                    failures[0].error,
+                    StorageError::Injected { op: "reserve", .. }
+                ),
+                "{:?}",
+                failures[0].error
+            );
+        } else {
+            assert!(failures.is_empty(), "flush {i}: {failures:?}");
+        }
+    }
+    assert_eq!(disk.reserved(&log_name("p1-", 0)), Some(0));
+    block_on(log.sync()).unwrap();
+    drop(log);
+    let (log, recovery) = open(&disk, policy);
+    assert_eq!(log.next_offset(), 60);
+    assert_eq!(recovery.tail_cut, 0);
 }

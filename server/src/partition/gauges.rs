@@ -31,6 +31,9 @@ pub struct PartitionGauges {
     pub bodies_ahead_bytes: AtomicU64,
     /// Segment tails cut back after a view change truncated prepares (decision 414).
     pub segment_rewinds: AtomicU64,
+    /// Segments whose blocks could not be reserved ahead (decision 515): their appends
+    /// allocate as they go.
+    pub segment_reserve_failures: AtomicU64,
     /// WAL lsns held below the durable end (what reclaim cannot free yet).
     pub wal_lag: AtomicU64,
     /// Reclaims held back by a group lagging over [`ReclaimLimits::warn_lsns`].
@@ -122,7 +125,7 @@ pub(super) fn add(counter: &AtomicU64, n: u64) {
 /// `strand_partition_appends_total`, `strand_wal_commits_total` (one durable write each),
 /// `strand_wal_commit_seconds_total`, `strand_wal_bytes_total`,
 /// `strand_partition_bodies_ahead_total`, `strand_partition_bodies_ahead_bytes_total`,
-/// `strand_segment_rewinds_total`,
+/// `strand_segment_rewinds_total`, `strand_segment_reserve_failures_total`,
 /// `strand_partition_checkpoints_total`, `strand_partition_transfers_total`,
 /// `strand_reclaim_blocked_total`, `strand_wal_copied_forward_total`,
 /// `strand_wal_files_reclaimed_total`, `strand_wal_files_retiring`,
@@ -133,7 +136,7 @@ pub(super) fn add(counter: &AtomicU64, n: u64) {
 pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
     use std::fmt::Write as _;
     type Pick = fn(&PartitionGauges) -> &AtomicU64;
-    let rows: [(&str, &str, &str, Pick); 30] = [
+    let rows: [(&str, &str, &str, Pick); 31] = [
         (
             "partition_cache_bytes",
             "gauge",
@@ -229,6 +232,12 @@ pub fn render_metrics(out: &mut String, shards: &[Arc<PartitionGauges>]) {
             "counter",
             "segment tails cut back after a view change truncated prepares",
             |g| &g.segment_rewinds,
+        ),
+        (
+            "segment_reserve_failures_total",
+            "counter",
+            "segments whose blocks could not be reserved ahead (their appends allocate as they go)",
+            |g| &g.segment_reserve_failures,
         ),
         (
             "partition_checkpoints_total",

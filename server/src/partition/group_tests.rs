@@ -255,7 +255,7 @@ type AppendRunWithEnds = (
 fn run_appends(
     groups: u32,
     appends: u64,
-    before: impl FnOnce(&MemStorage) + Send + 'static,
+    before: impl FnOnce(&MemStorage, &MemStorage) + Send + 'static,
 ) -> AppendRun {
     let (events, fatal, syncs, gauges, _) = run_appends_with(groups, appends, false, before);
     (events, fatal, syncs, gauges)
@@ -269,7 +269,7 @@ fn run_appends_with(
     groups: u32,
     appends: u64,
     batches: bool,
-    before: impl FnOnce(&MemStorage) + Send + 'static,
+    before: impl FnOnce(&MemStorage, &MemStorage) + Send + 'static,
 ) -> AppendRunWithEnds {
     with_test_task(move |wal_disk, parts, t| async move {
         let TestTask {
@@ -295,7 +295,7 @@ fn run_appends_with(
                 }
             }
         }
-        before(&wal_disk);
+        before(&wal_disk, &parts);
         let syncs = wal_disk.counts().1;
         queues.closed.set(true);
         task.run().await;
@@ -339,7 +339,7 @@ fn appended(events: &[Event]) -> Vec<(u64, u64)> {
 /// idle and at shutdown), and each group's completions come back in its op order.
 #[test]
 fn appends_of_many_groups_share_one_window_and_one_fdatasync() {
-    let (events, fatal, syncs, gauges) = run_appends(3, 10, |_| {});
+    let (events, fatal, syncs, gauges) = run_appends(3, 10, |_, _| {});
     assert_eq!(fatal, None);
     let done = events;
     assert_eq!(done.len(), 30);
@@ -362,7 +362,7 @@ fn appends_of_many_groups_share_one_window_and_one_fdatasync() {
 /// A window whose `fdatasync` fails acknowledges none of its appends, and the node stops.
 #[test]
 fn a_failed_window_sync_acknowledges_nothing() {
-    let (events, fatal, _, _) = run_appends(2, 5, |wal| wal.fail_next(FailOp::Sync));
+    let (events, fatal, _, _) = run_appends(2, 5, |wal, _| wal.fail_next(FailOp::Sync));
     assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
     assert_eq!(events, Vec::new(), "no Appended before the sync returned");
 }
@@ -373,7 +373,7 @@ fn a_failed_window_sync_acknowledges_nothing() {
 /// append is acknowledged.
 #[test]
 fn segment_batches_between_appends_share_the_window_pass() {
-    let (events, fatal, syncs, gauges, ends) = run_appends_with(2, 4, true, |_| {});
+    let (events, fatal, syncs, gauges, ends) = run_appends_with(2, 4, true, |_, _| {});
     assert_eq!(fatal, None);
     assert_eq!(events.len(), 8);
     assert_eq!(gauges.wal_commits.load(Ordering::Relaxed), 1, "one window");
@@ -385,11 +385,28 @@ fn segment_batches_between_appends_share_the_window_pass() {
     );
 }
 
+/// A segment whose blocks cannot be reserved ahead (decision 515) is counted once and its
+/// appends go on: every append acknowledged, every batch in the segments, the node running.
+#[test]
+fn a_failed_reservation_is_counted_and_the_appends_go_on() {
+    let (events, fatal, _, gauges, ends) =
+        run_appends_with(2, 4, true, |_, parts| parts.fail_next(FailOp::Reserve));
+    assert_eq!(fatal, None);
+    assert_eq!(events.len(), 8);
+    assert_eq!(ends, vec![4 * 1024, 4 * 1024]);
+    assert_eq!(
+        gauges.segment_reserve_failures.load(Ordering::Relaxed),
+        1,
+        "one segment failed to reserve, once"
+    );
+}
+
 /// With segment flushes running beside the window's `fdatasync`, a failed sync still
 /// acknowledges nothing.
 #[test]
 fn a_failed_window_sync_beside_segment_flushes_acknowledges_nothing() {
-    let (events, fatal, _, _, _) = run_appends_with(2, 4, true, |wal| wal.fail_next(FailOp::Sync));
+    let (events, fatal, _, _, _) =
+        run_appends_with(2, 4, true, |wal, _| wal.fail_next(FailOp::Sync));
     assert!(fatal.is_some_and(|f| f.contains("partition WAL commit")));
     assert_eq!(events, Vec::new(), "no Appended before the sync");
 }

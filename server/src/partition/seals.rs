@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 
 use journal::segment::{PartitionLog, SyncTiming};
 use journal::storage::Storage;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{PartitionGauges, StorageTask, add};
 
@@ -63,11 +63,21 @@ fn record(gauges: &PartitionGauges, group: u64, timing: SyncTiming, kind: &str) 
 
 impl<S: Storage + Clone + 'static> StorageTask<S> {
     /// Spawns the seal of every group whose segment filled, and records the segment syncs
-    /// done since the last call.
+    /// done and the reservations of blocks ahead that failed since the last call.
     pub(super) fn spawn_seals(&mut self) {
         for (group, disk) in self.groups.iter_mut() {
             for timing in disk.log.take_sync_timings() {
                 record(&self.gauges, *group, timing, "inline");
+            }
+            for failure in disk.log.take_reserve_failures() {
+                add(&self.gauges.segment_reserve_failures, 1);
+                warn!(
+                    group = format!("{group:#x}"),
+                    segment = failure.segment,
+                    len = failure.len,
+                    error = %failure.error,
+                    "segment blocks not reserved ahead; its appends allocate as they go"
+                );
             }
             let Some(job) = disk.log.take_seal() else {
                 continue;
