@@ -49,8 +49,9 @@ const RESERVE_AHEAD_MAX: u64 = 16 << 20;
 /// 2.5 GiB, not the 160 GiB a fixed 16 MiB would.
 const RESERVE_AHEAD_MIN: u64 = 256 << 10;
 
-/// How far past `end` (the bytes a segment will hold) its blocks should be reserved.
-fn reserve_ahead(end: u64) -> u64 {
+/// How far past `end` (the bytes a segment will hold) its blocks should be reserved; a flush
+/// tops the reservation up when less than half of it is left (decisions 514-515).
+pub fn reserve_ahead(end: u64) -> u64 {
     end.clamp(RESERVE_AHEAD_MIN, RESERVE_AHEAD_MAX)
 }
 

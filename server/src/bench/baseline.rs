@@ -55,13 +55,20 @@ pub struct Baseline {
     /// (and in reports older than decision 509).
     #[serde(default)]
     pub chain_writes: Option<ChainWrites>,
+    /// A chain of as many nodes as the run has replicas with no server in it, and one such
+    /// node alone, under the run's producers ([`chain_load`](super::chain_load::chain_load),
+    /// decision 516): measured with `--spawn` of two or more replicas run as fast as
+    /// acknowledgements allow, else `null` (and in reports older than it).
+    #[serde(default)]
+    pub chain_load: Option<super::chain_load::ChainLoad>,
 }
 
 /// Where the probes listen: loopback, a port of the kernel's choosing.
-const LOCALHOST_ANY_PORT: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+pub(super) const LOCALHOST_ANY_PORT: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
 
 /// A probe's connect to its own listener is answered at once; this only bounds a broken one.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where Linux shows the default TCP congestion control.
 pub const CONGESTION_CONTROL_PATH: &str = "/proc/sys/net/ipv4/tcp_congestion_control";
@@ -121,6 +128,7 @@ pub fn measure(
         tcp_congestion_control: congestion_control(Path::new(CONGESTION_CONTROL_PATH)),
         socket_congestion_control: congestion.map(|c| c.name().to_string()),
         chain_writes: None,
+        chain_load: None,
     })
 }
 
@@ -215,7 +223,7 @@ pub struct DiskProbe {
 }
 
 /// The direct-I/O alignment the probe uses (the logical block of any disk here divides it).
-const ALIGN: usize = 4096;
+pub(super) const ALIGN: usize = 4096;
 
 /// Sequential writes of `write_size` (rounded up to 4096) bytes to a new file in `dir`, each
 /// followed by `fdatasync`, for `budget.time` or `budget.disk_bytes_max` bytes (at least 4
@@ -469,7 +477,7 @@ fn create_probe_file(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
 /// A buffer of `size + ALIGN` bytes whose aligned window of `size` bytes (from
 /// `as_ptr().align_offset(ALIGN)`) holds the byte pattern `i % modulus`: `O_DIRECT` needs the
 /// address aligned, and this gets it without unsafe.
-fn aligned_pattern(size: usize, modulus: usize) -> Vec<u8> {
+pub(super) fn aligned_pattern(size: usize, modulus: usize) -> Vec<u8> {
     let mut backing = vec![0u8; size + ALIGN];
     let skip = backing.as_ptr().align_offset(ALIGN);
     backing[skip..skip + size]

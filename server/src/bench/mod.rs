@@ -6,6 +6,7 @@
 //! server ([`sink`]) answers the client at once, to show what the client alone can offer.
 
 pub mod baseline;
+pub mod chain_load;
 pub mod client;
 pub mod cluster;
 pub mod load;
@@ -411,6 +412,21 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                         u32::from(n),
                         stagger,
                         budget,
+                    )?);
+                }
+                // As fast as acknowledgements allow with replicas: what a chain of as many
+                // nodes with no server in it reaches against one such node, on this machine
+                // now (the 3 / 1 replica ratio's limit, decision 516).
+                if args.rate.is_none() && n > 1 && args.batch > 1 {
+                    note("measuring a chain of nodes with no server in it, and one node alone");
+                    b.chain_load = Some(chain_load::chain_load(
+                        &dir,
+                        write_size,
+                        u32::from(n),
+                        args.producers,
+                        budget.time * 2,
+                        budget.disk_bytes_max,
+                        congestion,
                     )?);
                 }
                 Ok(b)
@@ -824,6 +840,12 @@ fn baseline_line(b: &baseline::Baseline) -> String {
             c.append_quorum_us_p50,
             c.overwrite_quorum_us_p50,
             c.rounds
+        )
+    }) + &b.chain_load.as_ref().map_or_else(String::new, |c| {
+        format!(
+            "; with no server, {} producer(s): a chain of {} nodes {:.0} batches/s, one node \
+             {:.0} ({:.3}x)",
+            c.producers, c.replicas, c.chain_batches_s, c.single_batches_s, c.ratio
         )
     })
 }

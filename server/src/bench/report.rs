@@ -362,6 +362,50 @@ pub fn checks(r: &Report) -> Vec<Check> {
     out
 }
 
+/// Issue 12's 3 / 1 replica target, which takes two runs: `replicated`'s messages/s at least
+/// 0.6x `single`'s, both of 100-byte messages in batches, acknowledged on disk as fast as
+/// acknowledgements allow, with the same producers and partitions; `single` of one replica,
+/// `replicated` of more. `None` for any other pair. The limit is what `replicated`'s run
+/// measured for a chain of as many nodes with no server in it against one node alone
+/// (decision 516).
+pub fn replica_ratio(single: &Report, replicated: &Report) -> Option<Check> {
+    let shaped = |r: &Report| {
+        r.message_size == 100 && r.batch > 1 && r.rate_msgs_s.is_none() && r.acked == "disk"
+    };
+    let replicas = replicated.replicas.filter(|n| *n > 1)?;
+    if single.replicas != Some(1)
+        || !shaped(single)
+        || !shaped(replicated)
+        || (single.batch, single.producers, single.partitions)
+            != (
+                replicated.batch,
+                replicated.producers,
+                replicated.partitions,
+            )
+        || single.throughput_msgs_s <= 0.0
+    {
+        return None;
+    }
+    let value = replicated.throughput_msgs_s / single.throughput_msgs_s;
+    Some(Check {
+        name: "replica_ratio".to_string(),
+        target: format!("{replicas} replicas, 100 B: messages/s >= 0.6 x those of 1 replica"),
+        value,
+        bound: 0.6,
+        unit: "ratio".to_string(),
+        pass: value >= 0.6,
+        limit: replicated.baseline.chain_load.as_ref().map(|c| Limit {
+            value: c.ratio,
+            why: format!(
+                "measured in the {replicas}-replica run: {} producer(s) against a chain of {} \
+                 nodes with no server in it, each appending every batch durably beside a WAL \
+                 record, {:.0} batches/s, and against one such node, {:.0}",
+                c.producers, c.replicas, c.chain_batches_s, c.single_batches_s
+            ),
+        }),
+    })
+}
+
 /// Issue 10's replica-plane figure (decision 415): 3 replicas, prepares of about 1 MiB
 /// acknowledged on disk, committed MB/s against min(loopback / 2, disk / 3) from the same
 /// run's baselines (every committed byte crosses loopback twice on the chain and is written
@@ -843,6 +887,24 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         opt(a.baseline.fdatasync_us_p50),
         opt(b.baseline.fdatasync_us_p50),
     );
+    let load = |r: &Report, f: fn(&super::chain_load::ChainLoad) -> f64| {
+        opt(r.baseline.chain_load.as_ref().map(f))
+    };
+    row(
+        "baseline.chain_load.chain_batches_s",
+        load(a, |c| c.chain_batches_s),
+        load(b, |c| c.chain_batches_s),
+    );
+    row(
+        "baseline.chain_load.single_batches_s",
+        load(a, |c| c.single_batches_s),
+        load(b, |c| c.single_batches_s),
+    );
+    row(
+        "baseline.chain_load.ratio",
+        load(a, |c| c.ratio),
+        load(b, |c| c.ratio),
+    );
     let chain = |r: &Report, f: fn(&super::baseline::ChainWrites) -> f64| {
         opt(r.baseline.chain_writes.as_ref().map(f))
     };
@@ -943,6 +1005,31 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
     };
     for name in names {
         row(&format!("check.{name}"), verdict(a, name), verdict(b, name));
+    }
+    // The 3 / 1 replica target is a check of the pair (decision 516), shown under the run of
+    // more replicas, with the limit that run measured.
+    let pair = replica_ratio(a, b)
+        .map(|c| (c, false))
+        .or_else(|| replica_ratio(b, a).map(|c| (c, true)));
+    if let Some((check, in_a)) = pair {
+        let verdict = format!(
+            "{} / {} {}",
+            num(check.value),
+            num(check.bound),
+            if check.pass { "PASS" } else { "FAIL" }
+        );
+        let limit = check
+            .limit
+            .as_ref()
+            .map_or_else(|| "null".to_string(), |l| num(l.value));
+        let null = || "null".to_string();
+        if in_a {
+            row("check.replica_ratio", verdict, null());
+            row("check.replica_ratio.limit", limit, null());
+        } else {
+            row("check.replica_ratio", null(), verdict);
+            row("check.replica_ratio.limit", null(), limit);
+        }
     }
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
     let w1 = rows

@@ -147,6 +147,7 @@ fn baseline(loopback: f64, disk: Option<f64>) -> baseline::Baseline {
         tcp_congestion_control: Some("cubic".into()),
         socket_congestion_control: None,
         chain_writes: None,
+        chain_load: None,
     }
 }
 
@@ -1062,4 +1063,125 @@ fn cpu_per_gb_is_over_the_span_the_cpu_was_measured_over() {
         Some(4.0)
     );
     assert_eq!(cpu_per_gb(1.0, 0, &load::Before::default(), 1000), None);
+}
+
+/// Decision 516: a chain of nodes with no server in it passes every batch down the chain, and
+/// every node appends each one durably; the producers count a batch once the first quorum
+/// had it. So each node's segments hold exactly the acknowledged batches, and the files go.
+#[test]
+fn the_chain_load_probe_writes_every_batch_on_every_node_and_cleans_up() {
+    use std::time::Duration;
+    let dir = crate::scratch_dir("chain-load");
+    let size = 64 * 1024;
+    for nodes in [3u32, 1] {
+        let run = chain_load::run_chain(
+            &dir,
+            size,
+            nodes,
+            2,
+            Duration::from_millis(200),
+            64 << 20,
+            None,
+        )
+        .expect("probe");
+        assert!(run.acked > 0 && run.batches_s > 0.0, "{run:?}");
+        assert_eq!(
+            run.appended,
+            vec![run.acked * size as u64; nodes as usize],
+            "every node appends every acknowledged batch"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("listed").collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    // The byte bound ends the span early: 2 producers x 3 nodes x 64 KiB is one round.
+    let bounded = chain_load::run_chain(
+        &dir,
+        size,
+        3,
+        2,
+        Duration::from_secs(600),
+        3 * size as u64,
+        None,
+    )
+    .expect("probe");
+    assert!(bounded.measured < Duration::from_secs(600), "{bounded:?}");
+    let both = chain_load::chain_load(&dir, 5000, 3, 1, Duration::from_millis(100), 1 << 30, None)
+        .expect("probe");
+    assert_eq!(
+        (both.replicas, both.producers, both.write_size),
+        (3, 1, 8192)
+    );
+    assert!((both.ratio - both.chain_batches_s / both.single_batches_s).abs() < 1e-9);
+    // A directory that is a file: the probe fails, and does not hang.
+    let file = dir.join("not-a-dir");
+    std::fs::write(&file, b"x").expect("written");
+    assert!(
+        chain_load::run_chain(&file, size, 3, 2, Duration::from_millis(50), 1 << 30, None).is_err()
+    );
+    std::fs::remove_dir_all(&dir).expect("removed");
+}
+
+/// Decision 516: `compare` checks a 1-replica and a 3-replica run of 100-byte batches against
+/// the 3 / 1 target, under the 3-replica run whichever side it is on, with the limit that run
+/// measured; other pairs have no such row.
+#[test]
+fn compare_checks_the_replica_ratio_of_a_matching_pair() {
+    let shaped = |replicas: u32, msgs: f64| {
+        let mut r = sample_report(1.0, "x");
+        r.replicas = Some(replicas);
+        r.message_size = 100;
+        r.throughput_msgs_s = msgs;
+        r
+    };
+    let single = shaped(1, 3_000_000.0);
+    let mut replicated = shaped(3, 1_600_000.0);
+    replicated.baseline.chain_load = Some(chain_load::ChainLoad {
+        replicas: 3,
+        producers: 2,
+        write_size: 151_552,
+        chain_batches_s: 2_500.0,
+        single_batches_s: 4_700.0,
+        ratio: 2_500.0 / 4_700.0,
+        measured_s: 2.0,
+    });
+    let check = report::replica_ratio(&single, &replicated).expect("a matching pair");
+    assert!(
+        !check.pass && (check.value - 1.6 / 3.0).abs() < 1e-9,
+        "{check:?}"
+    );
+    assert!((check.limit.as_ref().expect("measured").value - 0.532).abs() < 1e-3);
+    let line = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name}:\n{text}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let text = report::compare(&single, &replicated, "A", "B");
+    assert_eq!(
+        line(&text, "check.replica_ratio"),
+        "null 0.533 / 0.600 FAIL"
+    );
+    assert_eq!(line(&text, "check.replica_ratio.limit"), "null 0.532");
+    let text = report::compare(&replicated, &single, "A", "B");
+    assert_eq!(
+        line(&text, "check.replica_ratio"),
+        "0.533 / 0.600 FAIL null"
+    );
+    // 1000-byte messages, a fixed load, or other producers: not the target's pair.
+    for change in [
+        (|r: &mut report::Report| r.message_size = 1000) as fn(&mut report::Report),
+        |r| r.rate_msgs_s = Some(1.0),
+        |r| r.producers = 3,
+    ] {
+        let mut other = replicated.clone();
+        change(&mut other);
+        assert!(report::replica_ratio(&single, &other).is_none());
+        assert!(!report::compare(&single, &other, "A", "B").contains("check.replica_ratio"));
+    }
+    let mut passing = replicated.clone();
+    passing.throughput_msgs_s = 1_900_000.0;
+    assert!(report::replica_ratio(&single, &passing).expect("pair").pass);
 }
