@@ -57,8 +57,8 @@ pub struct Baseline {
     pub chain_writes: Option<ChainWrites>,
     /// A chain of as many nodes as the run has replicas with no server in it, and one such
     /// node alone, under the run's producers ([`chain_load`](super::chain_load::chain_load),
-    /// decision 516): measured with `--spawn` of two or more replicas run as fast as
-    /// acknowledgements allow, else `null` (and in reports older than it).
+    /// decision 516): measured with `--spawn` runs of batches as fast as acknowledgements
+    /// allow, else `null` (and in reports older than it).
     #[serde(default)]
     pub chain_load: Option<super::chain_load::ChainLoad>,
 }

@@ -79,7 +79,7 @@ const WAL_RECORD: usize = 4096;
 /// An acknowledgement on the chain.
 const ACK: [u8; 8] = *b"chain-ok";
 
-/// The chain of `replicas` nodes, then one node alone, each under `producers` closed-loop
+/// One node alone, then the chain of `replicas` nodes (the same run with one), each under `producers` closed-loop
 /// producers of `write_size`-byte batches for `time` after a warm-up, or until the nodes
 /// wrote `bytes_max` (at least one batch acknowledged). The files live in `dir` and are
 /// removed after each chain; every socket is under `congestion` when given.
@@ -92,10 +92,15 @@ pub fn chain_load(
     bytes_max: u64,
     congestion: Option<&CongestionControl>,
 ) -> std::io::Result<ChainLoad> {
-    let chain = run_chain(
-        dir, write_size, replicas, producers, time, bytes_max, congestion,
-    )?;
     let single = run_chain(dir, write_size, 1, producers, time, bytes_max, congestion)?;
+    // With one replica the chain is that node: measured once.
+    let chain = if replicas > 1 {
+        run_chain(
+            dir, write_size, replicas, producers, time, bytes_max, congestion,
+        )?
+    } else {
+        single.clone()
+    };
     Ok(ChainLoad {
         replicas: replicas.max(1),
         producers: producers.max(1),

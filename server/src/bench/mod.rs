@@ -414,11 +414,11 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                         budget,
                     )?);
                 }
-                // As fast as acknowledgements allow with replicas: what a chain of as many
-                // nodes with no server in it reaches against one such node, on this machine
-                // now (the 3 / 1 replica ratio's limit, decision 516).
-                if args.rate.is_none() && n > 1 && args.batch > 1 {
-                    note("measuring a chain of nodes with no server in it, and one node alone");
+                // As fast as acknowledgements allow: what a chain of as many nodes with no
+                // server in it reaches, and one such node, on this machine now (the limit of
+                // the 3 / 1 replica ratio and of the throughput checks, decision 516).
+                if args.rate.is_none() && args.batch > 1 {
+                    note("measuring a chain of nodes with no server in it");
                     b.chain_load = Some(chain_load::chain_load(
                         &dir,
                         write_size,
@@ -842,6 +842,12 @@ fn baseline_line(b: &baseline::Baseline) -> String {
             c.rounds
         )
     }) + &b.chain_load.as_ref().map_or_else(String::new, |c| {
+        if c.replicas == 1 {
+            return format!(
+                "; with no server, {} producer(s): one node {:.0} batches/s",
+                c.producers, c.single_batches_s
+            );
+        }
         format!(
             "; with no server, {} producer(s): a chain of {} nodes {:.0} batches/s, one node \
              {:.0} ({:.3}x)",

@@ -349,14 +349,7 @@ pub fn checks(r: &Report) -> Vec<Check> {
             bound,
             unit: "ratio".to_string(),
             pass: ratio >= bound,
-            limit: disk_cap_ratio(r).map(|cap| Limit {
-                value: cap,
-                why: format!(
-                    "the nodes wrote {:.2} bytes per payload byte each; {replicas} node(s) \
-                     doing so on one disk at the probe's bandwidth reach at most this ratio",
-                    r.disk_bytes_per_payload_byte.unwrap_or(0.0)
-                ),
-            }),
+            limit: throughput_limit(r, replicas),
         });
     }
     out
@@ -447,6 +440,45 @@ fn replica_plane_check(r: &Report) -> Option<Check> {
         pass: ratio >= 0.5,
         limit,
     })
+}
+
+/// The throughput check's limit: the lower of the disk cap ([`disk_cap_ratio`]) and what
+/// the run's chain with no server in it moved over the ceiling ([`chain_ratio_to_ceiling`],
+/// decision 516), with its derivation.
+fn throughput_limit(r: &Report, replicas: u32) -> Option<Limit> {
+    let cap = disk_cap_ratio(r).map(|cap| Limit {
+        value: cap,
+        why: format!(
+            "the nodes wrote {:.2} bytes per payload byte each; {replicas} node(s) doing so on \
+             one disk at the probe's bandwidth reach at most this ratio",
+            r.disk_bytes_per_payload_byte.unwrap_or(0.0)
+        ),
+    });
+    let chain = chain_ratio_to_ceiling(r).and_then(|ratio| {
+        let c = r.baseline.chain_load.as_ref()?;
+        Some(Limit {
+            value: ratio,
+            why: format!(
+                "{} producer(s) against a chain of {} node(s) with no server in it, each \
+                 appending every batch durably beside a WAL record, moved {:.0} batches/s of \
+                 this run's payload",
+                c.producers, c.replicas, c.chain_batches_s
+            ),
+        })
+    });
+    match (cap, chain) {
+        (Some(cap), Some(chain)) => Some(if chain.value < cap.value { chain } else { cap }),
+        (cap, chain) => cap.or(chain),
+    }
+}
+
+/// The payload MB/s the run's chain with no server in it moved (decision 516), over the
+/// run's ceiling.
+pub fn chain_ratio_to_ceiling(r: &Report) -> Option<f64> {
+    let c = r.baseline.chain_load.as_ref()?;
+    let ceiling = r.ceiling_mb_s.filter(|c| *c > 0.0)?;
+    let payload = f64::from(r.batch) * r.message_size as f64;
+    Some(c.chain_batches_s * payload / 1e6 / ceiling)
 }
 
 /// The ratio to the ceiling that the nodes' own disk writes allow at the disk probe's

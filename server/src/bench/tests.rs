@@ -1112,6 +1112,11 @@ fn the_chain_load_probe_writes_every_batch_on_every_node_and_cleans_up() {
         (3, 1, 8192)
     );
     assert!((both.ratio - both.chain_batches_s / both.single_batches_s).abs() < 1e-9);
+    // One replica: the chain is the node alone, measured once.
+    let one = chain_load::chain_load(&dir, 5000, 1, 1, Duration::from_millis(100), 1 << 30, None)
+        .expect("probe");
+    assert_eq!((one.replicas, one.ratio), (1, 1.0));
+    assert_eq!(one.chain_batches_s, one.single_batches_s);
     // A directory that is a file: the probe fails, and does not hang.
     let file = dir.join("not-a-dir");
     std::fs::write(&file, b"x").expect("written");
@@ -1184,4 +1189,40 @@ fn compare_checks_the_replica_ratio_of_a_matching_pair() {
     let mut passing = replicated.clone();
     passing.throughput_msgs_s = 1_900_000.0;
     assert!(report::replica_ratio(&single, &passing).expect("pair").pass);
+}
+
+/// Decision 516: the throughput check's limit is the lower of the disk cap and what the run's
+/// chain with no server in it moved over the ceiling.
+#[test]
+fn the_throughput_limit_is_the_lower_of_the_disk_cap_and_the_chain() {
+    let chain = |batches_s: f64| chain_load::ChainLoad {
+        replicas: 3,
+        producers: 2,
+        write_size: 1 << 20,
+        chain_batches_s: batches_s,
+        single_batches_s: 2.0 * batches_s,
+        ratio: 0.5,
+        measured_s: 2.0,
+    };
+    let mut r = sample_report(120.0, "x");
+    // 600 MB/s of disk, 3 nodes writing 1 byte per payload byte, a ceiling of 200: cap 1.0.
+    r.disk_bytes_per_payload_byte = Some(1.0);
+    let limit = |r: &report::Report| {
+        check(&checked(r.clone()), "throughput")
+            .and_then(|c| c.limit.clone())
+            .expect("a limit")
+    };
+    assert!((limit(&r).value - 1.0).abs() < 1e-9, "the disk cap alone");
+    // 150 batches/s of 1000 x 1000 B is 150 MB/s: 0.75 of the ceiling, under the cap.
+    r.baseline.chain_load = Some(chain(150.0));
+    let l = limit(&r);
+    assert!((l.value - 0.75).abs() < 1e-9, "{l:?}");
+    assert!(l.why.contains("no server"), "{l:?}");
+    r.baseline.chain_load = Some(chain(250.0));
+    assert!(
+        (limit(&r).value - 1.0).abs() < 1e-9,
+        "the cap when it is lower"
+    );
+    r.disk_bytes_per_payload_byte = None;
+    assert!((limit(&r).value - 1.25).abs() < 1e-9, "the chain alone");
 }
