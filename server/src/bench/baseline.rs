@@ -459,6 +459,14 @@ fn chain_rounds(
 /// Creates (or truncates) a probe's file at `path` for writing, with `O_DIRECT` where the file
 /// system takes it (tmpfs refuses it): the file and whether it is direct.
 fn create_probe_file(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+    create_probe_file_with(path, 0)
+}
+
+/// [`create_probe_file`] with `flags` (such as `O_DSYNC`) besides.
+pub(super) fn create_probe_file_with(
+    path: &Path,
+    flags: i32,
+) -> std::io::Result<(std::fs::File, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
     let open = |flags| {
         std::fs::OpenOptions::new()
@@ -468,9 +476,9 @@ fn create_probe_file(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
             .custom_flags(flags)
             .open(path)
     };
-    match open(libc::O_DIRECT) {
+    match open(libc::O_DIRECT | flags) {
         Ok(file) => Ok((file, true)),
-        Err(_) => Ok((open(0)?, false)),
+        Err(_) => Ok((open(flags)?, false)),
     }
 }
 

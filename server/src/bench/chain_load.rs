@@ -22,7 +22,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -32,7 +32,9 @@ use serde::{Deserialize, Serialize};
 use shard::net::CongestionControl;
 use shard::net::socket::{std_connect, std_listener};
 
-use super::baseline::{ALIGN, CONNECT_TIMEOUT, LOCALHOST_ANY_PORT, aligned_pattern};
+use super::baseline::{
+    ALIGN, CONNECT_TIMEOUT, LOCALHOST_ANY_PORT, aligned_pattern, create_probe_file_with,
+};
 
 /// What [`chain_load`] measured (the report's `baseline.chain_load`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,32 +81,40 @@ const WAL_RECORD: usize = 4096;
 /// An acknowledgement on the chain.
 const ACK: [u8; 8] = *b"chain-ok";
 
-/// One node alone, then the chain of `replicas` nodes (the same run with one), each under `producers` closed-loop
-/// producers of `write_size`-byte batches for `time` after a warm-up, or until the nodes
-/// wrote `bytes_max` (at least one batch acknowledged). The files live in `dir` and are
-/// removed after each chain; every socket is under `congestion` when given.
+/// The load a chain is measured under.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    /// Bytes of each batch (rounded up to 4096 for the writes).
+    pub write_size: usize,
+    /// Closed-loop producers, one batch in flight each.
+    pub producers: u32,
+    /// How long each chain is measured, after a warm-up.
+    pub time: Duration,
+    /// A chain's span ends early once its nodes wrote this many bytes (at least one batch
+    /// acknowledged).
+    pub bytes_max: u64,
+}
+
+/// One node alone, then (with more than one replica) the chain of `replicas` nodes, each
+/// under `load`. The files live in `dir` and are removed after each chain; every socket is
+/// under `congestion` when given.
 pub fn chain_load(
     dir: &Path,
-    write_size: usize,
+    load: Load,
     replicas: u32,
-    producers: u32,
-    time: Duration,
-    bytes_max: u64,
     congestion: Option<&CongestionControl>,
 ) -> std::io::Result<ChainLoad> {
-    let single = run_chain(dir, write_size, 1, producers, time, bytes_max, congestion)?;
+    let single = run_chain(dir, load, 1, congestion)?;
     // With one replica the chain is that node: measured once.
     let chain = if replicas > 1 {
-        run_chain(
-            dir, write_size, replicas, producers, time, bytes_max, congestion,
-        )?
+        run_chain(dir, load, replicas, congestion)?
     } else {
         single.clone()
     };
     Ok(ChainLoad {
         replicas: replicas.max(1),
-        producers: producers.max(1),
-        write_size: write_size.max(1).div_ceil(ALIGN) * ALIGN,
+        producers: load.producers.max(1),
+        write_size: load.write_size.max(1).div_ceil(ALIGN) * ALIGN,
         chain_batches_s: chain.batches_s,
         single_batches_s: single.batches_s,
         ratio: chain.batches_s / single.batches_s,
@@ -115,16 +125,19 @@ pub fn chain_load(
     })
 }
 
-/// One chain of `replicas` nodes under `producers` producers (see [`chain_load`]).
+/// One chain of `replicas` nodes under `load` (see [`chain_load`]).
 pub fn run_chain(
     dir: &Path,
-    write_size: usize,
+    load: Load,
     replicas: u32,
-    producers: u32,
-    time: Duration,
-    bytes_max: u64,
     congestion: Option<&CongestionControl>,
 ) -> std::io::Result<ChainRun> {
+    let Load {
+        write_size,
+        producers,
+        time,
+        bytes_max,
+    } = load;
     let nodes = replicas.max(1) as usize;
     let producers = producers.max(1) as usize;
     let quorum = nodes / 2 + 1;
@@ -248,15 +261,7 @@ fn pair(congestion: Option<&CongestionControl>) -> std::io::Result<(TcpStream, T
 /// A new file at `path` whose writes return once durable: `O_DSYNC`, with `O_DIRECT` where
 /// the file system takes it (tmpfs refuses it).
 fn open_synced(path: &Path) -> std::io::Result<File> {
-    let open = |flags| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(flags)
-            .open(path)
-    };
-    open(libc::O_DIRECT | libc::O_DSYNC).or_else(|_| open(libc::O_DSYNC))
+    create_probe_file_with(path, libc::O_DSYNC).map(|(file, _)| file)
 }
 
 /// A node's WAL: 4 KiB records round a file written and synced before the clock.

@@ -419,13 +419,16 @@ pub fn run(args: &RunArgs, exe: &Path) -> anyhow::Result<Report> {
                 // the 3 / 1 replica ratio and of the throughput checks, decision 516).
                 if args.rate.is_none() && args.batch > 1 {
                     note("measuring a chain of nodes with no server in it");
+                    let load = chain_load::Load {
+                        write_size,
+                        producers: args.producers,
+                        time: budget.time * 2,
+                        bytes_max: budget.disk_bytes_max,
+                    };
                     b.chain_load = Some(chain_load::chain_load(
                         &dir,
-                        write_size,
+                        load,
                         u32::from(n),
-                        args.producers,
-                        budget.time * 2,
-                        budget.disk_bytes_max,
                         congestion,
                     )?);
                 }

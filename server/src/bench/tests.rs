@@ -1073,14 +1073,17 @@ fn the_chain_load_probe_writes_every_batch_on_every_node_and_cleans_up() {
     use std::time::Duration;
     let dir = crate::scratch_dir("chain-load");
     let size = 64 * 1024;
+    let load = |time: Duration, bytes_max: u64| chain_load::Load {
+        write_size: size,
+        producers: 2,
+        time,
+        bytes_max,
+    };
     for nodes in [3u32, 1] {
         let run = chain_load::run_chain(
             &dir,
-            size,
+            load(Duration::from_millis(200), 64 << 20),
             nodes,
-            2,
-            Duration::from_millis(200),
-            64 << 20,
             None,
         )
         .expect("probe");
@@ -1096,32 +1099,33 @@ fn the_chain_load_probe_writes_every_batch_on_every_node_and_cleans_up() {
     // The byte bound ends the span early: 2 producers x 3 nodes x 64 KiB is one round.
     let bounded = chain_load::run_chain(
         &dir,
-        size,
+        load(Duration::from_secs(600), 3 * size as u64),
         3,
-        2,
-        Duration::from_secs(600),
-        3 * size as u64,
         None,
     )
     .expect("probe");
     assert!(bounded.measured < Duration::from_secs(600), "{bounded:?}");
-    let both = chain_load::chain_load(&dir, 5000, 3, 1, Duration::from_millis(100), 1 << 30, None)
-        .expect("probe");
+    let small = |producers: u32| chain_load::Load {
+        write_size: 5000,
+        producers,
+        time: Duration::from_millis(100),
+        bytes_max: 1 << 30,
+    };
+    let both = chain_load::chain_load(&dir, small(1), 3, None).expect("probe");
     assert_eq!(
         (both.replicas, both.producers, both.write_size),
         (3, 1, 8192)
     );
     assert!((both.ratio - both.chain_batches_s / both.single_batches_s).abs() < 1e-9);
     // One replica: the chain is the node alone, measured once.
-    let one = chain_load::chain_load(&dir, 5000, 1, 1, Duration::from_millis(100), 1 << 30, None)
-        .expect("probe");
+    let one = chain_load::chain_load(&dir, small(1), 1, None).expect("probe");
     assert_eq!((one.replicas, one.ratio), (1, 1.0));
     assert_eq!(one.chain_batches_s, one.single_batches_s);
     // A directory that is a file: the probe fails, and does not hang.
     let file = dir.join("not-a-dir");
     std::fs::write(&file, b"x").expect("written");
     assert!(
-        chain_load::run_chain(&file, size, 3, 2, Duration::from_millis(50), 1 << 30, None).is_err()
+        chain_load::run_chain(&file, load(Duration::from_millis(50), 1 << 30), 3, None).is_err()
     );
     std::fs::remove_dir_all(&dir).expect("removed");
 }
