@@ -201,7 +201,15 @@ fn flags_parse_and_refusals_name_the_flag() {
         (2, 2, 100, 10)
     );
     assert_eq!(run.duration, Some(20.0));
+    assert!(!run.no_chain_probe, "the chain probe runs unless told");
     validate(&run).unwrap();
+    // The chain with no server in it (decision 516): as fast as acks allow, in batches, unless
+    // told not to.
+    assert!(runs_chain_probe(&run));
+    let probes = |a: &[&str]| runs_chain_probe(&parse(a).unwrap().run);
+    assert!(!probes(&["--spawn", "3", "--no-chain-probe"]));
+    assert!(!probes(&["--spawn", "3", "--rate", "50%"]));
+    assert!(!probes(&["--spawn", "3", "--batch", "1"]));
 
     let kind = |a: &[&str]| parse(a).unwrap_err().kind();
     use clap::error::ErrorKind;
