@@ -11,7 +11,7 @@
 //!   `i + 1` as it arrives (the chain);
 //! - each node appends it to a segment file of its own (`O_DIRECT | O_DSYNC`, its blocks
 //!   reserved ahead as a node's segments are, decisions 514-515) while a second thread writes a
-//!   4 KiB WAL record (`O_DSYNC`, over blocks written before the clock);
+//!   4 KiB WAL record (`O_DSYNC`, over blocks written before the chain starts);
 //! - the nodes of the first quorum acknowledge back along the chain once their writes returned
 //!   and their successor's acknowledgement came in; node 0 then answers the producer.
 //!
@@ -72,7 +72,7 @@ pub struct ChainRun {
 /// Each chain runs this long before its span is measured.
 const WARMUP: Duration = Duration::from_millis(250);
 
-/// Each node's WAL records go round a file of this many bytes, written before the clock.
+/// Each node's WAL records go round a file of this many bytes, written before the chain starts.
 const WAL_RING: u64 = 8 << 20;
 
 /// One WAL record.
@@ -264,7 +264,7 @@ fn open_synced(path: &Path) -> std::io::Result<File> {
     create_probe_file_with(path, libc::O_DSYNC).map(|(file, _)| file)
 }
 
-/// A node's WAL: 4 KiB records round a file written and synced before the clock.
+/// A node's WAL: 4 KiB records round a file written and synced before the chain starts.
 struct Wal {
     file: File,
     at: AtomicU64,
