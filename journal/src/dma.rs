@@ -661,9 +661,6 @@ mod tests {
         .collect()
     }
 
-    /// Decision 496: a durable write goes out through a descriptor of its own opened
-    /// `O_DSYNC | O_DIRECT` (the kernel syncs before it completes), reads back what it wrote,
-    /// and `retire` closes that descriptor too.
     /// Decision 514: a segment's flush reserves the `.log`'s blocks past its end, so durable
     /// appends find them allocated, and the file's length stays the bytes it holds (what a
     /// boot reads as the log's end). Without the reservation the file has no block past its
@@ -710,6 +707,9 @@ mod tests {
         assert_eq!(reopened.tail_cut, 0);
     }
 
+    /// Decision 496: a durable write goes out through a descriptor of its own opened
+    /// `O_DSYNC | O_DIRECT` (the kernel syncs before it completes), reads back what it wrote,
+    /// and `retire` closes that descriptor too.
     #[test]
     fn a_durable_write_goes_through_an_o_dsync_descriptor() {
         let (before, after, retired) = on_glommio("dma-dsync", 1024 * 1024, |root| async move {

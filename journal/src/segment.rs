@@ -49,10 +49,13 @@ const RESERVE_AHEAD_MAX: u64 = 16 << 20;
 /// 2.5 GiB, not the 160 GiB a fixed 16 MiB would.
 const RESERVE_AHEAD_MIN: u64 = 256 << 10;
 
-/// How far past `end` (the bytes a segment will hold) its blocks should be reserved; a flush
-/// tops the reservation up when less than half of it is left (decisions 514-515).
-pub fn reserve_ahead(end: u64) -> u64 {
-    end.clamp(RESERVE_AHEAD_MIN, RESERVE_AHEAD_MAX)
+/// Where a segment of `size` bytes at most, reserved up to `reserved` and about to hold `end`
+/// bytes, should have its blocks reserved to now, if it should be topped up (decisions
+/// 514-515): `end` plus as much as it holds, 256 KiB to 16 MiB, once less than half of that is
+/// left, never past `size` (nor below `end`).
+pub fn reservation_due(reserved: u64, end: u64, size: u64) -> Option<u64> {
+    let ahead = end.clamp(RESERVE_AHEAD_MIN, RESERVE_AHEAD_MAX);
+    (reserved < size && reserved < end + ahead / 2).then(|| (end + ahead).min(size.max(end)))
 }
 
 /// The topic's message durability policy (journal.md §5).
@@ -640,10 +643,7 @@ impl<S: Storage> PartitionLog<S> {
         {
             let seg = self.segments.last_mut().expect("a segment");
             let end = seg.len + self.pending_bytes;
-            let size = self.policy.segment_size;
-            let ahead = reserve_ahead(end);
-            if seg.reserved < size && seg.reserved < end + ahead / 2 {
-                let to = (end + ahead).min(size.max(end));
+            if let Some(to) = reservation_due(seg.reserved, end, self.policy.segment_size) {
                 // A hint (decision 514): where it fails (a filesystem without it, no space to
                 // reserve) appends allocate as they go, and this segment does not ask again.
                 seg.reserved = match self.storage.reserve_blocks(&seg.log, to).await {

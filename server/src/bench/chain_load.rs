@@ -158,7 +158,7 @@ pub fn run_chain(
             let (front, mut input) = pair(congestion)?;
             fronts.push(front);
             for node in 0..nodes {
-                let path = dir.join(format!(".strand-bench-load-{node}-{producer}"));
+                let path = segment_path(dir, node, producer);
                 paths.push(path.clone());
                 let (next, following) = if node + 1 < nodes {
                     let (to_next, next_input) = pair(congestion)?;
@@ -230,8 +230,7 @@ pub fn run_chain(
         let mut appended = vec![0u64; nodes];
         for (node, held) in appended.iter_mut().enumerate() {
             for producer in 0..producers {
-                let path = dir.join(format!(".strand-bench-load-{node}-{producer}"));
-                *held += std::fs::metadata(path)?.len();
+                *held += std::fs::metadata(segment_path(dir, node, producer))?.len();
             }
         }
         Ok(ChainRun {
@@ -245,6 +244,11 @@ pub fn run_chain(
         let _ = std::fs::remove_file(path);
     }
     result
+}
+
+/// Where `node` keeps the segment of `producer`'s chain.
+fn segment_path(dir: &Path, node: usize, producer: usize) -> PathBuf {
+    dir.join(format!(".strand-bench-load-{node}-{producer}"))
 }
 
 /// A loopback connection, both ends without Nagle's delay: (the connecting end, the accepted
@@ -361,9 +365,9 @@ impl Hop {
     /// segment flush reserves them.
     fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
         let end = self.appended + buf.len() as u64;
-        let ahead = journal::segment::reserve_ahead(end);
-        if self.reserved < end + ahead / 2 {
-            self.reserved = end + ahead;
+        // Its segments never fill: no size bounds the reservation.
+        if let Some(to) = journal::segment::reservation_due(self.reserved, end, u64::MAX) {
+            self.reserved = to;
             // SAFETY: `fallocate` reads no memory of ours; the descriptor is the segment's,
             // open for as long as `self.segment` lives. A failure leaves the appends to
             // allocate, as a node's does.

@@ -391,8 +391,8 @@ pub fn replica_ratio(single: &Report, replicated: &Report) -> Option<Check> {
             value: c.ratio,
             why: format!(
                 "measured in the {replicas}-replica run: {} producer(s) against a chain of {} \
-                 nodes with no server in it, each appending every batch durably beside a WAL \
-                 record, {:.0} batches/s, and against one such node, {:.0}",
+                 nodes with no server in it, {CHAIN_NODE}, {:.0} batches/s, and against one \
+                 such node, {:.0}",
                 c.producers, c.replicas, c.chain_batches_s, c.single_batches_s
             ),
         }),
@@ -442,6 +442,9 @@ fn replica_plane_check(r: &Report) -> Option<Check> {
     })
 }
 
+/// What a node of the chain with no server in it does (decision 516), for the limits' words.
+const CHAIN_NODE: &str = "each appending every batch durably beside a WAL record";
+
 /// The throughput check's limit: the lower of the disk cap ([`disk_cap_ratio`]) and what
 /// the run's chain with no server in it moved over the ceiling ([`chain_ratio_to_ceiling`],
 /// decision 516), with its derivation.
@@ -459,9 +462,8 @@ fn throughput_limit(r: &Report, replicas: u32) -> Option<Limit> {
         Some(Limit {
             value: ratio,
             why: format!(
-                "{} producer(s) against a chain of {} node(s) with no server in it, each \
-                 appending every batch durably beside a WAL record, moved {:.0} batches/s of \
-                 this run's payload",
+                "{} producer(s) against a chain of {} node(s) with no server in it, \
+                 {CHAIN_NODE}, moved {:.0} batches/s of this run's payload",
                 c.producers, c.replicas, c.chain_batches_s
             ),
         })
@@ -1022,18 +1024,19 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
             names.push(&c.name);
         }
     }
-    let verdict = |r: &Report, name: &str| {
-        r.checks.iter().find(|c| c.name == name).map_or_else(
-            || "null".to_string(),
-            |c| {
-                format!(
-                    "{} / {} {}",
-                    num(c.value),
-                    num(c.bound),
-                    if c.pass { "PASS" } else { "FAIL" }
-                )
-            },
+    let of = |c: &Check| {
+        format!(
+            "{} / {} {}",
+            num(c.value),
+            num(c.bound),
+            if c.pass { "PASS" } else { "FAIL" }
         )
+    };
+    let verdict = |r: &Report, name: &str| {
+        r.checks
+            .iter()
+            .find(|c| c.name == name)
+            .map_or_else(|| "null".to_string(), of)
     };
     for name in names {
         row(&format!("check.{name}"), verdict(a, name), verdict(b, name));
@@ -1044,12 +1047,7 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
         .map(|c| (c, false))
         .or_else(|| replica_ratio(b, a).map(|c| (c, true)));
     if let Some((check, in_a)) = pair {
-        let verdict = format!(
-            "{} / {} {}",
-            num(check.value),
-            num(check.bound),
-            if check.pass { "PASS" } else { "FAIL" }
-        );
+        let verdict = of(&check);
         let limit = check
             .limit
             .as_ref()
