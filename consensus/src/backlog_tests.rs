@@ -195,6 +195,31 @@ fn repair_windows_shrink_to_the_largest_prepare_seen() {
     assert_eq!(requested_window(&effects), Some((2, 1 + ops)));
 }
 
+/// Decision 517: a window is sized by the prepares of the newest ops, not by every prepare
+/// since boot, so a 1 MiB batch long ago no longer holds small prepares to 7 per window.
+#[test]
+fn repair_windows_grow_back_once_the_large_prepares_are_past() {
+    let round = u64::from(crate::constants::PREPARE_SIZE_ROUND);
+    let mut frames = vec![prepare(0, 0, 1, 0, 0, &vec![7u8; 1024 * 1024])];
+    for op in 2..=2 * round {
+        let parent = checksum(frames.last().expect("one"));
+        frames.push(prepare(0, 0, op, parent, 0, &[op as u8]));
+    }
+    let short = crate::constants::REPAIR_WINDOW_BYTES_MAX / frames[0].bytes().len() as u64;
+    let window_after = |head: u64| {
+        let mut b = boot(raw(3, 1));
+        journal(&mut b, &frames[..head as usize]);
+        assert_eq!(b.op(), head);
+        let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, head + 1000, 1));
+        requested_window(&effects).map(|(from, to)| (from, to - from + 1))
+    };
+    // While op 1's round is the newest or the one before it, the window stays short.
+    assert_eq!(window_after(round), Some((round + 1, short)));
+    assert_eq!(window_after(2 * round - 1), Some((2 * round, short)));
+    // Op 2 x round opens a round two after op 1's: the whole chunk again.
+    assert_eq!(window_after(2 * round), Some((2 * round + 1, 128)));
+}
+
 /// The failure of a truncated append is stale and uses up its record, whether it arrives
 /// before the same prepare is journaled again or after: the re-append's completion then makes
 /// the entry durable. Before, a failure arriving first left the record behind, the re-append's

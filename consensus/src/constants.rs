@@ -25,10 +25,17 @@ pub const REQUEST_QUEUE_DEPTH_MAX: usize = 2 * PIPELINE_PREPARE_QUEUE_MAX;
 /// Default `repair_chunk_max` (§10.3).
 pub const REPAIR_CHUNK_MAX_DEFAULT: u32 = 128;
 
-/// About how many bytes of prepares one repair window asks for (decision 506): a requester
-/// asks for fewer than `repair_chunk_max` ops when the largest prepare it has seen says a
-/// whole chunk would bring more, so a window fits well inside `appending_bytes_max`.
+/// About how many bytes of prepares one repair window carries (decisions 506 and 517): a
+/// requester asks for fewer than `repair_chunk_max` ops when the largest of the prepares it
+/// saw last says a whole chunk would bring more, and a server ends a chunk once its frames
+/// reach this many bytes, so a window fits well inside `appending_bytes_max`.
 pub const REPAIR_WINDOW_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
+/// How many ops one round of the requester's size estimate spans (decision 517): a repair
+/// window is sized by the largest prepare among the newest `PREPARE_SIZE_ROUND` to
+/// `2 x PREPARE_SIZE_ROUND` ops it saw, so one large batch long ago no longer keeps every
+/// later window of small prepares short.
+pub const PREPARE_SIZE_ROUND: u32 = 64;
 
 /// Default `message_bus.peer_queue_capacity`; `repair_chunk_max` must stay strictly below it.
 pub const PEER_QUEUE_CAPACITY_DEFAULT: u32 = 256;

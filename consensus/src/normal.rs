@@ -458,7 +458,8 @@ impl<S: StateMachine> Replica<S> {
             return Err(reason);
         }
         self.commit_max = self.commit_max.max(header.commit.get());
-        self.prepare_size_seen_max = self.prepare_size_seen_max.max(header.frame.size.get());
+        self.prepare_size_recent
+            .observe(header.op.get(), header.frame.size.get());
         let commit_min = self.commit_min;
         let result = self.accept_prepare(now, header, body, out);
         self.commit_journal(now, out);
@@ -642,7 +643,8 @@ impl<S: StateMachine> Replica<S> {
             return false;
         }
         self.view_headers.remove(&op);
-        self.prepare_size_seen_max = self.prepare_size_seen_max.max(header.frame.size.get());
+        self.prepare_size_recent
+            .observe(op, header.frame.size.get());
         if self.plane() == Plane::Partition
             && header.operation == Operation::SendMessages.byte()
             && let Some(batch) = partition::checked(frame.body())

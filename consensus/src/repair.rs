@@ -4,7 +4,8 @@
 //! against the view's headers, through the hash chain from the verified op above (holes are
 //! requested top-down, a chunk at a time, and buffered until their successor is known), or as
 //! the next op on top of the head (a same-view late joiner). Server: serves journaled prepares
-//! up to `repair_chunk_max` per request, reading evicted bodies back through the journal.
+//! up to `repair_chunk_max` and about [`REPAIR_WINDOW_BYTES_MAX`] per request (decision 517),
+//! reading evicted bodies back through the journal.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,7 @@ use wire::header::{
     FrameHeader, Layout, PrepareHeader, RepairRangeReplyHeader, RequestPreparesHeader,
 };
 
-use crate::constants::REPAIR_WINDOW_BYTES_MAX;
+use crate::constants::{PREPARE_SIZE_ROUND, REPAIR_WINDOW_BYTES_MAX};
 use crate::frames;
 use crate::ignored::Ignored;
 use crate::io::{Effect, Outbox};
@@ -40,6 +41,42 @@ pub(crate) struct Serve {
     pub nonce: u128,
     pub from: u64,
     pub frames: Vec<Option<Frame>>,
+}
+
+/// The largest prepare among the newest ops seen (decision 517): ops fall in rounds of
+/// [`PREPARE_SIZE_ROUND`] by number, and the estimate is the largest size seen in the newest
+/// round and the one before it. Kept by op, not by arrival, so a prepare seen twice (taken in,
+/// then journaled) counts once; ops older than both rounds (a rewind, a hole filled below)
+/// change nothing. Constant space and time, the same on every run of the same inputs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct RecentMax {
+    round: u64,
+    current: u32,
+    previous: u32,
+}
+
+impl RecentMax {
+    pub(crate) fn observe(&mut self, op: u64, size: u32) {
+        let round = op / u64::from(PREPARE_SIZE_ROUND);
+        if round > self.round {
+            self.previous = if round == self.round + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.round = round;
+        }
+        if round == self.round {
+            self.current = self.current.max(size);
+        } else if round + 1 == self.round {
+            self.previous = self.previous.max(size);
+        }
+    }
+
+    pub(crate) fn get(&self) -> u32 {
+        self.current.max(self.previous)
+    }
 }
 
 /// Concurrent chunks a server keeps waiting for reads; more requests are dropped (the
@@ -110,11 +147,12 @@ impl<S: StateMachine> Replica<S> {
         None
     }
 
-    /// Ops per repair window: `repair_chunk_max`, or fewer when the largest prepare this
-    /// replica has seen says a whole chunk would bring more than [`REPAIR_WINDOW_BYTES_MAX`]
-    /// (decision 506). At least one.
+    /// Ops per repair window: `repair_chunk_max`, or fewer when the largest of the prepares
+    /// this replica saw last says a whole chunk would bring more than
+    /// [`REPAIR_WINDOW_BYTES_MAX`] (decisions 506 and 517). At least one. An estimate: the
+    /// server ends a chunk at the same bound by the frames' real sizes.
     pub(crate) fn repair_window_ops(&self) -> u64 {
-        let largest = u64::from(self.prepare_size_seen_max).max(wire::HEADER_SIZE as u64);
+        let largest = u64::from(self.prepare_size_recent.get()).max(wire::HEADER_SIZE as u64);
         (REPAIR_WINDOW_BYTES_MAX / largest).clamp(1, u64::from(self.config.repair_chunk_max))
     }
 
@@ -446,8 +484,20 @@ impl<S: StateMachine> Replica<S> {
         let end = ceiling.min(start + u64::from(self.config.repair_chunk_max) - 1);
         let mut frames_out: Vec<Option<Frame>> = Vec::new();
         let mut reads = Vec::new();
+        // The chunk ends once its frames reach the window's bytes (decision 517); a size this
+        // replica cannot know before the read is taken as the largest it saw last, and the
+        // chunk is cut to its real sizes before it leaves.
+        let mut bytes = 0u64;
         for op in start..=end {
-            let Some(entry) = self.journal.get(op) else {
+            let entry = self.journal.get(op);
+            let size = entry.map_or(self.prepare_size_recent.get(), |e| {
+                e.header.frame.size.get()
+            });
+            if !frames_out.is_empty() && bytes + u64::from(size) > REPAIR_WINDOW_BYTES_MAX {
+                break;
+            }
+            bytes += u64::from(size);
+            let Some(entry) = entry else {
                 if op < indexed {
                     // Partition, below the index: the identity is unknown here (0); the read
                     // checks the frame is this group's prepare at `op`, the requester verifies
@@ -466,6 +516,7 @@ impl<S: StateMachine> Replica<S> {
             frames_out.push(entry.frame.clone());
         }
         if frames_out.iter().all(Option::is_some) {
+            frames_out.truncate(chunk_within_bytes(frames_out.iter().flatten()));
             let last = start - 1 + frames_out.len() as u64;
             for frame in frames_out.into_iter().flatten() {
                 self.send(out, peer, frames::as_repair(&frame));
@@ -542,6 +593,9 @@ impl<S: StateMachine> Replica<S> {
                 let evicted = self.repair_reply(Command::RangeEvicted, serve.nonce, op + 1);
                 self.send(out, serve.peer, evicted);
             }
+            serve
+                .frames
+                .truncate(chunk_within_bytes(serve.frames.iter().flatten()));
             let last = serve.from - 1 + serve.frames.len() as u64;
             for f in serve.frames.iter().flatten() {
                 self.send(out, serve.peer, frames::as_repair(f));
@@ -551,6 +605,22 @@ impl<S: StateMachine> Replica<S> {
         }
         Ok(())
     }
+}
+
+/// How many of a chunk's leading frames one reply carries: as many as fit in
+/// [`REPAIR_WINDOW_BYTES_MAX`], and at least one so that repair always progresses (decision
+/// 517).
+fn chunk_within_bytes<'a>(frames: impl Iterator<Item = &'a Frame>) -> usize {
+    let mut bytes = 0u64;
+    let mut count = 0;
+    for frame in frames {
+        bytes += frame.bytes().len() as u64;
+        if count > 0 && bytes > REPAIR_WINDOW_BYTES_MAX {
+            break;
+        }
+        count += 1;
+    }
+    count
 }
 
 #[cfg(test)]

@@ -75,6 +75,69 @@ fn server_reads_evicted_bodies_back_through_the_journal() {
     );
 }
 
+/// `len` prepares of `body_len` bytes each from op 1, chained, by r0 in view 0.
+fn chain_of(len: u64, body_len: usize) -> Vec<crate::Frame> {
+    let mut out: Vec<crate::Frame> = Vec::new();
+    for op in 1..=len {
+        let parent = out.last().map_or(0, checksum);
+        out.push(prepare(0, 0, op, parent, 0, &vec![op as u8; body_len]));
+    }
+    out
+}
+
+/// Decision 517: a chunk of 1 MiB prepares ends once its frames reach the window's 8 MiB,
+/// whether the frames are cached or read back, and its RepairDone names the last op served
+/// (the requester asks again from there, §10.4).
+#[test]
+fn server_ends_a_chunk_at_the_window_bytes() {
+    let c = chain_of(20, 1024 * 1024);
+    let fits = (crate::constants::REPAIR_WINDOW_BYTES_MAX / c[0].bytes().len() as u64) as usize;
+    assert_eq!(fits, 7);
+    let mut b = fresh(3, 1);
+    journal(&mut b, &c);
+    let (result, effects) = feed(&mut b, 2, &request_prepares(2, 77, 1, 20));
+    assert_eq!(result, Ok(()));
+    let mut want: Vec<_> = c[..fits].iter().map(|f| send(2, as_repair(f))).collect();
+    want.push(send(
+        2,
+        repair_reply(Command::RepairDone, 1, 77, fits as u64),
+    ));
+    assert_eq!(effects, want);
+
+    // Evicted: only the chunk's ops are read back.
+    for op in 1..=20 {
+        b.journal.evict_frame(op);
+    }
+    let (_, effects) = feed(&mut b, 2, &request_prepares(2, 78, 1, 20));
+    let reads: Vec<_> = (1..=fits as u64)
+        .map(|op| Effect::Read {
+            op,
+            checksum: checksum(&c[op as usize - 1]),
+        })
+        .collect();
+    assert_eq!(effects, reads);
+    let mut served = Vec::new();
+    for op in 1..=fits as u64 {
+        let frame = Some(c[op as usize - 1].clone());
+        let (result, effects) = input(&mut b, Input::Done(Completion::Read { op, frame }));
+        assert_eq!(result, Ok(()));
+        served.extend(effects);
+    }
+    want[fits] = send(2, repair_reply(Command::RepairDone, 1, 78, fits as u64));
+    assert_eq!(served, want);
+}
+
+/// The cut at send time (decision 517): as many leading frames as fit the window, and at
+/// least one, however large, so that repair always progresses.
+#[test]
+fn a_chunk_carries_what_fits_the_window_and_at_least_one_frame() {
+    let count = |frames: &[crate::Frame]| super::chunk_within_bytes(frames.iter());
+    assert_eq!(count(&chain_of(20, 1024 * 1024)), 7);
+    assert_eq!(count(&chain_of(3, 100)), 3);
+    assert_eq!(count(&chain_of(2, 9 * 1024 * 1024)), 1);
+    assert_eq!(count(&[]), 0);
+}
+
 #[test]
 fn requester_verifies_ingests_and_commits() {
     let c = chain(0, 0, 3);
@@ -107,6 +170,39 @@ fn requester_verifies_ingests_and_commits() {
     assert_eq!(result, Ok(()));
     assert_eq!(effects, vec![]);
     assert_eq!(b.commit_min(), 3);
+}
+
+/// Decision 517 from the requester's side: a chunk that a server ended at the window's bytes
+/// is progress, the next window starts after it, and it is sized by the large prepares the
+/// requester has just taken in (7 of 1 MiB, where the first asked for all 20).
+#[test]
+fn requester_asks_again_after_a_chunk_ended_at_the_window_bytes() {
+    let c = chain_of(20, 1024 * 1024);
+    let mut b = fresh(3, 2);
+    let window = |effects: &[Effect]| {
+        effects.iter().find_map(|e| match e {
+            Effect::Send { to, frame } if frame.command() == Some(Command::RequestPrepares) => {
+                let h = <wire::header::RequestPreparesHeader as wire::header::Layout>::view(
+                    frame.bytes(),
+                )
+                .unwrap();
+                Some((to.0, h.nonce.get(), h.from_op.get(), h.to_op.get()))
+            }
+            _ => None,
+        })
+    };
+    let (_, effects) = feed(&mut b, 0, &commit_frame(0, 0, 20, 1));
+    let (to, nonce, from_op, to_op) = window(&effects).expect("repair requested");
+    assert_eq!((to, from_op, to_op), (0, 1, 20));
+    for f in &c[..7] {
+        let (result, effects) = feed(&mut b, 0, &as_repair(f));
+        assert_eq!(result, Ok(()));
+        assert_eq!(effects, vec![append(f)]);
+    }
+    let (result, effects) = feed(&mut b, 0, &repair_reply(Command::RepairDone, 0, nonce, 7));
+    assert_eq!(result, Ok(()));
+    assert_eq!(b.commit_min(), 7);
+    assert_eq!(window(&effects), Some((0, nonce, 8, 14)), "{effects:?}");
 }
 
 #[test]

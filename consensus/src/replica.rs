@@ -13,7 +13,7 @@ use crate::ignored::Ignored;
 use crate::io::{ClientRequest, Completion, Effect, Input, Outbox, Recovered};
 use crate::journal::{Entry, Journal};
 use crate::pipeline::Pipeline;
-use crate::repair::Repair;
+use crate::repair::{RecentMax, Repair};
 use crate::state_machine::StateMachine;
 use crate::timer::{Prng, Timer};
 use crate::transfer::Transfer;
@@ -218,9 +218,9 @@ pub struct Replica<S: StateMachine> {
     /// Set by the driver while the appends of every group it hosts together reach its own
     /// bound (decision 505): this replica then takes a new append only into an empty backlog.
     pub(crate) storage_pressure: bool,
-    /// The largest prepare frame this replica has seen (`size` of its header, decision 506):
-    /// sizes its repair windows.
-    pub(crate) prepare_size_seen_max: u32,
+    /// The largest of the prepare frames this replica saw last (`size` of their headers,
+    /// decisions 506 and 517): sizes its repair windows.
+    pub(crate) prepare_size_recent: RecentMax,
     /// A superblock for this group exists on disk. A fresh group writes one before it sends
     /// anything, so a restart after any send is a restart with a prior life (§9.1).
     pub(crate) superblock_written: bool,
@@ -334,7 +334,7 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             prepares_skipped_behind: 0,
             storage_pressure: false,
-            prepare_size_seen_max: 0,
+            prepare_size_recent: RecentMax::default(),
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
             snapshot_timestamp: recovered.snapshot_timestamp,
