@@ -220,6 +220,52 @@ fn repair_windows_grow_back_once_the_large_prepares_are_past() {
     assert_eq!(window_after(2 * round), Some((2 * round + 1, 128)));
 }
 
+/// Decision 518: a driver shares the room left under its bound among its groups that repair
+/// (and one more), since a repaired prepare is journaled whole when it arrives: a window of 7
+/// prepares of 1 MiB with no bound, 6 with room for 6, 3 each once the other group repairs
+/// too, 1 at the bound.
+#[test]
+fn repair_windows_fit_the_drivers_room() {
+    use crate::replica::apply_storage_pressure;
+    let big = prepare(0, 0, 1, 0, 0, &vec![7u8; 1024 * 1024]);
+    let size = big.bytes().len() as u64;
+    let backup = || {
+        let mut b = boot(raw(3, 1));
+        journal(&mut b, std::slice::from_ref(&big));
+        assert_eq!(b.appending_bytes(), 0);
+        b
+    };
+    let window = |b: &mut R| {
+        let (_, effects) = feed(b, 0, &commit_frame(0, 0, 40, 1));
+        requested_window(&effects).map(|(from, to)| (from, to - from + 1))
+    };
+    let mut groups = [backup(), backup()];
+    assert_eq!(apply_storage_pressure(groups.iter_mut(), 0), (0, false));
+    assert_eq!(window(&mut groups[0]), Some((2, 7)));
+
+    let room = 2 * 3 * size + 1;
+    let mut groups = [backup(), backup()];
+    assert_eq!(apply_storage_pressure(groups.iter_mut(), room), (0, false));
+    assert_eq!(window(&mut groups[0]), Some((2, 6)));
+    // Group 0 now repairs: the room is shared between it and one more.
+    let mut groups = [groups.into_iter().next().expect("two"), backup()];
+    assert!(groups[0].is_repairing());
+    assert_eq!(apply_storage_pressure(groups.iter_mut(), room), (0, false));
+    assert_eq!(window(&mut groups[1]), Some((2, 3)));
+
+    // The other group's append is incomplete and fills the bound: one op.
+    let mut groups = [backup(), backup()];
+    let next = prepare(0, 0, 2, checksum(&big), 0, &vec![8u8; 1024 * 1024]);
+    feed(&mut groups[1], 0, &next);
+    let behind = groups[1].appending_bytes();
+    assert!(behind > 0);
+    assert_eq!(
+        apply_storage_pressure(groups.iter_mut(), behind),
+        (behind, true)
+    );
+    assert_eq!(window(&mut groups[0]), Some((2, 1)));
+}
+
 /// The failure of a truncated append is stale and uses up its record, whether it arrives
 /// before the same prepare is journaled again or after: the re-append's completion then makes
 /// the entry durable. Before, a failure arriving first left the record behind, the re-append's

@@ -149,11 +149,13 @@ impl<S: StateMachine> Replica<S> {
 
     /// Ops per repair window: `repair_chunk_max`, or fewer when the largest of the prepares
     /// this replica saw last says a whole chunk would bring more than
-    /// [`REPAIR_WINDOW_BYTES_MAX`] (decisions 506 and 517). At least one. An estimate: the
-    /// server ends a chunk at the same bound by the frames' real sizes.
+    /// [`REPAIR_WINDOW_BYTES_MAX`] (decisions 506 and 517), or more than the driver's room
+    /// for it (decision 518). At least one. An estimate: the server ends a chunk at the
+    /// window's bytes by the frames' real sizes.
     pub(crate) fn repair_window_ops(&self) -> u64 {
         let largest = u64::from(self.prepare_size_recent.get()).max(wire::HEADER_SIZE as u64);
-        (REPAIR_WINDOW_BYTES_MAX / largest).clamp(1, u64::from(self.config.repair_chunk_max))
+        let bytes = REPAIR_WINDOW_BYTES_MAX.min(self.storage_room);
+        (bytes / largest).clamp(1, u64::from(self.config.repair_chunk_max))
     }
 
     /// Opens (or re-targets) the repair session toward `peer` and asks for the next window.

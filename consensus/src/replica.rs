@@ -218,6 +218,10 @@ pub struct Replica<S: StateMachine> {
     /// Set by the driver while the appends of every group it hosts together reach its own
     /// bound (decision 505): this replica then takes a new append only into an empty backlog.
     pub(crate) storage_pressure: bool,
+    /// Set by the driver with the pressure: this replica's share of the room left under the
+    /// driver's bound (decision 518; `u64::MAX` with no bound). A repair window asks for no
+    /// more bytes than this, at least one op.
+    pub(crate) storage_room: u64,
     /// The largest of the prepare frames this replica saw last (`size` of their headers,
     /// decisions 506 and 517): sizes its repair windows.
     pub(crate) prepare_size_recent: RecentMax,
@@ -334,6 +338,7 @@ impl<S: StateMachine> Replica<S> {
             stale_appends: Vec::new(),
             prepares_skipped_behind: 0,
             storage_pressure: false,
+            storage_room: u64::MAX,
             prepare_size_recent: RecentMax::default(),
             superblock_written: recovered.superblock.is_some(),
             snapshot_checksum: recovered.snapshot_checksum,
@@ -896,6 +901,15 @@ impl<S: StateMachine> Replica<S> {
         self.storage_pressure = on;
     }
 
+    /// The driver's room for this replica's repair windows (decision 518): its share of what
+    /// is left under the driver's bound on every group's incomplete appends
+    /// ([`apply_storage_pressure`]). A repaired
+    /// prepare is journaled whole when it arrives, so a window asked for with room to spare
+    /// would otherwise land past the bound however full the driver is by then.
+    pub fn set_storage_room(&mut self, bytes: u64) {
+        self.storage_room = bytes;
+    }
+
     /// Prepares this replica forwarded but did not journal because its appends that have not
     /// completed reached `appending_bytes_max` (decision 504), since boot.
     pub fn prepares_skipped_behind(&self) -> u64 {
@@ -1327,8 +1341,12 @@ impl<S: StateMachine> Replica<S> {
 
 /// Sets the storage pressure of every replica a driver hosts (decision 505) from the total of
 /// their incomplete appends against `bound` (0: no bound), as the driver does once per tick:
-/// between ticks the total may pass the bound by what one tick brings in. Returns the total
-/// and whether it reached the bound. The shard's pump and the simulator's nodes share it.
+/// between ticks the total may pass the bound by what one tick brings in. The room left under
+/// the bound is shared among the replicas repairing and one more that may start before the
+/// next tick, as the most bytes each may ask for in a repair window (decision 518): the
+/// windows asked for together then fit it, and a lone lagging group among many idle ones
+/// still asks for whole windows. Returns the total and whether it reached the bound. The
+/// shard's pump and the simulator's nodes share it.
 pub fn apply_storage_pressure<'a, S: StateMachine + 'a>(
     replicas: impl Iterator<Item = &'a mut Replica<S>>,
     bound: u64,
@@ -1336,8 +1354,14 @@ pub fn apply_storage_pressure<'a, S: StateMachine + 'a>(
     let mut replicas: Vec<_> = replicas.collect();
     let total: u64 = replicas.iter().map(|r| r.appending_bytes()).sum();
     let pressed = bound != 0 && total >= bound;
+    let asking = replicas.iter().filter(|r| r.is_repairing()).count() as u64 + 1;
+    let room = match bound {
+        0 => u64::MAX,
+        _ => bound.saturating_sub(total) / asking,
+    };
     for r in &mut replicas {
         r.set_storage_pressure(pressed);
+        r.set_storage_room(room);
     }
     (total, pressed)
 }
