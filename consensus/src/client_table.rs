@@ -1,6 +1,6 @@
 //! The client table (§12, metadata plane): sessions, request watermarks and cached replies,
 //! rebuilt identically on every replica from the committed log. Nothing here looks at clocks,
-//! pipeline state or slots: eviction ties break by the lowest client id ([design], §12).
+//! pipeline state or slots: eviction ties break by the lowest client id (\[design\], §12).
 
 use std::collections::BTreeMap;
 

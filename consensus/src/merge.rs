@@ -1,5 +1,5 @@
 //! The DoViewChange merge of §8.6, as a pure function over the received DVCs so it can be
-//! property-tested in isolation. [cluster]: every replica must decide exactly like this.
+//! property-tested in isolation. \[cluster\]: every replica must decide exactly like this.
 
 use std::collections::BTreeMap;
 

@@ -1202,7 +1202,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Whether `frame` may leave now: while `(view, log_view)` is not durable only the frames
     /// that ask and advertise nothing leave (RequestStartView, and the requester side of
-    /// repair and state transfer), §8.10 [design].
+    /// repair and state transfer), §8.10 \[design\].
     fn may_send(&self, frame: &Frame) -> bool {
         use wire::Command::*;
         self.is_vsr_durable()

@@ -469,7 +469,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// StartView from a Normal primary whose view is durable: to `to`, or broadcast.
     /// Strand always carries the suffix `max(commit_max,1) ..= op` (≤ 128, highest first), so
-    /// every adopter can verify its log (a [design] choice; the wire allows an empty body).
+    /// every adopter can verify its log (a \[design\] choice; the wire allows an empty body).
     pub(crate) fn send_start_view_to(
         &mut self,
         to: Option<ReplicaId>,
