@@ -484,22 +484,21 @@ impl<S: StateMachine> Replica<S> {
             );
         }
         let end = ceiling.min(start + u64::from(self.config.repair_chunk_max) - 1);
+        // The chunk ends once its frames reach the window's bytes (decision 517), by the
+        // journaled headers' sizes; a size this replica cannot know before the read is taken
+        // as the largest it saw last, and the chunk is cut to its real sizes before it leaves
+        // (`serve_read`).
+        let estimate = u64::from(self.prepare_size_recent.get());
+        let fits = chunk_within_bytes((start..=end).map(|op| {
+            self.journal
+                .get(op)
+                .map_or(estimate, |e| u64::from(e.header.frame.size.get()))
+        }));
+        let end = start + fits as u64 - 1;
         let mut frames_out: Vec<Option<Frame>> = Vec::new();
         let mut reads = Vec::new();
-        // The chunk ends once its frames reach the window's bytes (decision 517); a size this
-        // replica cannot know before the read is taken as the largest it saw last, and the
-        // chunk is cut to its real sizes before it leaves.
-        let mut bytes = 0u64;
         for op in start..=end {
-            let entry = self.journal.get(op);
-            let size = entry.map_or(self.prepare_size_recent.get(), |e| {
-                e.header.frame.size.get()
-            });
-            if !frames_out.is_empty() && bytes + u64::from(size) > REPAIR_WINDOW_BYTES_MAX {
-                break;
-            }
-            bytes += u64::from(size);
-            let Some(entry) = entry else {
+            let Some(entry) = self.journal.get(op) else {
                 if op < indexed {
                     // Partition, below the index: the identity is unknown here (0); the read
                     // checks the frame is this group's prepare at `op`, the requester verifies
@@ -518,7 +517,6 @@ impl<S: StateMachine> Replica<S> {
             frames_out.push(entry.frame.clone());
         }
         if frames_out.iter().all(Option::is_some) {
-            frames_out.truncate(chunk_within_bytes(frames_out.iter().flatten()));
             let last = start - 1 + frames_out.len() as u64;
             for frame in frames_out.into_iter().flatten() {
                 self.send(out, peer, frames::as_repair(&frame));
@@ -595,9 +593,8 @@ impl<S: StateMachine> Replica<S> {
                 let evicted = self.repair_reply(Command::RangeEvicted, serve.nonce, op + 1);
                 self.send(out, serve.peer, evicted);
             }
-            serve
-                .frames
-                .truncate(chunk_within_bytes(serve.frames.iter().flatten()));
+            let fits = chunk_within_bytes(serve.frames.iter().flatten().map(|f| f.len() as u64));
+            serve.frames.truncate(fits);
             let last = serve.from - 1 + serve.frames.len() as u64;
             for f in serve.frames.iter().flatten() {
                 self.send(out, serve.peer, frames::as_repair(f));
@@ -609,14 +606,14 @@ impl<S: StateMachine> Replica<S> {
     }
 }
 
-/// How many of a chunk's leading frames one reply carries: as many as fit in
-/// [`REPAIR_WINDOW_BYTES_MAX`], and at least one so that repair always progresses (decision
-/// 517).
-fn chunk_within_bytes<'a>(frames: impl Iterator<Item = &'a Frame>) -> usize {
+/// How many of a chunk's leading frames, of these sizes, one reply carries: as many as fit
+/// in [`REPAIR_WINDOW_BYTES_MAX`], and at least one so that repair always progresses
+/// (decision 517). The one rule for both the chunk a server plans and the chunk it sends.
+fn chunk_within_bytes(sizes: impl Iterator<Item = u64>) -> usize {
     let mut bytes = 0u64;
     let mut count = 0;
-    for frame in frames {
-        bytes += frame.bytes().len() as u64;
+    for size in sizes {
+        bytes += size;
         if count > 0 && bytes > REPAIR_WINDOW_BYTES_MAX {
             break;
         }

@@ -131,7 +131,8 @@ fn server_ends_a_chunk_at_the_window_bytes() {
 /// least one, however large, so that repair always progresses.
 #[test]
 fn a_chunk_carries_what_fits_the_window_and_at_least_one_frame() {
-    let count = |frames: &[crate::Frame]| super::chunk_within_bytes(frames.iter());
+    let count =
+        |frames: &[crate::Frame]| super::chunk_within_bytes(frames.iter().map(|f| f.len() as u64));
     assert_eq!(count(&chain_of(20, 1024 * 1024)), 7);
     assert_eq!(count(&chain_of(3, 100)), 3);
     assert_eq!(count(&chain_of(2, 9 * 1024 * 1024)), 1);
@@ -360,9 +361,14 @@ mod partition_floor {
 
     /// `len` SendMessages prepares of one message each, by r0 in view 0.
     fn prepares(len: u64) -> Vec<Frame> {
+        prepares_of(len, b"m")
+    }
+
+    /// `len` SendMessages prepares of one `message` each, by r0 in view 0.
+    fn prepares_of(len: u64, message: &[u8]) -> Vec<Frame> {
         let mut out: Vec<Frame> = Vec::new();
         for op in 1..=len {
-            let mut batch = build_batch(&[b"m"]);
+            let mut batch = build_batch(&[message]);
             stamp(&mut batch, 3, op - 1, 1_000 + op);
             let mut h = PrepareHeader::zeroed();
             h.frame = FrameHeader::new(Command::Prepare, sender(0, 0));
@@ -425,21 +431,7 @@ mod partition_floor {
     #[test]
     fn below_the_checkpoint_the_wal_is_asked_and_only_a_real_eviction_is_reported() {
         let p = prepares(12);
-        let mut raw = crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group());
-        raw.checkpoint_interval_ops = 8;
-        let mut b = boot(raw);
-        journal(&mut b, &p);
-        let (_, effects) = feed(&mut b, 0, &commit(0, 0, 12));
-        assert_eq!(b.commit_min(), 12);
-        assert!(
-            effects.contains(&Effect::Checkpoint { op: 12 }),
-            "{effects:?}"
-        );
-        input(
-            &mut b,
-            crate::io::Input::Done(crate::io::Completion::Checkpointed { op: 12 }),
-        );
-        assert_eq!(b.snapshot_op(), 12);
+        let mut b = checkpointed_at_12(&p);
         // r2 lags at op 2: ops 3..=11 are below the index, 12 is the kept entry (header only).
         let (result, effects) = feed(&mut b, 2, &request_prepares(2, 7, 3, 12));
         assert_eq!(result, Ok(()));
@@ -504,6 +496,64 @@ mod partition_floor {
             }),
         );
         assert_eq!(effects, vec![]);
+    }
+
+    /// r1 of the partition group with `p` (12 prepares) journaled, committed and checkpointed
+    /// at op 12: ops 1..=11 are below its index, only its WAL holds them.
+    fn checkpointed_at_12(p: &[Frame]) -> R {
+        let mut raw = crate::RawConfig::new(CLUSTER, ReplicaId(1), 3, group());
+        raw.checkpoint_interval_ops = 8;
+        let mut b = boot(raw);
+        journal(&mut b, p);
+        let (_, effects) = feed(&mut b, 0, &commit(0, 0, 12));
+        assert_eq!(b.commit_min(), 12);
+        assert!(
+            effects.contains(&Effect::Checkpoint { op: 12 }),
+            "{effects:?}"
+        );
+        input(
+            &mut b,
+            crate::io::Input::Done(crate::io::Completion::Checkpointed { op: 12 }),
+        );
+        assert_eq!(b.snapshot_op(), 12);
+        b
+    }
+
+    /// Decision 517, sizes the server cannot know before it reads: ops below its index are
+    /// planned at the size of the prepares it saw last (small here), and the chunk is cut to
+    /// the window's bytes by the frames the reads bring (1 MiB each: 7 of them).
+    #[test]
+    fn below_the_checkpoint_a_chunk_is_cut_to_the_sizes_read() {
+        let mut b = checkpointed_at_12(&prepares(12));
+        let big = prepares_of(12, &vec![b'm'; 1 << 20]);
+        let (_, effects) = feed(&mut b, 2, &request_prepares(2, 7, 3, 12));
+        let expected: Vec<Effect> = (3..=11)
+            .map(|op| Effect::Read { op, checksum: 0 })
+            .collect();
+        assert_eq!(
+            effects, expected,
+            "planned at the small size: every op read"
+        );
+        let mut served = Vec::new();
+        for op in 3..=11u64 {
+            let (result, effects) = input(
+                &mut b,
+                crate::io::Input::Done(crate::io::Completion::Read {
+                    op,
+                    frame: Some(big[op as usize - 1].clone()),
+                }),
+            );
+            assert_eq!(result, Ok(()));
+            served.extend(effects);
+        }
+        let fits = (crate::constants::REPAIR_WINDOW_BYTES_MAX / big[2].len() as u64) as usize;
+        assert_eq!(fits, 7);
+        let mut want: Vec<Effect> = big[2..2 + fits]
+            .iter()
+            .map(|f| send(2, as_repair(f)))
+            .collect();
+        want.push(send(2, reply(Command::RepairDone, 1, 7, 2 + fits as u64)));
+        assert_eq!(served, want);
     }
 
     /// The primary itself no longer holds ops the backup lacks: state transfer from it.
