@@ -457,7 +457,7 @@ fn spawn_starts_a_cluster_and_reaches_its_client_port() {
     assert_eq!(json["acked"], "disk");
     assert_eq!(json["replicas"], 1);
     assert!(json["baseline"]["disk_write_mb_s"].as_f64().unwrap() > 0.0);
-    // One node with no server in it, measured before the load (decision 516).
+    // One node with no server in it, measured after the load (decision 516).
     let chain = &json["baseline"]["chain_load"];
     assert_eq!(chain["replicas"], 1, "{chain}");
     assert!(chain["single_batches_s"].as_f64().unwrap() > 0.0, "{chain}");

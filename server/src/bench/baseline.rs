@@ -485,7 +485,7 @@ pub(super) fn create_probe_file_with(
 /// A buffer of `size + ALIGN` bytes whose aligned window of `size` bytes (from
 /// `as_ptr().align_offset(ALIGN)`) holds the byte pattern `i % modulus`: `O_DIRECT` needs the
 /// address aligned, and this gets it without unsafe.
-pub(super) fn aligned_pattern(size: usize, modulus: usize) -> Vec<u8> {
+fn aligned_pattern(size: usize, modulus: usize) -> Vec<u8> {
     let mut backing = vec![0u8; size + ALIGN];
     let skip = backing.as_ptr().align_offset(ALIGN);
     backing[skip..skip + size]

@@ -32,9 +32,9 @@ use serde::{Deserialize, Serialize};
 use shard::net::CongestionControl;
 use shard::net::socket::{std_connect, std_listener};
 
-use super::baseline::{
-    ALIGN, CONNECT_TIMEOUT, LOCALHOST_ANY_PORT, aligned_pattern, create_probe_file_with,
-};
+use journal::AlignedBuf;
+
+use super::baseline::{ALIGN, CONNECT_TIMEOUT, LOCALHOST_ANY_PORT, create_probe_file_with};
 
 /// What [`chain_load`] measured (the report's `baseline.chain_load`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,7 +114,7 @@ pub fn chain_load(
     Ok(ChainLoad {
         replicas: replicas.max(1),
         producers: load.producers.max(1),
-        write_size: load.write_size.max(1).div_ceil(ALIGN) * ALIGN,
+        write_size: write_len(load.write_size),
         chain_batches_s: chain.batches_s,
         single_batches_s: single.batches_s,
         ratio: chain.batches_s / single.batches_s,
@@ -141,7 +141,7 @@ pub fn run_chain(
     let nodes = replicas.max(1) as usize;
     let producers = producers.max(1) as usize;
     let quorum = nodes / 2 + 1;
-    let size = write_size.max(1).div_ceil(ALIGN) * ALIGN;
+    let size = write_len(write_size);
     std::fs::create_dir_all(dir)?;
     let mut paths: Vec<PathBuf> = Vec::new();
     let result = (|| {
@@ -246,6 +246,11 @@ pub fn run_chain(
     result
 }
 
+/// Bytes of each write for batches of `write_size`: a whole number of direct-I/O blocks.
+fn write_len(write_size: usize) -> usize {
+    write_size.max(1).div_ceil(ALIGN) * ALIGN
+}
+
 /// Where `node` keeps the segment of `producer`'s chain.
 fn segment_path(dir: &Path, node: usize, producer: usize) -> PathBuf {
     dir.join(format!(".strand-bench-load-{node}-{producer}"))
@@ -277,12 +282,9 @@ struct Wal {
 impl Wal {
     fn create(path: &Path) -> std::io::Result<Wal> {
         let file = open_synced(path)?;
-        // A pattern of modulus 1: zeros.
-        let mut backing = aligned_pattern(1 << 20, 1);
-        let skip = backing.as_ptr().align_offset(ALIGN);
-        let zeros = &mut backing[skip..skip + (1 << 20)];
+        let zeros = AlignedBuf::zeroed(1 << 20);
         for at in (0..WAL_RING).step_by(1 << 20) {
-            file.write_all_at(zeros, at)?;
+            file.write_all_at(zeros.as_slice(), at)?;
         }
         file.sync_all()?;
         Ok(Wal {
@@ -314,12 +316,13 @@ impl Hop {
     /// Until its input ends: each batch passed on, appended beside a WAL record, and
     /// acknowledged if this node is in the first quorum.
     fn run(mut self, size: usize, wal: &Wal) -> std::io::Result<()> {
-        let mut backing = aligned_pattern(size, 1);
-        let skip = backing.as_ptr().align_offset(ALIGN);
-        let buf = &mut backing[skip..skip + size];
-        let record_backing = aligned_pattern(WAL_RECORD, 7);
-        let skip = record_backing.as_ptr().align_offset(ALIGN);
-        let record = &record_backing[skip..skip + WAL_RECORD];
+        let mut batch = AlignedBuf::zeroed(size);
+        let buf = batch.as_mut_slice();
+        let mut record = AlignedBuf::zeroed(WAL_RECORD);
+        for (i, b) in record.as_mut_slice().iter_mut().enumerate() {
+            *b = (i % 7) as u8;
+        }
+        let record = record.as_slice();
         let mut ack = [0u8; ACK.len()];
         std::thread::scope(|scope| {
             // The WAL record is written by a thread of its own, beside the segment append.

@@ -468,10 +468,11 @@ fn throughput_limit(r: &Report, replicas: u32) -> Option<Limit> {
             ),
         })
     });
-    match (cap, chain) {
-        (Some(cap), Some(chain)) => Some(if chain.value < cap.value { chain } else { cap }),
-        (cap, chain) => cap.or(chain),
-    }
+    // The cap on a tie: `min_by` keeps the first of equals.
+    [cap, chain]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| a.value.total_cmp(&b.value))
 }
 
 /// The payload MB/s the run's chain with no server in it moved (decision 516), over the
