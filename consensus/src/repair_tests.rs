@@ -441,18 +441,7 @@ mod partition_floor {
             .collect();
         assert_eq!(effects, expected);
         // The WAL still holds them all: served in order, then RepairDone.
-        let mut served = Vec::new();
-        for op in 3..=11u64 {
-            let (result, effects) = input(
-                &mut b,
-                crate::io::Input::Done(crate::io::Completion::Read {
-                    op,
-                    frame: Some(p[op as usize - 1].clone()),
-                }),
-            );
-            assert_eq!(result, Ok(()));
-            served.extend(effects);
-        }
+        let served = read_back(&mut b, &p, 3..=11);
         let mut want: Vec<Effect> = p[2..].iter().map(|f| send(2, as_repair(f))).collect();
         want.push(send(2, reply(Command::RepairDone, 1, 7, 12)));
         assert_eq!(served, want);
@@ -498,6 +487,24 @@ mod partition_floor {
         assert_eq!(effects, vec![]);
     }
 
+    /// Completes `b`'s journal reads of `ops` with the frames of `p` at those ops: what it
+    /// sent in answer.
+    fn read_back(b: &mut R, p: &[Frame], ops: std::ops::RangeInclusive<u64>) -> Vec<Effect> {
+        let mut served = Vec::new();
+        for op in ops {
+            let (result, effects) = input(
+                b,
+                crate::io::Input::Done(crate::io::Completion::Read {
+                    op,
+                    frame: Some(p[op as usize - 1].clone()),
+                }),
+            );
+            assert_eq!(result, Ok(()));
+            served.extend(effects);
+        }
+        served
+    }
+
     /// r1 of the partition group with `p` (12 prepares) journaled, committed and checkpointed
     /// at op 12: ops 1..=11 are below its index, only its WAL holds them.
     fn checkpointed_at_12(p: &[Frame]) -> R {
@@ -534,18 +541,7 @@ mod partition_floor {
             effects, expected,
             "planned at the small size: every op read"
         );
-        let mut served = Vec::new();
-        for op in 3..=11u64 {
-            let (result, effects) = input(
-                &mut b,
-                crate::io::Input::Done(crate::io::Completion::Read {
-                    op,
-                    frame: Some(big[op as usize - 1].clone()),
-                }),
-            );
-            assert_eq!(result, Ok(()));
-            served.extend(effects);
-        }
+        let served = read_back(&mut b, &big, 3..=11);
         let fits = (crate::constants::REPAIR_WINDOW_BYTES_MAX / big[2].len() as u64) as usize;
         assert_eq!(fits, 7);
         let mut want: Vec<Effect> = big[2..2 + fits]
